@@ -1,0 +1,1 @@
+"""Benchmark harness for taskq and its peers (see bench/README.md)."""

@@ -1,0 +1,273 @@
+"""Run one benchmark round for one system, inside that system's venv.
+
+Phases: ``enqueue`` (single-call enqueue rate); ``drain`` (bulk enqueue of N
+jobs, then start the worker and time it until all N ran), optionally followed
+by ``latency`` and ``idle`` on the same, now idle, worker. The harness runs
+``enqueue`` and ``drain`` in separate agent processes so that no client-side
+cache outlives the FLUSHALL between them.
+
+Started by ``bench/run.py`` as ``python -m bench.agent --module celery_app ...``
+with the interpreter of the venv that has the system installed. Prints one
+JSON object on the last line of stdout. Every loop is bounded in time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.metadata
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from redis import Redis
+
+from bench import record
+from bench.peers.base import System
+from bench.procs import descendants, rss_kb, stop_tree, tree_cpu_seconds
+
+REPO = Path(__file__).resolve().parent.parent
+LATENCY_BASE = 1 << 40  # job indices of latency probes, apart from drain jobs
+POLL_S = 0.005
+
+
+class BenchError(RuntimeError):
+    """A phase could not complete (worker died, deadline passed, ...)."""
+
+
+def timed_loop(total: int, deadline_s: float, step: Callable[[int], int]) -> dict[str, Any]:
+    """Call ``step(done)`` (returns jobs handled) until ``total``; jobs/s."""
+    done = 0
+    start = time.perf_counter()
+    stop = start + deadline_s
+    while done < total and time.perf_counter() < stop:
+        done += step(done)
+    elapsed = time.perf_counter() - start
+    return {"jobs": done, "seconds": elapsed, "rate": done / elapsed, "complete": done >= total}
+
+
+def enqueue_one_rate(system: System, total: int, deadline_s: float) -> dict[str, Any]:
+    """Single-call enqueue from one producer: one API call per job."""
+
+    def step(done: int) -> int:
+        system.enqueue_one(done, time.time_ns())
+        return 1
+
+    return timed_loop(total, deadline_s, step)
+
+
+def enqueue_bulk_rate(system: System, total: int, batch: int, deadline_s: float) -> dict[str, Any]:
+    """Bulk enqueue from one producer, ``batch`` jobs per bulk call."""
+
+    def step(done: int) -> int:
+        t_ns = time.time_ns()
+        items = [(i, t_ns) for i in range(done, min(done + batch, total))]
+        system.enqueue_bulk(items)
+        return len(items)
+
+    return timed_loop(total, deadline_s, step)
+
+
+def check_alive(worker: subprocess.Popen[bytes]) -> None:
+    """Raise if the worker's master process has exited."""
+    if worker.poll() is not None:
+        raise BenchError(f"worker exited with status {worker.returncode}")
+
+
+def wait_drained(worker: subprocess.Popen[bytes], rec_dir: str, total: int, deadline_s: float) -> list[int]:
+    """Poll the record files until jobs 0..total-1 all started; their times."""
+    stop = time.monotonic() + deadline_s
+    while time.monotonic() < stop:
+        check_alive(worker)
+        if record.total_records(rec_dir) >= total:
+            firsts: dict[int, int] = {}
+            for i, t_ns in record.read_records(rec_dir):
+                if i < total and (i not in firsts or t_ns < firsts[i]):
+                    firsts[i] = t_ns
+            if len(firsts) >= total:
+                return sorted(firsts.values())
+        time.sleep(POLL_S)
+    done = record.total_records(rec_dir)
+    raise BenchError(f"drain not finished after {deadline_s:.0f}s ({done}/{total} records)")
+
+
+def drain(worker: subprocess.Popen[bytes], t_start: int, rec_dir: str, total: int, deadline_s: float) -> dict[str, Any]:
+    """Drain figures: from worker start (and from first job) to last job."""
+    starts = wait_drained(worker, rec_dir, total, deadline_s)
+    records = record.total_records(rec_dir)
+    seconds = (starts[-1] - t_start) / 1e9
+    steady = (starts[-1] - starts[0]) / 1e9
+    return {
+        "jobs": total,
+        "seconds": seconds,
+        "rate": total / seconds,
+        "startup_s": (starts[0] - t_start) / 1e9,
+        "steady_rate": (total - 1) / steady if steady > 0 else None,
+        "duplicates": records - total,
+    }
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """Nearest-rank percentile of an already sorted list."""
+    rank = max(1, round(q / 100 * len(sorted_values) + 0.5 - 1e-9))
+    return sorted_values[min(rank, len(sorted_values)) - 1]
+
+
+def latency(
+    system: System,
+    worker: subprocess.Popen[bytes],
+    rec_dir: str,
+    samples: int,
+    gap_s: float,
+    deadline_s: float,
+) -> dict[str, Any]:
+    """Enqueue→start latency, one job at a time on an idle running worker."""
+    base_count = record.total_records(rec_dir)
+    sent: dict[int, int] = {}
+    timeouts = 0
+    stop = time.monotonic() + deadline_s
+    for k in range(samples):
+        if time.monotonic() > stop:
+            break
+        time.sleep(gap_s)
+        index = LATENCY_BASE + k
+        sent[index] = time.time_ns()
+        system.enqueue_one(index, sent[index])
+        sample_stop = min(stop, time.monotonic() + 5.0)
+        while record.total_records(rec_dir) < base_count + len(sent) and time.monotonic() < sample_stop:
+            time.sleep(0.0001)
+        if record.total_records(rec_dir) < base_count + len(sent):
+            timeouts += 1
+            check_alive(worker)
+    time.sleep(0.2)
+    started: dict[int, int] = {}
+    for i, t_ns in record.read_records(rec_dir):
+        if i in sent and (i not in started or t_ns < started[i]):
+            started[i] = t_ns
+    lat_ms = sorted((started[i] - sent[i]) / 1e6 for i in started)
+    if not lat_ms:
+        raise BenchError("no latency probe ran")
+    return {
+        "samples": len(lat_ms),
+        "lost": len(sent) - len(lat_ms),
+        "timeouts": timeouts,
+        "p50_ms": percentile(lat_ms, 50),
+        "p99_ms": percentile(lat_ms, 99),
+        "max_ms": lat_ms[-1],
+    }
+
+
+def idle(worker: subprocess.Popen[bytes], seconds: float) -> dict[str, Any]:
+    """RSS of the worker master and children, CPU of the idle tree."""
+    check_alive(worker)
+    cpu0 = tree_cpu_seconds(worker.pid)
+    t0 = time.monotonic()
+    time.sleep(seconds)
+    cpu1 = tree_cpu_seconds(worker.pid)
+    elapsed = time.monotonic() - t0
+    check_alive(worker)
+    kids = descendants(worker.pid)
+    return {
+        "cpu_pct": 100 * (cpu1 - cpu0) / elapsed,
+        "rss_master_kb": rss_kb(worker.pid),
+        "rss_children_kb": [rss for rss in map(rss_kb, kids) if rss is not None],
+    }
+
+
+def versions(system: System) -> dict[str, Any]:
+    """Installed versions of the system's packages, plus hiredis presence."""
+    out: dict[str, Any] = {"python": sys.version.split()[0]}
+    for name in system.packages:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = None
+    from redis.utils import HIREDIS_AVAILABLE
+
+    out["hiredis_in_use"] = HIREDIS_AVAILABLE
+    return out
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Command-line options (all set by run.py)."""
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--module", required=True, help="module in bench/peers, e.g. celery_app")
+    p.add_argument("--redis-url", required=True)
+    p.add_argument("--record-dir", required=True)
+    p.add_argument("--worker-log", required=True)
+    p.add_argument(
+        "--phases", default="drain,latency,idle", help="enqueue, or drain[,latency][,idle] (bulk enqueue first)"
+    )
+    p.add_argument("--jobs", type=int, default=20_000, help="jobs to drain")
+    p.add_argument("--enqueue-jobs", type=int, default=10_000, help="single-call enqueues")
+    p.add_argument("--batch", type=int, default=1_000, help="jobs per bulk call")
+    p.add_argument("--latency-samples", type=int, default=1_000)
+    p.add_argument("--latency-gap", type=float, default=0.002, help="idle seconds before each probe")
+    p.add_argument("--idle-seconds", type=float, default=10.0)
+    p.add_argument("--procs", type=int, default=2, help="worker processes")
+    p.add_argument("--worker-args", default="", help="extra worker CLI arguments")
+    p.add_argument("--deadline", type=float, default=300.0, help="bound of each phase, seconds")
+    return p.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """All requested phases for one system; returns the figures."""
+    os.environ["BENCH_REDIS_URL"] = args.redis_url
+    os.environ[record.ENV_DIR] = args.record_dir
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    system: System = importlib.import_module(f"bench.peers.{args.module}").SYSTEM
+    phases = set(args.phases.split(","))
+    redis = Redis.from_url(args.redis_url)
+    out: dict[str, Any] = {"system": system.name, "versions": versions(system)}
+
+    redis.flushall()
+    system.setup()
+    if "enqueue" in phases:
+        out["enqueue_one"] = enqueue_one_rate(system, args.enqueue_jobs, args.deadline)
+    if "drain" not in phases:
+        redis.flushall()
+        return out
+    out["enqueue_bulk"] = enqueue_bulk_rate(system, args.jobs, args.batch, args.deadline)
+    if not out["enqueue_bulk"]["complete"]:
+        raise BenchError("bulk enqueue did not finish in time")
+
+    record.clear(args.record_dir)
+    argv = system.worker_argv(args.procs, shlex.split(args.worker_args))
+    out["worker_argv"] = [Path(argv[0]).name, *argv[1:]]
+    with open(args.worker_log, "ab") as log:
+        t_start = time.time_ns()
+        worker = subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        out["drain"] = drain(worker, t_start, args.record_dir, args.jobs, args.deadline)
+        if "latency" in phases:
+            time.sleep(0.5)
+            out["latency"] = latency(
+                system, worker, args.record_dir, args.latency_samples, args.latency_gap, args.deadline
+            )
+        if "idle" in phases:
+            time.sleep(1.0)
+            out["idle"] = idle(worker, args.idle_seconds)
+    finally:
+        stop_tree(worker)
+        redis.flushall()
+    return out
+
+
+def main() -> None:
+    """Entry point: run, print JSON (errors as {"error": ...})."""
+    args = parse_args()
+    try:
+        result = run(args)
+    except BenchError as exc:
+        result = {"error": str(exc)}
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

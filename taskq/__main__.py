@@ -1,0 +1,5 @@
+"""``python -m taskq`` is the ``taskq`` command."""
+
+from taskq.cli import main
+
+main()

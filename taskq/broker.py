@@ -1,0 +1,348 @@
+"""Redis Streams I/O: the only module that writes to Redis.
+
+Every change of a job's place is one command or one Lua script, so it happens entirely or not
+at all: enqueue (XADD, or ZADD into the schedule), deliver + ack (``fetch.lua``), retry
+(``park.lua``), crash recovery (``sweep.lua``), dead-letter (``dead_letter.lua``) and hand-back
+(``requeue.lua``).
+
+Leases. A running job stays pending under its child's consumer. The worker's master renews the
+idle time of every entry pending under its live children (``renew.lua``, XCLAIM JUSTID) every
+third of the visibility timeout, from its own process, so a task that holds the GIL cannot
+starve its lease. Only an entry whose whole worker died stays idle long enough for the sweep.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import redis
+from redis.commands.core import Script
+
+from taskq.errors import BrokerError
+from taskq.keys import GROUP, PRIORITIES, RETRY_CONSUMER, QueueKeys
+from taskq.message import Message, now_ms
+
+KEYS_PER_QUEUE = 8
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One stream entry handed to a consumer: where it lives and its raw body."""
+
+    stream: str
+    queue: str
+    priority: str
+    entry_id: str
+    deliveries: int
+    body: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class Fetched:
+    """What one fetch returned: deliveries, or when the next delayed job or retry is due."""
+
+    deliveries: list[Delivery]
+    next_due_ms: int
+
+
+@functools.cache
+def _lua(name: str) -> str:
+    return resources.files("taskq.lua").joinpath(f"{name}.lua").read_text()
+
+
+def connect(redis_url: str) -> redis.Redis:
+    """A client for ``redis://``, ``rediss://`` or ``unix://`` URLs, credentials included."""
+    try:
+        return redis.Redis.from_url(
+            redis_url, socket_connect_timeout=5, socket_timeout=30, socket_keepalive=True
+        )
+    except ValueError as exc:
+        raise BrokerError(f"invalid Redis URL {redis_url!r}: {exc}") from None
+
+
+class Broker:
+    """Job storage for a set of queues on one Redis server."""
+
+    def __init__(self, client: redis.Redis, queues: Sequence[str]) -> None:
+        self.client = client
+        self.queues = tuple(queues)
+        self.keys = {q: QueueKeys(q) for q in self.queues}
+        self._fetch_keys: list[str] = []
+        self._index: dict[str, int] = {}
+        self._where: dict[int, tuple[str, str]] = {}
+        for q in self.queues:
+            k = self.keys[q]
+            block = [*k.streams, *(k.retry(p) for p in PRIORITIES), k.schedule, k.failures]
+            for i, p in enumerate(PRIORITIES):
+                self._index[k.stream(p)] = len(self._fetch_keys) + i + 1
+                self._where[len(self._fetch_keys) + i + 1] = (q, p)
+            self._fetch_keys += block
+        self._scripts: dict[str, Script] = {}
+
+    def _script(self, name: str) -> Script:
+        script = self._scripts.get(name)
+        if script is None:
+            script = self._scripts[name] = self.client.register_script(_lua(name))
+        return script
+
+    # -- producer side -------------------------------------------------------------------
+
+    def publish(self, msg: Message, body: bytes) -> str:
+        """XADD one job to its priority stream; returns the entry id."""
+        key = QueueKeys(msg.queue).stream(msg.priority)
+        entry_id = self.client.execute_command("XADD", key, "*", "task", msg.task, "body", body)
+        return entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
+
+    def schedule(self, msg: Message, body: bytes, *, due_ms: int) -> None:
+        """Park a delayed job in the queue's schedule until ``due_ms``."""
+        member = b"%d\n%s\n%s" % (PRIORITIES.index(msg.priority), msg.task.encode(), body)
+        self.client.zadd(QueueKeys(msg.queue).schedule, {member: due_ms})
+
+    def publish_many(self, jobs: Iterable[tuple[Message, bytes]]) -> list[str | None]:
+        """Enqueue many jobs in one pipelined round trip; delayed ones go to the schedule."""
+        pipe = self.client.pipeline(transaction=False)
+        for msg, body in jobs:
+            if msg.eta_ms is not None and msg.eta_ms > now_ms():
+                member = b"%d\n%s\n%s" % (PRIORITIES.index(msg.priority), msg.task.encode(), body)
+                pipe.zadd(QueueKeys(msg.queue).schedule, {member: msg.eta_ms})
+            else:
+                key = QueueKeys(msg.queue).stream(msg.priority)
+                pipe.execute_command("XADD", key, "*", "task", msg.task, "body", body)
+        return [r.decode() if isinstance(r, bytes) else None for r in pipe.execute()]
+
+    # -- consumer side -------------------------------------------------------------------
+
+    def ensure_groups(self) -> None:
+        """Create the consumer group on every stream (idempotent: BUSYGROUP is ignored)."""
+        for k in self.keys.values():
+            for stream in k.streams:
+                try:
+                    self.client.xgroup_create(stream, GROUP, id="0", mkstream=True)
+                except redis.ResponseError as exc:
+                    if "BUSYGROUP" not in str(exc):
+                        raise
+
+    def fetch(
+        self, consumer: str, count: int, acks: Sequence[tuple[Delivery, bool]] = ()
+    ) -> Fetched:
+        """Ack finished jobs and take up to ``count`` new ones, in one script call.
+
+        Args:
+            consumer: the caller's consumer name.
+            count: how many jobs to take (0: only ack).
+            acks: finished deliveries, each with whether it ever failed (its failure record
+                must then be cleared).
+        """
+        argv: list[Any] = [GROUP, consumer, count, now_ms(), len(acks)]
+        for d, failed_before in acks:
+            index = self._index[d.stream]
+            argv += (index, d.entry_id, index - index % KEYS_PER_QUEUE + 8 if failed_before else 0)
+        reply = self._script("fetch")(keys=self._fetch_keys, args=argv)
+        return Fetched(self._deliveries(reply, 1), int(reply[0]))
+
+    def _deliveries(self, flat: list[Any], start: int) -> list[Delivery]:
+        out = []
+        for i in range(start, len(flat), 4):
+            queue, priority = self._where[int(flat[i])]
+            out.append(_delivery(queue, priority, flat[i + 1], int(flat[i + 2]), flat[i + 3]))
+        return out
+
+    def read_blocking(self, consumer: str, count: int, block_ms: int) -> list[Delivery]:
+        """Wait up to ``block_ms`` for new entries on any stream (used only when all are empty).
+
+        Entries that arrive on several streams during the same wait come back together; the
+        caller runs them in priority order.
+        """
+        streams = [s for k in self.keys.values() for s in k.streams]
+        args: list[Any] = ["GROUP", GROUP, consumer, "COUNT", count, "BLOCK", max(1, block_ms)]
+        args += ["STREAMS", *streams, *([">"] * len(streams))]
+        try:
+            reply = self.client.execute_command("XREADGROUP", *args)
+        except redis.ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            self.ensure_groups()
+            return []
+        out = []
+        for stream, entries in _stream_items(reply):
+            queue, priority = self._where[self._index[stream]]
+            out += [_delivery(queue, priority, eid, 1, fields) for eid, fields in entries]
+        out.sort(key=lambda d: self._index[d.stream])
+        return out
+
+    def park(self, d: Delivery, *, owner: str, due_ms: int) -> bool:
+        """Leave a failed job pending, owned by the retry pseudo-consumer until ``due_ms``."""
+        k = self.keys[d.queue]
+        keys = [d.stream, k.retry(d.priority), k.failures]
+        args = [GROUP, d.entry_id, owner, RETRY_CONSUMER, due_ms, now_ms()]
+        return bool(self._script("park")(keys=keys, args=args))
+
+    def dead_letter(self, d: Delivery, *, owner: str, fields: dict[str, Any]) -> str | None:
+        """Move a pending job to the dead-letter stream (ack + delete at the source, atomically).
+
+        ``owner`` fences the move: it happens only if the entry is still pending under that
+        consumer ('' for any). Returns the dead entry id, or None if the entry was elsewhere.
+        """
+        k = self.keys[d.queue]
+        keys = [d.stream, k.retry(d.priority), k.failures, k.deadletter]
+        flat: list[Any] = [x for kv in fields.items() for x in kv]
+        reply = self._script("dead_letter")(
+            keys=keys, args=[GROUP, d.entry_id, owner, now_ms(), *flat]
+        )
+        return reply.decode() if isinstance(reply, bytes) else None
+
+    def requeue(self, d: Delivery, msg: Message, *, owner: str) -> str | None:
+        """Replace a pending entry with a fresh one carrying ``msg`` (for hand-backs)."""
+        k = self.keys[d.queue]
+        keys = [d.stream, k.stream(msg.priority), k.failures]
+        args = [GROUP, d.entry_id, owner, msg.task, msg.encode()]
+        reply = self._script("requeue")(keys=keys, args=args)
+        return reply.decode() if isinstance(reply, bytes) else None
+
+    def pending_of(self, consumer: str) -> list[Delivery]:
+        """Every entry pending under ``consumer``, with its body if the entry still exists."""
+        out = []
+        for q, k in self.keys.items():
+            for p, stream in zip(PRIORITIES, k.streams, strict=True):
+                try:
+                    rows = self.client.xpending_range(stream, GROUP, "-", "+", 1000, consumer)
+                except redis.ResponseError:
+                    continue
+                for row in rows:
+                    eid = row["message_id"].decode()
+                    entries = self.client.xrange(stream, eid, eid)
+                    body = entries[0][1].get(b"body") if entries else None
+                    out.append(Delivery(stream, q, p, eid, int(row["times_delivered"]), body))
+        return out
+
+    # -- maintenance (run by worker masters) ---------------------------------------------
+
+    def renew(self, consumers: Sequence[str]) -> int:
+        """Reset the idle time of every entry pending under ``consumers`` (their leases)."""
+        if not consumers:
+            return 0
+        streams = [s for k in self.keys.values() for s in k.streams]
+        return int(self._script("renew")(keys=streams, args=[GROUP, *consumers]))
+
+    def try_lead_sweep(self, queue: str, worker_id: str, lease_ms: int) -> bool:
+        """Take this interval's fleet-wide sweep lease; it expires by itself (no stale lock)."""
+        return bool(self.client.set(self.keys[queue].sweeper, worker_id, nx=True, px=lease_ms))
+
+    def sweep(
+        self, queue: str, *, min_idle_ms: int, batch: int = 100, max_batches: int = 10
+    ) -> int:
+        """Recover entries idle past ``min_idle_ms`` in a queue; returns how many were recovered."""
+        k = self.keys[queue]
+        recovered = 0
+        for p in PRIORITIES:
+            keys = [k.stream(p), k.retry(p), k.cursor(p)]
+            for _ in range(max_batches):
+                n, wrapped = self._script("sweep")(
+                    keys=keys, args=[GROUP, RETRY_CONSUMER, min_idle_ms, batch, now_ms()]
+                )
+                recovered += int(n)
+                if wrapped:
+                    break
+        return recovered
+
+    def forget_consumers(self, *, idle_ms: int, keep: Sequence[str] = ()) -> int:
+        """Delete consumers with nothing pending that have been idle for ``idle_ms``."""
+        streams = [s for k in self.keys.values() for s in k.streams]
+        args = [GROUP, idle_ms, RETRY_CONSUMER, *keep]
+        return int(self._script("forget_consumers")(keys=streams, args=args))
+
+    def forget_consumer(self, consumer: str) -> int:
+        """Delete one consumer from every stream where it has nothing pending."""
+        n = 0
+        for k in self.keys.values():
+            for stream in k.streams:
+                if not self._pending_count(stream, consumer):
+                    n += self._forget_if_empty(stream, consumer)
+        return n
+
+    def _pending_count(self, stream: str, consumer: str) -> int:
+        try:
+            return len(self.client.xpending_range(stream, GROUP, "-", "+", 1, consumer))
+        except redis.ResponseError:
+            return 0
+
+    def _forget_if_empty(self, stream: str, consumer: str) -> int:
+        # Checked and deleted in one script: DELCONSUMER would drop pending entries.
+        lua = (
+            "local p = redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+', 1, ARGV[2]) "
+            "if #p > 0 then return 0 end "
+            "return redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], ARGV[2])"
+        )
+        try:
+            self.client.eval(lua, 1, stream, GROUP, consumer)
+        except redis.ResponseError:
+            return 0
+        return 1
+
+    def heartbeat(self, worker_id: str, record: dict[str, Any], *, ttl_ms: int) -> None:
+        """Write a worker's registry record; it expires unless refreshed within ``ttl_ms``."""
+        pipe = self.client.pipeline(transaction=True)
+        for k in self.keys.values():
+            pipe.delete(k.worker(worker_id))
+            pipe.hset(k.worker(worker_id), mapping=record)
+            pipe.pexpire(k.worker(worker_id), ttl_ms)
+            pipe.zadd(k.workers, {worker_id: now_ms()})
+            pipe.zremrangebyscore(k.workers, "-inf", now_ms() - ttl_ms)
+        pipe.execute()
+
+    def unregister(self, worker_id: str) -> None:
+        pipe = self.client.pipeline(transaction=True)
+        for k in self.keys.values():
+            pipe.delete(k.worker(worker_id))
+            pipe.zrem(k.workers, worker_id)
+        pipe.execute()
+
+    def purge_dead(self, queue: str, *, older_than_ms: int | None = None) -> int:
+        """Delete dead-letter entries (older than a time, or all); returns how many."""
+        key = self.keys[queue].deadletter if queue in self.keys else QueueKeys(queue).deadletter
+        if older_than_ms is None:
+            pipe = self.client.pipeline(transaction=True)
+            pipe.xlen(key)
+            pipe.delete(key)
+            return int(pipe.execute()[0])
+        # Dead-letter ids are the time of death, so MINID drops exactly the older ones.
+        return int(self.client.xtrim(key, minid=f"{older_than_ms}-0", approximate=False))
+
+    def dead_retry(self, queue: str, dead_id: str, msg: Message) -> str | None:
+        """Move one dead-lettered job back to its priority stream, attempts reset."""
+        k = self.keys[queue]
+        body = msg.with_retries(0).encode()
+        reply = self._script("dead_retry")(
+            keys=[k.deadletter, k.stream(msg.priority)], args=[dead_id, msg.task, body]
+        )
+        return reply.decode() if isinstance(reply, bytes) else None
+
+
+def _delivery(queue: str, priority: str, entry_id: Any, deliveries: int, fields: Any) -> Delivery:
+    eid = entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
+    stream = QueueKeys(queue).stream(priority)
+    return Delivery(stream, queue, priority, eid, deliveries, _body(fields))
+
+
+def _body(fields: Any) -> bytes | None:
+    if isinstance(fields, dict):
+        value = fields.get(b"body")
+        return value if isinstance(value, bytes) else None
+    if isinstance(fields, list):
+        for i in range(0, len(fields) - 1, 2):
+            if fields[i] == b"body":
+                return fields[i + 1] if isinstance(fields[i + 1], bytes) else None
+    return None
+
+
+def _stream_items(reply: Any) -> list[tuple[str, list[tuple[Any, Any]]]]:
+    """XREADGROUP's RESP2 reply as (stream, [(entry id, fields)]) pairs."""
+    out = []
+    for stream, entries in reply or ():
+        name = stream.decode() if isinstance(stream, bytes) else str(stream)
+        out.append((name, [(e[0], e[1]) for e in entries]))
+    return out

@@ -1,0 +1,118 @@
+"""Settings: one frozen value that says how to reach Redis and how jobs behave.
+
+The environment is read here and in ``cli.py`` only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from taskq.errors import ConfigError
+
+DEFAULT_REDIS_URL = "redis://localhost:6379/0"
+
+
+def redis_url_from_env(env: Mapping[str, str] | None = None) -> str:
+    """``TASKQ_REDIS_URL``, else ``REDIS_URL`` (what Procfile platforms set), else localhost."""
+    env = os.environ if env is None else env
+    return env.get("TASKQ_REDIS_URL") or env.get("REDIS_URL") or DEFAULT_REDIS_URL
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything an :class:`~taskq.App` needs; all times in milliseconds unless named ``_s``.
+
+    Attributes:
+        redis_url: ``redis://``, ``rediss://`` (TLS) or ``unix://``; user and password may be
+            given in the URL (``redis://user:secret@host:6379/0``).
+        queue: default queue name; its keys are ``<queue>:high``, ``<queue>:normal``, ...
+        max_payload_bytes: an encoded job larger than this is refused at enqueue.
+        max_retries: default retries after the first run (2: a job runs at most 3 times).
+        retry_backoff_ms: delay before the first retry; each later one is
+            ``retry_backoff_factor`` times longer, capped at ``retry_backoff_max_ms``, with
+            +/-25% jitter if ``retry_jitter``.
+        visibility_timeout_ms: an entry whose owner stopped renewing its lease for this long is
+            taken back by the crash-recovery sweep.
+        sweep_interval_ms: how often one worker of the fleet runs that sweep.
+        heartbeat_interval_ms: how often a worker refreshes its registry record.
+        worker_ttl_ms: a worker record that was not refreshed for this long disappears.
+        block_ms: longest single blocking read of an idle worker.
+        eager: run tasks inline at enqueue time (for application tests); nothing touches Redis.
+    """
+
+    redis_url: str = DEFAULT_REDIS_URL
+    queue: str = "tasks"
+    max_payload_bytes: int = 512 * 1024
+    max_retries: int = 2
+    retry_backoff_ms: int = 1_000
+    retry_backoff_factor: float = 4.0
+    retry_backoff_max_ms: int = 600_000
+    retry_jitter: bool = True
+    visibility_timeout_ms: int = 30_000
+    sweep_interval_ms: int = 5_000
+    heartbeat_interval_ms: int = 2_000
+    worker_ttl_ms: int = 10_000
+    block_ms: int = 1_000
+    eager: bool = False
+
+    def __post_init__(self) -> None:
+        _check_queue_name(self.queue)
+        if self.max_retries < 0:
+            raise ConfigError("max_retries must be >= 0")
+        if self.sweep_interval_ms >= self.visibility_timeout_ms:
+            raise ConfigError("sweep_interval_ms must be below visibility_timeout_ms")
+        for name in ("max_payload_bytes", "retry_backoff_ms", "visibility_timeout_ms", "block_ms"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be > 0")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Settings from ``TASKQ_*`` variables (``TASKQ_MAX_RETRIES=5``), then ``overrides``."""
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {"redis_url": redis_url_from_env(env)}
+        for field in fields(cls):
+            raw = env.get(f"TASKQ_{field.name.upper()}")
+            if raw is not None and field.name != "redis_url":
+                values[field.name] = _parse(field.name, raw, cls._field_type(field.name))
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls.build(**values)
+
+    @classmethod
+    def build(cls, **values: Any) -> Settings:
+        """Like the constructor, but an unknown name is a :class:`ConfigError`."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ConfigError(f"unknown setting(s): {', '.join(unknown)}; known: {sorted(known)}")
+        return cls(**values)
+
+    def replace(self, **changes: Any) -> Settings:
+        """A copy with some settings changed."""
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def _field_type(cls, name: str) -> type:
+        return type(getattr(cls(), name))
+
+
+def _parse(name: str, raw: str, kind: type) -> Any:
+    if kind is bool:
+        if raw.lower() in ("1", "true", "yes", "on"):
+            return True
+        if raw.lower() in ("0", "false", "no", "off", ""):
+            return False
+        raise ConfigError(f"TASKQ_{name.upper()}={raw!r} is not a boolean")
+    try:
+        return kind(raw)
+    except ValueError:
+        raise ConfigError(f"TASKQ_{name.upper()}={raw!r} is not a valid {kind.__name__}") from None
+
+
+def _check_queue_name(queue: str) -> None:
+    # A ':' would let one queue's keys collide with another's ("a:retry" vs "a").
+    if not queue or ":" in queue or any(c.isspace() for c in queue):
+        raise ConfigError(f"invalid queue name {queue!r}: must be non-empty, without ':' or spaces")

@@ -1,0 +1,56 @@
+"""One rooted error tree, plus the control-flow exceptions a task may raise."""
+
+from __future__ import annotations
+
+
+class TaskqError(Exception):
+    """Root of every error taskq raises."""
+
+
+class ConfigError(TaskqError):
+    """A setting, an app path or a URL is wrong."""
+
+
+class BrokerError(TaskqError):
+    """Redis could not be reached or answered with an error."""
+
+
+class EnqueueError(TaskqError):
+    """A job was refused at enqueue time; nothing was sent."""
+
+
+class PayloadTooLarge(EnqueueError):
+    """The encoded job is larger than ``max_payload_bytes``."""
+
+
+class DecodeError(TaskqError):
+    """A stream entry is not a valid taskq job."""
+
+    def __init__(self, reason: str, raw: object = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.raw = raw
+
+
+class TaskNotFound(TaskqError):
+    """No task of that name is registered with the app."""
+
+
+class Retry(Exception):
+    """Raise inside a task to run it again later, e.g. ``raise Retry(countdown=10)``.
+
+    It counts as an attempt; once the task's ``max_retries`` are used up the job is
+    dead-lettered like any other failure.
+    """
+
+    def __init__(self, countdown: float | None = None, *, reason: str = "") -> None:
+        super().__init__(reason or "retry requested")
+        self.countdown = countdown
+
+
+class SoftTimeLimitExceeded(Exception):
+    """Raised inside a task that ran past its soft time limit."""
+
+
+class WorkerLost(Exception):
+    """The process running a job died (killed, crashed or past its hard time limit)."""

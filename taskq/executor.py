@@ -1,0 +1,150 @@
+"""Run one delivery and classify the outcome: ok, retry or dead. No Redis here."""
+
+from __future__ import annotations
+
+import inspect
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+from taskq.app import App
+from taskq.broker import Delivery
+from taskq.context import JobContext, reset_current, set_current
+from taskq.errors import DecodeError, Retry, TaskNotFound
+from taskq.message import Message
+from taskq.retry import RetryPolicy
+from taskq.task import Task
+
+OK, RETRY, DEAD = "ok", "retry", "dead"
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A delivery that decoded and names a known task: ready to run."""
+
+    delivery: Delivery
+    msg: Message
+    task: Task[..., Any]
+    policy: RetryPolicy
+    attempt: int
+    soft_limit_s: float | None
+    hard_limit_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What became of one delivery, and what the worker must do with it."""
+
+    kind: str
+    delivery: Delivery
+    msg: Message | None = None
+    attempt: int = 0
+    delay_ms: int = 0
+    error_type: str = ""
+    error: str = ""
+    traceback: str = ""
+    duration_s: float = 0.0
+
+    @property
+    def failed_before(self) -> bool:
+        """True if an earlier attempt of this entry failed (it may have a failure record)."""
+        return self.delivery.deliveries > 1 or (self.msg is not None and self.msg.retries > 0)
+
+
+def dead(d: Delivery, reason: str, msg: Message | None = None, attempt: int = 0) -> Outcome:
+    return Outcome(DEAD, d, msg, attempt, error_type="Rejected", error=reason)
+
+
+class Executor:
+    """Turns deliveries into outcomes for one app.
+
+    Args:
+        time_limit_s / soft_time_limit_s: worker-wide limits for tasks that set none.
+    """
+
+    def __init__(
+        self, app: App, *, time_limit_s: float | None = None, soft_time_limit_s: float | None = None
+    ) -> None:
+        self.app = app
+        self.time_limit_s = time_limit_s
+        self.soft_time_limit_s = soft_time_limit_s
+
+    def prepare(self, d: Delivery) -> Prepared | Outcome:
+        """Decode and look up; bad input becomes a DEAD outcome with the reason."""
+        if d.body is None:
+            return dead(d, "entry has no 'body' field")
+        try:
+            msg = Message.decode(d.body)
+        except DecodeError as exc:
+            return dead(d, f"malformed job: {exc.reason}")
+        try:
+            task = self.app.get_task(msg.task)
+        except TaskNotFound as exc:
+            return dead(d, str(exc), msg)
+        policy = task.retry_policy(self.app.settings)
+        attempt = msg.retries + d.deliveries
+        if attempt > policy.max_attempts:
+            reason = f"worker lost: the job's runs ended without a result {attempt - 1} times"
+            return Outcome(DEAD, d, msg, attempt - 1, error_type="WorkerLost", error=reason)
+        hard = task.options.time_limit_s or self.time_limit_s
+        soft = task.options.soft_time_limit_s or self.soft_time_limit_s
+        return Prepared(d, msg, task, policy, attempt, soft, hard)
+
+    def execute(self, p: Prepared) -> Outcome:
+        """Run the task with its job context set; never raises for a task's exception."""
+        msg = p.msg
+        ctx = JobContext(
+            msg.id,
+            msg.task,
+            p.attempt,
+            p.policy.max_attempts,
+            msg.queue,
+            msg.priority,
+            msg.created_ms,
+            p.delivery.entry_id,
+        )
+        token = set_current(ctx)
+        started = time.perf_counter()
+        try:
+            p.task.run(msg.args, msg.kwargs)
+        except Exception as exc:  # the task's failure, classified below
+            return self._failure(p, exc, time.perf_counter() - started)
+        finally:
+            reset_current(token)
+        return Outcome(OK, p.delivery, msg, p.attempt, duration_s=time.perf_counter() - started)
+
+    def _failure(self, p: Prepared, exc: Exception, duration_s: float) -> Outcome:
+        kind, delay_ms = self._decide(p, exc)
+        return Outcome(
+            kind,
+            p.delivery,
+            p.msg,
+            p.attempt,
+            delay_ms,
+            error_type=type(exc).__name__,
+            error=str(exc),
+            traceback="".join(traceback.format_exception(exc)),
+            duration_s=duration_s,
+        )
+
+    def _decide(self, p: Prepared, exc: Exception) -> tuple[str, int]:
+        if isinstance(exc, TypeError) and not _fits(p.task, p.msg):
+            return DEAD, 0
+        if isinstance(exc, p.task.options.dont_autoretry_for):
+            return DEAD, 0
+        if not p.policy.should_retry(p.attempt):
+            return DEAD, 0
+        if isinstance(exc, Retry) and exc.countdown is not None:
+            return RETRY, int(exc.countdown * 1000)
+        return RETRY, p.policy.delay_ms(p.attempt)
+
+
+def _fits(task: Task[..., Any], msg: Message) -> bool:
+    """Whether the job's arguments bind to the task's signature (checked only after a TypeError)."""
+    args = (task, *msg.args) if task.options.bind else msg.args
+    try:
+        inspect.signature(task.fn).bind(*args, **msg.kwargs)
+    except TypeError:
+        return False
+    return True

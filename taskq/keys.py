@@ -1,0 +1,72 @@
+"""The Redis key schema of one queue, in one screen.
+
+Every key of queue ``tasks`` starts with ``tasks:``. A queue named with a hash tag, e.g.
+``{tasks}``, therefore puts all of its keys in one cluster slot, so the multi-key scripts in
+``broker.py`` stay valid on Redis Cluster.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PRIORITIES: tuple[str, ...] = ("high", "normal", "low")
+"""Priority names, in the order a worker reads them."""
+
+GROUP = "taskq"
+"""The one consumer group on every job stream."""
+
+RETRY_CONSUMER = "taskq:retry"
+"""Pseudo-consumer that owns failed entries while they wait out their backoff."""
+
+
+@dataclass(frozen=True)
+class QueueKeys:
+    """The keys of one queue."""
+
+    queue: str
+
+    def stream(self, priority: str) -> str:
+        """Job stream of one priority, e.g. ``tasks:high``."""
+        return f"{self.queue}:{priority}"
+
+    @property
+    def streams(self) -> tuple[str, ...]:
+        """The three job streams, highest priority first."""
+        return tuple(self.stream(p) for p in PRIORITIES)
+
+    def retry(self, priority: str) -> str:
+        """Sorted set of failed entry ids of one stream, scored by when they are due again."""
+        return f"{self.queue}:retry:{priority}"
+
+    def cursor(self, priority: str) -> str:
+        """Where the crash-recovery sweep of one stream resumes its XAUTOCLAIM scan."""
+        return f"{self.queue}:cursor:{priority}"
+
+    @property
+    def deadletter(self) -> str:
+        """Stream of jobs that failed for good."""
+        return f"{self.queue}:deadletter"
+
+    @property
+    def schedule(self) -> str:
+        """Sorted set of delayed jobs, scored by the time they are due (ms)."""
+        return f"{self.queue}:schedule"
+
+    @property
+    def failures(self) -> str:
+        """Hash ``<stream> <entry_id>`` → time of the entry's first failure (ms)."""
+        return f"{self.queue}:failures"
+
+    @property
+    def sweeper(self) -> str:
+        """Short lease naming the worker that runs this interval's sweep."""
+        return f"{self.queue}:sweeper"
+
+    @property
+    def workers(self) -> str:
+        """Sorted set of worker ids scored by their last heartbeat (ms)."""
+        return f"{self.queue}:workers"
+
+    def worker(self, worker_id: str) -> str:
+        """Heartbeat record of one worker (expires when the worker stops beating)."""
+        return f"{self.queue}:worker:{worker_id}"

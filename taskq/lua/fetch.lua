@@ -1,0 +1,95 @@
+-- Acknowledge finished jobs, promote due delayed jobs, then deliver up to COUNT jobs in strict
+-- priority order (due retries, then new entries, per stream), all in one round trip.
+-- KEYS: per queue, 8 keys: stream high/normal/low, retry zset high/normal/low, schedule, failures.
+-- ARGV: group, consumer, count, now_ms, n_acks, then n_acks triples
+--       (stream key index, entry id, failures key index or 0).
+-- Returns {next_due_ms or -1, then per delivery: stream key index, entry id, deliveries, fields}.
+local group, consumer = ARGV[1], ARGV[2]
+local count, now, nacks = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+
+local a = 6
+for _ = 1, nacks do
+  local key, id, fk = KEYS[tonumber(ARGV[a])], ARGV[a + 1], tonumber(ARGV[a + 2])
+  redis.call('XACK', key, group, id)
+  redis.call('XDEL', key, id)
+  if fk > 0 then redis.call('HDEL', KEYS[fk], key .. ' ' .. id) end
+  a = a + 3
+end
+if count == 0 then return {-1} end
+
+local nq = #KEYS / 8
+for q = 0, nq - 1 do
+  local b = q * 8
+  local due = redis.call('ZRANGEBYSCORE', KEYS[b + 7], '-inf', now, 'LIMIT', 0, 100)
+  for _, m in ipairs(due) do
+    -- member: "<priority index>\n<task>\n<body>"
+    local p = tonumber(string.sub(m, 1, 1))
+    local nl = string.find(m, '\n', 3, true)
+    redis.call('XADD', KEYS[b + 1 + p], '*', 'task', string.sub(m, 3, nl - 1),
+      'body', string.sub(m, nl + 1))
+    redis.call('ZREM', KEYS[b + 7], m)
+  end
+end
+
+local out, got = {-1}, 0
+local function read_new(skey, n)
+  local r = redis.pcall('XREADGROUP', 'GROUP', group, consumer, 'COUNT', n, 'STREAMS', skey, '>')
+  if type(r) == 'table' and r.err then
+    if not string.find(r.err, 'NOGROUP', 1, true) then return redis.error_reply(r.err) end
+    -- The stream or its group was deleted (FLUSHALL, DEL): recreate it and read from the start.
+    redis.call('XGROUP', 'CREATE', skey, group, '0', 'MKSTREAM')
+    r = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', n, 'STREAMS', skey, '>')
+  end
+  return r
+end
+
+for q = 0, nq - 1 do
+  local b = q * 8
+  for p = 1, 3 do
+    if got >= count then break end
+    local skey, rkey = KEYS[b + p], KEYS[b + 3 + p]
+    local due = redis.call('ZRANGEBYSCORE', rkey, '-inf', now, 'LIMIT', 0, count - got)
+    for _, id in ipairs(due) do
+      redis.call('ZREM', rkey, id)
+      -- XCLAIM without JUSTID bumps the delivery count: a retry is a new attempt.
+      local c = redis.pcall('XCLAIM', skey, group, consumer, 0, id)
+      if type(c) == 'table' and not c.err and c[1] then
+        local pend = redis.call('XPENDING', skey, group, id, id, 1)
+        out[#out + 1] = b + p
+        out[#out + 1] = c[1][1]
+        out[#out + 1] = pend[1] and pend[1][4] or 1
+        out[#out + 1] = c[1][2]
+        got = got + 1
+      end
+    end
+    if got < count then
+      local r = read_new(skey, count - got)
+      if type(r) == 'table' and r.err then return r end
+      if r and r[1] then
+        for _, e in ipairs(r[1][2]) do
+          out[#out + 1] = b + p
+          out[#out + 1] = e[1]
+          out[#out + 1] = 1
+          out[#out + 1] = e[2]
+          got = got + 1
+        end
+      end
+    end
+  end
+end
+
+if got == 0 then
+  -- Nothing to do: tell the caller when the next retry or delayed job is due.
+  local nxt = -1
+  for q = 0, nq - 1 do
+    for k = 4, 7 do
+      local z = redis.call('ZRANGE', KEYS[q * 8 + k], 0, 0, 'WITHSCORES')
+      if z[2] then
+        local s = tonumber(z[2])
+        if nxt < 0 or s < nxt then nxt = s end
+      end
+    end
+  end
+  out[1] = nxt
+end
+return out

@@ -1,0 +1,145 @@
+"""The wire format (protocol v1): one frozen Message value and its msgpack codec.
+
+A job is one stream entry with two fields: ``task`` (the task name, plain text so that
+``redis-cli XRANGE`` stays readable) and ``body`` (a msgpack map, see docs/protocol.md).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import msgpack
+
+from taskq.errors import DecodeError, EnqueueError, PayloadTooLarge
+from taskq.keys import PRIORITIES
+
+PROTOCOL_VERSION = 1
+"""Major version written by this code; a body with a higher ``v`` is dead-lettered, not run."""
+
+
+def new_job_id() -> str:
+    """A random 128-bit id in hex; unique without coordination."""
+    return os.urandom(16).hex()
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One job as it travels from producer to worker.
+
+    ``retries`` counts the attempts a job used up before this stream entry was written; the
+    attempt number of a delivery is ``retries`` plus the entry's delivery count.
+    """
+
+    task: str
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    id: str = field(default_factory=new_job_id)
+    queue: str = "tasks"
+    priority: str = "normal"
+    created_ms: int = field(default_factory=now_ms)
+    retries: int = 0
+    eta_ms: int | None = None
+
+    def encode(self, *, max_bytes: int | None = None) -> bytes:
+        """The msgpack body.
+
+        Raises:
+            EnqueueError: an argument is not msgpack-serializable (the error names it).
+            PayloadTooLarge: the body is larger than ``max_bytes``.
+        """
+        body_map: dict[str, Any] = {
+            "v": PROTOCOL_VERSION,
+            "id": self.id,
+            "task": self.task,
+            "args": self.args,
+            "kwargs": self.kwargs,
+            "queue": self.queue,
+            "priority": self.priority,
+            "created_ms": self.created_ms,
+            "retries": self.retries,
+        }
+        if self.eta_ms is not None:
+            body_map["eta_ms"] = self.eta_ms
+        try:
+            body: bytes = msgpack.packb(body_map, use_bin_type=True)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise EnqueueError(f"{self.task}: {_offending_argument(self)}: {exc}") from None
+        if max_bytes is not None and len(body) > max_bytes:
+            raise PayloadTooLarge(
+                f"{self.task}: job {self.id} is {len(body)} bytes encoded, "
+                f"over the {max_bytes}-byte limit (max_payload_bytes)"
+            )
+        return body
+
+    def with_retries(self, retries: int) -> Message:
+        return replace(self, retries=retries)
+
+    @classmethod
+    def decode(cls, body: bytes) -> Message:
+        """Parse a body; unknown keys are ignored (forward compatibility).
+
+        Raises:
+            DecodeError: not msgpack, not a map, a newer major version, or a mistyped field.
+        """
+        try:
+            data = msgpack.unpackb(body, raw=False, strict_map_key=False)
+        except Exception as exc:  # msgpack raises several unrelated types on garbage
+            raise DecodeError(f"body is not valid msgpack ({type(exc).__name__})", body) from None
+        if not isinstance(data, dict):
+            raise DecodeError(f"body is a msgpack {type(data).__name__}, not a map", body)
+        version = data.get("v")
+        if not isinstance(version, int) or isinstance(version, bool):
+            raise DecodeError("body has no integer protocol version 'v'", body)
+        if version > PROTOCOL_VERSION:
+            raise DecodeError(
+                f"protocol version {version} is newer than this worker's {PROTOCOL_VERSION}", body
+            )
+        return cls(
+            task=_typed(data, "task", str, None, body),
+            args=tuple(_typed(data, "args", list, [], body)),
+            kwargs=_typed(data, "kwargs", dict, {}, body),
+            id=_typed(data, "id", str, None, body),
+            queue=_typed(data, "queue", str, "tasks", body),
+            priority=_priority(data.get("priority", "normal"), body),
+            created_ms=_typed(data, "created_ms", int, 0, body),
+            retries=_typed(data, "retries", int, 0, body),
+            eta_ms=_typed(data, "eta_ms", int, None, body),
+        )
+
+
+def _typed(data: dict[Any, Any], key: str, kind: type, default: Any, body: bytes) -> Any:
+    value = data.get(key, default)
+    if value is None and default is None and key in ("task", "id"):
+        raise DecodeError(f"body has no {key!r}", body)
+    if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
+        raise DecodeError(f"body field {key!r} must be {kind.__name__}", body)
+    if isinstance(value, dict) and any(not isinstance(k, str) for k in value):
+        raise DecodeError("body field 'kwargs' must have string keys", body)
+    return value
+
+
+def _priority(value: Any, body: bytes) -> str:
+    if value not in PRIORITIES:
+        raise DecodeError(f"unknown priority {value!r}", body)
+    return str(value)
+
+
+def _offending_argument(msg: Message) -> str:
+    """Name the first argument msgpack refuses, for the enqueue error."""
+    named: list[tuple[str, Any]] = [(f"argument {i}", a) for i, a in enumerate(msg.args)]
+    named += [(f"keyword argument {k!r}", v) for k, v in msg.kwargs.items()]
+    for label, value in named:
+        try:
+            msgpack.packb(value, use_bin_type=True)
+        except (TypeError, ValueError, OverflowError):
+            return f"{label} ({type(value).__name__}) is not msgpack-serializable"
+    if any(not isinstance(k, str) for k in msg.kwargs):
+        return "keyword names must be strings"
+    return "the job is not msgpack-serializable"

@@ -1,0 +1,179 @@
+"""Task: a function registered with an app, plus the ways to enqueue it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+
+from taskq.context import JobContext, current_job
+from taskq.errors import ConfigError
+from taskq.keys import PRIORITIES
+from taskq.message import Message, now_ms
+from taskq.retry import RetryPolicy
+
+if TYPE_CHECKING:
+    from taskq.app import App
+    from taskq.config import Settings
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """Handle of an enqueued job."""
+
+    id: str
+    task: str
+    queue: str
+    priority: str
+    entry_id: str | None = None
+    eta_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class TaskOptions:
+    """Per-task settings; None means "use the app's setting"."""
+
+    queue: str | None = None
+    priority: str = "normal"
+    max_retries: int | None = None
+    time_limit_s: float | None = None
+    soft_time_limit_s: float | None = None
+    retry_backoff_ms: int | None = None
+    retry_backoff_max_ms: int | None = None
+    retry_jitter: bool | None = None
+    dont_autoretry_for: tuple[type[BaseException], ...] = ()
+    bind: bool = False
+
+    def __post_init__(self) -> None:
+        check_priority(self.priority)
+        if self.max_retries is not None and self.max_retries < 0:
+            raise ConfigError("max_retries must be >= 0")
+
+
+def check_priority(priority: str) -> None:
+    if priority not in PRIORITIES:
+        raise ConfigError(f"unknown priority {priority!r}; use one of {', '.join(PRIORITIES)}")
+
+
+class Task(Generic[P, R]):
+    """A registered task. Call it to run inline; ``delay``/``apply_async`` to enqueue it."""
+
+    def __init__(
+        self, fn: Callable[..., R], *, name: str, options: TaskOptions, app: App | None
+    ) -> None:
+        if "\n" in name or not name:
+            raise ConfigError(f"invalid task name {name!r}")
+        self.fn = fn
+        self.name = name
+        self.options = options
+        self._app = app
+        self.__doc__ = fn.__doc__
+        self.__wrapped__ = fn
+
+    def __repr__(self) -> str:
+        return f"<Task {self.name}>"
+
+    @property
+    def app(self) -> App:
+        """The app this task enqueues through (the current app for shared tasks)."""
+        if self._app is not None:
+            return self._app
+        from taskq.app import current_app
+
+        return current_app()
+
+    @property
+    def request(self) -> JobContext | None:
+        """The running job, for ``bind=True`` tasks (Celery's ``self.request``)."""
+        return current_job()
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.run(args, kwargs)
+
+    def run(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
+        """Run the function in this process."""
+        if self.options.bind:
+            return self.fn(self, *args, **kwargs)
+        return self.fn(*args, **kwargs)
+
+    def delay(self, *args: P.args, **kwargs: P.kwargs) -> Job:
+        """Enqueue with the task's default options."""
+        return self.app.enqueue(self.message(args, kwargs))
+
+    def apply_async(
+        self,
+        args: Iterable[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+        *,
+        priority: str | None = None,
+        countdown: float | None = None,
+        eta: datetime | float | None = None,
+        queue: str | None = None,
+    ) -> Job:
+        """Enqueue with options.
+
+        Args:
+            priority: ``high``, ``normal`` or ``low``.
+            countdown: run no sooner than this many seconds from now.
+            eta: run no sooner than this time (an aware ``datetime`` or a POSIX timestamp).
+            queue: queue name, overriding the task's.
+        """
+        msg = self.message(
+            tuple(args),
+            kwargs or {},
+            priority=priority,
+            eta_ms=eta_to_ms(countdown, eta),
+            queue=queue,
+        )
+        return self.app.enqueue(msg)
+
+    def map(self, items: Iterable[Any]) -> list[Job]:
+        """Enqueue one job per item (the item is the single argument), pipelined in batches."""
+        return self.app.enqueue_many(self.message((item,), {}) for item in items)
+
+    def starmap(self, items: Iterable[Iterable[Any]]) -> list[Job]:
+        """Enqueue one job per argument tuple, pipelined in batches."""
+        return self.app.enqueue_many(self.message(tuple(item), {}) for item in items)
+
+    def message(
+        self,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        *,
+        priority: str | None = None,
+        eta_ms: int | None = None,
+        queue: str | None = None,
+    ) -> Message:
+        """The Message that enqueueing these arguments would send."""
+        priority = priority or self.options.priority
+        check_priority(priority)
+        queue = queue or self.options.queue or self.app.settings.queue
+        return Message(self.name, args, kwargs, queue=queue, priority=priority, eta_ms=eta_ms)
+
+    def retry_policy(self, settings: Settings) -> RetryPolicy:
+        """The task's retry settings, falling back to the app's."""
+        o = self.options
+        return RetryPolicy(
+            max_retries=settings.max_retries if o.max_retries is None else o.max_retries,
+            backoff_ms=o.retry_backoff_ms or settings.retry_backoff_ms,
+            backoff_factor=settings.retry_backoff_factor,
+            backoff_max_ms=o.retry_backoff_max_ms or settings.retry_backoff_max_ms,
+            jitter=settings.retry_jitter if o.retry_jitter is None else o.retry_jitter,
+        )
+
+
+def eta_to_ms(countdown: float | None, eta: datetime | float | None) -> int | None:
+    """Absolute due time in ms, or None for "now"."""
+    if countdown is not None and eta is not None:
+        raise ConfigError("give countdown or eta, not both")
+    if countdown is not None:
+        return now_ms() + int(countdown * 1000) if countdown > 0 else None
+    if eta is None:
+        return None
+    seconds = eta.timestamp() if isinstance(eta, datetime) else float(eta)
+    return int(seconds * 1000) if seconds > time.time() else None

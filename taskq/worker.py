@@ -1,0 +1,286 @@
+"""One consumer process: fetch (acking the previous jobs in the same call), run, repeat.
+
+On success the job is acked and deleted with the next fetch; on failure it stays pending for
+a retry (``park``) or moves to the dead-letter stream; nothing is acked before it ran.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import random
+import resource
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import FrameType
+from typing import TypeVar
+
+import redis
+
+from taskq.broker import Broker, Delivery
+from taskq.errors import SoftTimeLimitExceeded
+from taskq.executor import DEAD, OK, RETRY, Executor, Outcome, Prepared
+from taskq.message import now_ms
+from taskq.scoreboard import Slot
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+ARROWS = {OK: "←", RETRY: "↻", DEAD: "✗"}
+
+
+class _Interrupted(Exception):
+    """Raised by the stop signal handler to leave an idle blocking read at once."""
+
+
+@dataclass(frozen=True)
+class ConsumerOptions:
+    """How one consumer behaves (see ``taskq worker --help``)."""
+
+    prefetch: int = 1
+    max_tasks: int = 0
+    max_memory_kb: int = 0
+    burst: bool = False
+    parent_pid: int = 0
+
+
+class Consumer:
+    """Runs jobs from ``broker`` until asked to stop.
+
+    Args:
+        name: the consumer name in the group (unique per process).
+        slot: the child's scoreboard slot, or None when run in-process.
+        set_title: process-title setter, or None.
+    """
+
+    def __init__(
+        self,
+        broker: Broker,
+        executor: Executor,
+        *,
+        name: str,
+        options: ConsumerOptions,
+        slot: Slot | None = None,
+        set_title: Callable[[str], None] | None = None,
+    ) -> None:
+        self.broker = broker
+        self.executor = executor
+        self.name = name
+        self.options = options
+        self.slot = slot
+        self.set_title = set_title or (lambda _state: None)
+        self.stopping = False
+        self._idle = False
+        self._running = False
+        self._done = 0
+        self._outage_since = 0.0
+
+    # -- signals -------------------------------------------------------------------------
+
+    def install_signal_handlers(self) -> None:
+        """SIGTERM/SIGINT: finish the current job, then stop. SIGUSR1: soft time limit."""
+        signal.signal(signal.SIGTERM, self._on_stop)
+        signal.signal(signal.SIGINT, self._on_stop)
+        signal.signal(signal.SIGUSR1, self._on_soft_limit)
+
+    def _on_stop(self, signum: int, frame: FrameType | None) -> None:
+        self.stopping = True
+        if self._idle:
+            raise _Interrupted()
+
+    def _on_soft_limit(self, signum: int, frame: FrameType | None) -> None:
+        if self._running:
+            raise SoftTimeLimitExceeded("soft time limit exceeded")
+
+    # -- main loop -----------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Serve until stopped (or, in burst mode, until nothing is ready)."""
+        acks: list[tuple[Delivery, bool]] = []
+        self.set_title("idle")
+        while not self.stopping:
+            batch, acks = self._next_batch(acks), []
+            if batch is None:
+                break
+            for i, d in enumerate(batch):
+                if self.stopping:
+                    self._hand_back(batch[i:])
+                    break
+                outcome = self._process(d)
+                if outcome.kind == OK:
+                    acks.append((d, outcome.failed_before))
+            self._check_limits()
+        if acks:
+            self._retrying(lambda: self.broker.fetch(self.name, 0, acks))
+        self._retrying(lambda: self.broker.forget_consumer(self.name))
+
+    def _next_batch(self, acks: list[tuple[Delivery, bool]]) -> list[Delivery] | None:
+        fetched = self._retrying(lambda: self.broker.fetch(self.name, self.options.prefetch, acks))
+        if fetched.deliveries or self.stopping:
+            return fetched.deliveries
+        if self.options.burst and (fetched.next_due_ms < 0 or fetched.next_due_ms > now_ms() + 50):
+            return None
+        block_ms = self.broker_block_ms
+        if fetched.next_due_ms >= 0:
+            block_ms = max(1, min(block_ms, fetched.next_due_ms - now_ms()))
+        return self._read_blocking(block_ms)
+
+    @property
+    def broker_block_ms(self) -> int:
+        return self.executor.app.settings.block_ms
+
+    def _read_blocking(self, block_ms: int) -> list[Delivery]:
+        self._idle = True
+        try:
+            if self.stopping:
+                return []
+            return self._retrying(
+                lambda: self.broker.read_blocking(self.name, self.options.prefetch, block_ms)
+            )
+        except _Interrupted:
+            # The read was cut off mid-reply: drop that connection. Entries it may have
+            # delivered stay pending under this consumer and are handed back by the master.
+            self.broker.client.connection_pool.disconnect()
+            return []
+        finally:
+            self._idle = False
+
+    def _process(self, d: Delivery) -> Outcome:
+        prepared = self.executor.prepare(d)
+        if isinstance(prepared, Outcome):
+            self._settle(prepared)
+            return prepared
+        outcome = self._run(prepared)
+        self._settle(outcome)
+        return outcome
+
+    def _run(self, p: Prepared) -> Outcome:
+        self.set_title(f"running {p.msg.task} {p.delivery.entry_id}")
+        if self.slot is not None:
+            self.slot.start(
+                p.delivery.stream,
+                p.delivery.entry_id,
+                p.msg.task,
+                p.msg.id,
+                p.soft_limit_s,
+                p.hard_limit_s,
+            )
+        self._running = True
+        try:
+            return self.executor.execute(p)
+        finally:
+            self._running = False
+            self.set_title("idle")
+
+    def _settle(self, o: Outcome) -> None:
+        """Park or dead-letter a failure, count it, and log the transition."""
+        d = o.delivery
+        if o.kind == RETRY:
+            due = now_ms() + o.delay_ms
+            self._retrying(lambda: self.broker.park(d, owner=self.name, due_ms=due))
+        elif o.kind == DEAD:
+            fields = dead_letter_fields(o, worker=self.name)
+            self._retrying(lambda: self.broker.dead_letter(d, owner=self.name, fields=fields))
+        if self.slot is not None:
+            counters = {OK: (0,), RETRY: (1, 2), DEAD: (1, 3)}[o.kind]
+            self.slot.finish(*counters)
+        self._done += 1
+        log_outcome(o)
+
+    def _hand_back(self, rest: list[Delivery]) -> None:
+        """Return prefetched jobs that did not start, without using up an attempt."""
+        for d in rest:
+            prepared = self.executor.prepare(d)
+            if isinstance(prepared, Prepared):
+                msg = prepared.msg.with_retries(prepared.attempt - 1)
+                self._retrying(functools.partial(self.broker.requeue, d, msg, owner=self.name))
+            # Undecodable entries stay pending; the master dead-letters what it cannot hand back.
+
+    def _check_limits(self) -> None:
+        o = self.options
+        if o.max_tasks and self._done >= o.max_tasks:
+            logger.info("recycling after %d jobs (--max-tasks-per-child)", self._done)
+            self.stopping = True
+        elif o.max_memory_kb and _peak_rss_kb() > o.max_memory_kb:
+            logger.info("recycling: memory above %d KiB (--max-memory-per-child)", o.max_memory_kb)
+            self.stopping = True
+        elif o.parent_pid and os.getppid() != o.parent_pid:
+            logger.warning("master process is gone; stopping")
+            self.stopping = True
+
+    # -- Redis outages -------------------------------------------------------------------
+
+    def _retrying(self, call: Callable[[], T]) -> T:
+        """Run a broker call, waiting out Redis outages with capped, jittered backoff."""
+        delay = 0.05
+        while True:
+            try:
+                result = call()
+            except (redis.ConnectionError, redis.TimeoutError, redis.ReadOnlyError) as exc:
+                if not self._outage_since:
+                    self._outage_since = time.monotonic()
+                    logger.warning("Redis unreachable (%s); retrying with backoff", exc)
+                if self._idle and self.stopping:
+                    raise _Interrupted() from None
+                time.sleep(delay * random.uniform(0.5, 1.5))
+                delay = min(delay * 2, 5.0)
+                continue
+            if self._outage_since:
+                logger.warning("Redis is back after %.1fs", time.monotonic() - self._outage_since)
+                self._outage_since = 0.0
+            return result
+
+
+def _peak_rss_kb() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def dead_letter_fields(o: Outcome, *, worker: str) -> dict[str, object]:
+    """The fields a dead-letter entry adds to the original job."""
+    d = o.delivery
+    return {
+        "task": o.msg.task if o.msg else "",
+        "job_id": o.msg.id if o.msg else "",
+        "body": d.body or b"",
+        "error_type": o.error_type,
+        "error": o.error,
+        "traceback": o.traceback,
+        "attempts": o.attempt,
+        "worker": worker,
+        "stream": d.stream,
+        "entry_id": d.entry_id,
+    }
+
+
+def log_outcome(o: Outcome) -> None:
+    """One INFO line per finished job (WARNING when it is dead-lettered)."""
+    level = logging.WARNING if o.kind == DEAD else logging.INFO
+    if not logger.isEnabledFor(level):
+        return
+    task = o.msg.task if o.msg else "?"
+    job = o.msg.id if o.msg else o.delivery.entry_id
+    detail = f" {o.error_type}: {o.error}" if o.error_type else ""
+    extra = {
+        "job_id": job,
+        "task": task,
+        "priority": o.delivery.priority,
+        "outcome": o.kind,
+        "attempt": o.attempt,
+        "duration_ms": round(o.duration_s * 1000, 3),
+    }
+    logger.log(
+        level,
+        "%s %s[%s] %s attempt %d %.1fms %s%s",
+        ARROWS[o.kind],
+        task,
+        job,
+        o.delivery.priority,
+        o.attempt,
+        o.duration_s * 1000,
+        o.kind,
+        detail,
+        extra=extra,
+    )

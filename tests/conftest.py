@@ -1,0 +1,163 @@
+"""Fixtures: private Redis servers (never the machine's 6379), apps and worker processes."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from taskq import App
+from tests.redis_server import RedisServer
+
+ROOT = Path(__file__).resolve().parent.parent
+
+FAST_SETTINGS: dict[str, Any] = {
+    "visibility_timeout_ms": 3_000,
+    "sweep_interval_ms": 500,
+    "heartbeat_interval_ms": 200,
+    "worker_ttl_ms": 1_500,
+    "retry_backoff_ms": 100,
+    "block_ms": 200,
+}
+"""Timings shrunk for tests; the same values reach worker subprocesses as TASKQ_* variables."""
+
+
+def wait_until(
+    predicate: Callable[[], Any],
+    timeout_s: float = 10.0,
+    interval_s: float = 0.02,
+    message: str = "condition",
+) -> Any:
+    """Poll ``predicate`` until it returns something truthy; fail the test at the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s}s waiting for {message}")
+        time.sleep(interval_s)
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path_factory.mktemp("redis"))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> Iterator[str]:
+    with redis_server.client() as c:
+        c.flushall()
+    yield redis_server.url
+    with redis_server.client() as c:
+        c.flushall()
+
+
+@pytest.fixture
+def r(redis_url: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_url)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def aof_server(tmp_path: Path) -> Iterator[RedisServer]:
+    """A server of this test's own, persisting to an AOF (everysec), for crash tests."""
+    server = RedisServer(tmp_path / "redis-aof", appendonly=True)
+    server.start()
+    yield server
+    server.kill()
+
+
+@pytest.fixture
+def make_app(redis_url: str) -> Iterator[Callable[..., App]]:
+    apps: list[App] = []
+
+    def make(**settings: Any) -> App:
+        app = App(redis_url, **{**FAST_SETTINGS, **settings})
+        apps.append(app)
+        return app
+
+    yield make
+    for app in apps:
+        app.close()
+
+
+def worker_env(redis_url: str, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TASKQ_")}
+    env.update({f"TASKQ_{k.upper()}": str(v) for k, v in FAST_SETTINGS.items()})
+    env.update(TASKQ_REDIS_URL=redis_url, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
+    env.update(extra)
+    return env
+
+
+class WorkerProcess:
+    """``taskq worker`` as a real subprocess (its own process group, so it can be killed whole)."""
+
+    def __init__(self, redis_url: str, *args: str, log_path: Path, **env: str) -> None:
+        self.log_path = log_path
+        cmd = [sys.executable, "-m", "taskq", "worker", *args]
+        self.log = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            env=worker_env(redis_url, **env),
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def signal(self, sig: int) -> None:
+        self.proc.send_signal(sig)
+
+    def kill_all(self) -> None:
+        """SIGKILL the master and every child at once."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+
+    def wait(self, timeout_s: float = 30.0) -> int:
+        return self.proc.wait(timeout_s)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.kill_all()
+        self.log.close()
+
+
+@pytest.fixture
+def start_worker(redis_url: str, tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
+    started: list[WorkerProcess] = []
+
+    def start(*args: str, url: str | None = None, **env: str) -> WorkerProcess:
+        log_path = tmp_path / f"worker-{len(started)}.log"
+        w = WorkerProcess(url or redis_url, *args, log_path=log_path, **env)
+        started.append(w)
+        return w
+
+    yield start
+    for w in started:
+        w.stop()

@@ -1,0 +1,94 @@
+"""Tasks the tests run in worker subprocesses. Each records its run in Redis (list ``runs``)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import msgpack
+import redis
+
+import taskq
+from taskq import App, Retry, current_job
+
+app = App()  # configured by TASKQ_* variables set by the test fixtures
+_client: redis.Redis | None = None
+
+
+def record(**fields: object) -> None:
+    """Append one run record: job id, attempt, pid, start/end time and the given fields."""
+    global _client
+    if _client is None:
+        _client = redis.Redis.from_url(app.settings.redis_url)
+    job = current_job()
+    base = {
+        "job": job.id if job else None,
+        "attempt": job.attempt if job else 0,
+        "pid": os.getpid(),
+        "t": time.time(),
+    }
+    _client.rpush("runs", msgpack.packb({**base, **fields}))
+
+
+@app.task
+def echo(value: object) -> None:
+    record(value=value)
+
+
+@app.task(priority="high")
+def urgent(value: object) -> None:
+    record(value=value)
+
+
+@app.task
+def sleepy(seconds: float, tag: str = "") -> None:
+    start = time.time()
+    time.sleep(seconds)
+    record(tag=tag, start=start, end=time.time())
+
+
+@app.task
+def spin(seconds: float) -> None:
+    """CPU-bound: holds the GIL for ``seconds``."""
+    start = time.time()
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        pass
+    record(start=start, end=time.time())
+
+
+@app.task
+def always_fails(tag: str = "") -> None:
+    record(tag=tag)
+    raise RuntimeError(f"boom {tag}")
+
+
+@app.task(max_retries=3)
+def flaky(succeed_on: int) -> None:
+    job = current_job()
+    assert job is not None
+    record(tag="flaky")
+    if job.attempt < succeed_on:
+        raise Retry(countdown=0.05)
+
+
+@app.task(dont_autoretry_for=(ValueError,))
+def rejects(tag: str = "") -> None:
+    record(tag=tag)
+    raise ValueError("not retryable")
+
+
+@app.task
+def crash(tag: str = "") -> None:
+    """Kills its own process, like a segfault."""
+    record(tag=tag)
+    os.kill(os.getpid(), 9)
+
+
+@app.task(time_limit=1.0, soft_time_limit=0.5)
+def overruns(seconds: float) -> None:
+    try:
+        time.sleep(seconds)
+    except taskq.SoftTimeLimitExceeded:
+        record(tag="soft")
+        raise
