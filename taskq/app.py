@@ -14,6 +14,7 @@ from taskq.config import Settings
 from taskq.context import JobContext, reset_current, set_current
 from taskq.errors import BrokerError, ConfigError, TaskNotFound
 from taskq.message import Message, now_ms
+from taskq.middleware import Middleware
 from taskq.task import Job, Task, TaskOptions
 
 R = TypeVar("R")
@@ -40,6 +41,7 @@ class App:
         global _current_app
         self.settings = Settings.from_env(redis_url=redis_url, queue=queue, **settings)
         self.tasks: dict[str, Task[..., Any]] = {}
+        self.middleware: list[Middleware] = []
         self._broker: Broker | None = None
         self._broker_pid = 0
         _current_app = self
@@ -61,6 +63,10 @@ class App:
         ``retry_jitter``, ``dont_autoretry_for`` (exception types never retried), ``bind``.
         """
         return _decorator(fn, options, app=self, register=self.register)
+
+    def add_middleware(self, middleware: Middleware) -> None:
+        """Add lifecycle hooks (see :mod:`taskq.middleware`)."""
+        self.middleware.append(middleware)
 
     def register(self, task: Task[..., Any]) -> None:
         self.tasks[task.name] = task

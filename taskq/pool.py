@@ -30,6 +30,7 @@ from taskq.broker import Broker, Delivery
 from taskq.errors import TaskqError
 from taskq.executor import DEAD, Executor, Outcome, Prepared
 from taskq.message import now_ms
+from taskq.middleware import emit
 from taskq.scoreboard import Scoreboard, SlotView
 from taskq.worker import Consumer, ConsumerOptions, dead_letter_fields, log_outcome
 
@@ -102,6 +103,7 @@ class Pool:
         """Serve until a shutdown completes; returns the process exit code."""
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
+        emit(self.app.middleware, "worker_start", self.options.queues)
         for i in range(self.options.concurrency):
             self._spawn(i)
         logger.info(
@@ -114,6 +116,7 @@ class Pool:
             self._tick()
             time.sleep(TICK_S)
         self._maintain(lambda b: b.unregister(self.worker_id))
+        emit(self.app.middleware, "worker_stop")
         logger.info(
             "worker %s stopped (%s shutdown)", self.worker_id, "cold" if self.cold else "warm"
         )
@@ -180,6 +183,7 @@ class Pool:
                 set_title=lambda state: setproctitle.setproctitle(f"{prefix} {state}"),
             )
             consumer.install_signal_handlers()
+            emit(self.app.middleware, "child_start")
             consumer.run()
             return 0
         except BaseException:

@@ -24,6 +24,7 @@ from taskq.broker import Broker, Delivery
 from taskq.errors import SoftTimeLimitExceeded
 from taskq.executor import DEAD, OK, RETRY, Executor, Outcome, Prepared
 from taskq.message import now_ms
+from taskq.middleware import emit
 from taskq.scoreboard import Slot
 
 logger = logging.getLogger(__name__)
@@ -189,6 +190,7 @@ class Consumer:
             self.slot.finish(*counters)
         self._done += 1
         log_outcome(o)
+        emit(self.executor.app.middleware, "after_job", o)
 
     def _hand_back(self, rest: list[Delivery]) -> None:
         """Return prefetched jobs that did not start, without using up an attempt."""
