@@ -125,6 +125,14 @@ def _queues(value: str | None, app: App) -> tuple[str, ...]:
     help="Seconds running jobs get to finish on SIGTERM.",
 )
 @click.option(
+    "--connect-timeout",
+    type=float,
+    default=10.0,
+    show_default=True,
+    envvar="TASKQ_CONNECT_TIMEOUT",
+    help="Seconds to wait for Redis at start.",
+)
+@click.option(
     "--loglevel",
     "-l",
     default="info",
@@ -150,13 +158,14 @@ def worker(
     time_limit: float | None,
     soft_time_limit: float | None,
     grace: float,
+    connect_timeout: float,
     loglevel: str,
     log_format: str,
 ) -> None:
     """Run a prefork worker pool."""
     log.configure(loglevel, log_format)
     app = obj.app(required=True)
-    wait_for_redis(lambda: app.broker.client.ping())
+    wait_for_redis(lambda: app.broker.client.ping(), connect_timeout)
     app.close()  # no connection may cross the fork
     options = PoolOptions(
         concurrency=concurrency,

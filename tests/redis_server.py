@@ -39,8 +39,8 @@ class RedisServer:
     def start(self, timeout_s: float = 10.0) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         args = server_args(self.port, self.data_dir, appendonly=self.appendonly)
-        log = open(self.data_dir / "redis.log", "ab")  # noqa: SIM115 - owned by the process
-        self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+        with open(self.data_dir / "redis.log", "ab") as log:
+            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout_s
         while True:
             with contextlib.suppress(redis.ConnectionError), redis.Redis(port=self.port) as c:

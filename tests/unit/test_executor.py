@@ -1,0 +1,121 @@
+"""Executor: delivery in, outcome out, with no Redis involved."""
+
+from __future__ import annotations
+
+import msgpack
+import pytest
+
+from taskq import App, Retry, current_job
+from taskq.broker import Delivery
+from taskq.executor import DEAD, OK, RETRY, Executor, Outcome, Prepared
+from taskq.message import Message
+
+app = App("redis://127.0.0.1:1/0", queue="unit", retry_backoff_ms=1000, retry_jitter=False)
+seen: list[object] = []
+
+
+@app.task
+def add(a: int, b: int) -> int:
+    job = current_job()
+    seen.append(job.attempt if job else None)
+    return a + b
+
+
+@app.task
+def boom() -> None:
+    raise RuntimeError("boom")
+
+
+@app.task
+def later() -> None:
+    raise Retry(countdown=7)
+
+
+@app.task
+def inner_type_error() -> None:
+    raise TypeError("raised by the task itself")
+
+
+@app.task(dont_autoretry_for=(KeyError,))
+def fatal() -> None:
+    raise KeyError("gone")
+
+
+def delivery(msg: Message | bytes | None, deliveries: int = 1) -> Delivery:
+    body = msg.encode() if isinstance(msg, Message) else msg
+    return Delivery("unit:normal", "unit", "normal", "1-0", deliveries, body)
+
+
+def run(msg: Message | bytes | None, deliveries: int = 1) -> Outcome:
+    ex = Executor(app)
+    prepared = ex.prepare(delivery(msg, deliveries))
+    return prepared if isinstance(prepared, Outcome) else ex.execute(prepared)
+
+
+def test_ok_sets_the_job_context() -> None:
+    seen.clear()
+    outcome = run(Message(add.name, (1, 2)), deliveries=2)
+    assert outcome.kind == OK
+    assert seen == [2]
+    assert current_job() is None
+
+
+def test_failure_is_retried_with_backoff_until_the_last_attempt() -> None:
+    first = run(Message(boom.name))
+    assert (first.kind, first.delay_ms, first.error_type) == (RETRY, 1000, "RuntimeError")
+    assert "boom" in first.traceback
+    assert run(Message(boom.name), deliveries=2).delay_ms == 4000
+    last = run(Message(boom.name), deliveries=3)
+    assert (last.kind, last.attempt) == (DEAD, 3)
+
+
+def test_retries_carried_in_the_body_count_as_attempts() -> None:
+    assert run(Message(boom.name, retries=2)).kind == DEAD
+
+
+def test_explicit_retry_uses_its_countdown() -> None:
+    outcome = run(Message(later.name))
+    assert (outcome.kind, outcome.delay_ms) == (RETRY, 7000)
+
+
+def test_dont_autoretry_for_dead_letters_at_once() -> None:
+    assert run(Message(fatal.name)).kind == DEAD
+
+
+def test_arguments_that_do_not_fit_the_signature_are_dead_lettered() -> None:
+    outcome = run(Message(add.name, (1,)))
+    assert outcome.kind == DEAD
+    assert "missing" in outcome.error
+
+
+def test_type_error_inside_a_task_is_an_ordinary_failure() -> None:
+    assert run(Message(inner_type_error.name)).kind == RETRY
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (None, "no 'body' field"),
+        (b"\xc1garbage", "malformed job"),
+        (msgpack.packb({"v": 9, "id": "a", "task": "t"}), "newer than this worker"),
+        (Message("nope.missing").encode(), "no task named 'nope.missing'"),
+    ],
+)
+def test_bad_input_is_dead_lettered_with_a_reason(body: bytes | None, reason: str) -> None:
+    outcome = run(body)
+    assert outcome.kind == DEAD
+    assert reason in outcome.error
+
+
+def test_a_job_lost_more_often_than_allowed_is_dead_lettered_without_running() -> None:
+    seen.clear()
+    outcome = run(Message(add.name, (1, 2)), deliveries=4)
+    assert (outcome.kind, outcome.error_type, outcome.attempt) == (DEAD, "WorkerLost", 3)
+    assert seen == []
+
+
+def test_prepared_carries_task_time_limits() -> None:
+    ex = Executor(app, time_limit_s=9.0)
+    prepared = ex.prepare(delivery(Message(add.name, (1, 2))))
+    assert isinstance(prepared, Prepared)
+    assert (prepared.hard_limit_s, prepared.soft_limit_s) == (9.0, None)
