@@ -112,7 +112,7 @@ class Pool:
             self.options.concurrency,
             ",".join(self.options.queues),
         )
-        while self.children or self._orphans:
+        while not self.stopping or self.children or self._orphans:
             self._tick()
             time.sleep(TICK_S)
         self._maintain(lambda b: b.unregister(self.worker_id))
@@ -310,6 +310,9 @@ class Pool:
             action(self.broker)
         except (redis.RedisError, TaskqError) as exc:
             logger.warning("maintenance step failed (%s); will retry", exc)
+            return False
+        except Exception:  # the supervisor must outlive any bug in one step
+            logger.exception("maintenance step failed; will retry")
             return False
         return True
 

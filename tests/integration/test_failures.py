@@ -1,0 +1,264 @@
+"""Retries through the pending list, crash recovery, dead letters, delayed jobs, bad input."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import msgpack
+import pytest
+import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from taskq import App
+from taskq.broker import Broker
+from taskq.executor import Executor
+from taskq.keys import GROUP, RETRY_CONSUMER
+from taskq.worker import Consumer, ConsumerOptions
+from tests import tasks
+from tests.conftest import WorkerProcess, wait_until
+
+pytestmark = pytest.mark.integration
+StartWorker = Callable[..., WorkerProcess]
+
+
+def runs(r: redis.Redis) -> list[dict[str, Any]]:
+    return [msgpack.unpackb(x, raw=False) for x in r.lrange("runs", 0, -1)]
+
+
+@pytest.fixture
+def app(redis_url: str) -> Iterator[App]:
+    tasks.app.settings = tasks.app.settings.replace(redis_url=redis_url)
+    yield tasks.app
+    tasks.app.close()
+
+
+def dead_entries(r: redis.Redis, queue: str = "tasks") -> list[dict[str, str]]:
+    return [
+        {k.decode(): v.decode(errors="replace") for k, v in fields.items()}
+        for _id, fields in r.xrange(f"{queue}:deadletter")
+    ]
+
+
+def test_always_failing_job_runs_three_times_with_growing_gaps_then_dead_letters(
+    app: App, start_worker: StartWorker, r: redis.Redis
+) -> None:
+    job = tasks.always_fails.delay("x")
+    start_worker("-A", "tests.tasks", "-c", "2", TASKQ_RETRY_BACKOFF_MS="300")
+    wait_until(lambda: r.xlen("tasks:deadletter") == 1, timeout_s=20, message="dead letter")
+    attempts = [x for x in runs(r) if x["job"] == job.id]
+    assert [x["attempt"] for x in attempts] == [1, 2, 3]
+    gap1 = attempts[1]["t"] - attempts[0]["t"]
+    gap2 = attempts[2]["t"] - attempts[1]["t"]
+    assert 0.2 <= gap1 < gap2, (gap1, gap2)  # ~0.3 s, then ~1.2 s (factor 4, +/-25%)
+    [dead] = dead_entries(r)
+    assert dead["task"] == "tests.tasks.always_fails" and dead["job_id"] == job.id
+    assert dead["error_type"] == "RuntimeError" and dead["error"] == "boom x"
+    assert "Traceback" in dead["traceback"] and dead["attempts"] == "3"
+    assert dead["stream"] == "tasks:normal" and dead["entry_id"] == job.entry_id
+    assert int(dead["first_failure_ms"]) < int(dead["last_failure_ms"])
+    assert dead["worker"].count(":") == 3
+    assert msgpack.unpackb(r.xrange("tasks:deadletter")[0][1][b"body"], raw=False)["id"] == job.id
+    # Gone from the source stream, its pending list, the retry set and the failure records.
+    assert r.xlen("tasks:normal") == 0 and r.xinfo_groups("tasks:normal")[0]["pending"] == 0
+    assert r.zcard("tasks:retry:normal") == 0 and r.hlen("tasks:failures") == 0
+
+
+def test_flaky_job_succeeds_on_retry_and_leaves_nothing_behind(
+    app: App, start_worker: StartWorker, r: redis.Redis
+) -> None:
+    tasks.flaky.delay(3)
+    start_worker("-A", "tests.tasks", "-c", "1")
+    wait_until(lambda: r.llen("runs") == 3, message="three runs")
+    wait_until(lambda: r.xlen("tasks:normal") == 0, message="ack")
+    assert [x["attempt"] for x in runs(r)] == [1, 2, 3]
+    assert r.xlen("tasks:deadletter") == 0 and r.hlen("tasks:failures") == 0
+
+
+def test_exceptions_marked_not_retryable_dead_letter_at_once(
+    app: App, start_worker: StartWorker, r: redis.Redis
+) -> None:
+    tasks.rejects.delay("v")
+    start_worker("-A", "tests.tasks", "-c", "1")
+    wait_until(lambda: r.xlen("tasks:deadletter") == 1, message="dead letter")
+    assert r.llen("runs") == 1 and dead_entries(r)[0]["error_type"] == "ValueError"
+
+
+def test_job_that_kills_its_worker_three_times_is_dead_lettered(
+    app: App, start_worker: StartWorker, r: redis.Redis
+) -> None:
+    job = tasks.crash.delay("segv")
+    start_worker("-A", "tests.tasks", "-c", "1")
+    wait_until(lambda: r.xlen("tasks:deadletter") == 1, timeout_s=30, message="dead letter")
+    assert [x["attempt"] for x in runs(r) if x["job"] == job.id] == [1, 2, 3]
+    dead = dead_entries(r)[0]
+    assert dead["error_type"] == "WorkerLost" and "SIGKILL" in dead["error"]
+
+
+def test_jobs_of_a_vanished_consumer_are_recovered_after_the_visibility_timeout(
+    app: App, start_worker: StartWorker, r: redis.Redis
+) -> None:
+    # Given: a consumer on another host took a job and vanished (no master renews its lease).
+    tasks.echo.delay("orphan")
+    r.xgroup_create("tasks:normal", GROUP, id="0", mkstream=True)
+    r.xreadgroup(GROUP, "gone-host:1:0:2", {"tasks:normal": ">"}, count=1)
+    started = time.monotonic()
+    # When: a worker runs with a 1 s visibility timeout.
+    start_worker(
+        "-A",
+        "tests.tasks",
+        "-c",
+        "1",
+        TASKQ_VISIBILITY_TIMEOUT_MS="1000",
+        TASKQ_SWEEP_INTERVAL_MS="200",
+    )
+    # Then: the job runs once, as attempt 2, not before the timeout.
+    wait_until(lambda: runs(r), timeout_s=15, message="the recovered job")
+    assert time.monotonic() - started >= 0.9
+    assert [(x["value"], x["attempt"]) for x in runs(r)] == [("orphan", 2)]
+
+
+def test_delayed_jobs_run_once_when_due_with_several_workers(
+    app: App, start_worker: StartWorker, r: redis.Redis
+) -> None:
+    due_at = time.time() + 1.0
+    jobs = [tasks.echo.apply_async((i,), eta=due_at) for i in range(50)]
+    assert r.zcard("tasks:schedule") == 50
+    for _ in range(3):
+        start_worker("-A", "tests.tasks", "-c", "2")
+    wait_until(lambda: r.llen("runs") >= 50, timeout_s=20, message="50 delayed jobs")
+    time.sleep(0.5)  # duplicates, if promotion were not exactly-once, would show up by now
+    done = runs(r)
+    assert sorted(x["job"] for x in done) == sorted(j.id for j in jobs)
+    assert min(x["t"] for x in done) >= due_at - 0.01
+    assert max(x["t"] for x in done) - due_at < 2.0  # documented accuracy: block_ms + load
+    assert r.zcard("tasks:schedule") == 0
+
+
+def test_attempt_count_survives_a_worker_restart(
+    app: App, start_worker: StartWorker, r: redis.Redis
+) -> None:
+    job = tasks.always_fails.delay("r")
+    w = start_worker("-A", "tests.tasks", "-c", "1", TASKQ_RETRY_BACKOFF_MS="60000")
+    wait_until(lambda: r.zcard("tasks:retry:normal") == 1, message="first failure parked")
+    w.stop()
+    # Make the retry due now and start a fresh worker: it must know this is attempt 2.
+    r.zadd("tasks:retry:normal", {job.entry_id: 0})
+    start_worker("-A", "tests.tasks", "-c", "1", TASKQ_RETRY_BACKOFF_MS="60000")
+    wait_until(lambda: r.llen("runs") == 2, message="second attempt")
+    assert [x["attempt"] for x in runs(r)] == [1, 2]
+
+
+@st.composite
+def garbage(draw: st.DrawFn) -> list[tuple[str, bytes]]:
+    """Entries that must never run: not msgpack, wrong schema, unknown task, bad args, v2."""
+    valid_id = st.text(min_size=1, max_size=8)
+    ints = st.integers(-(2**63), 2**64 - 1)
+    body = st.one_of(
+        st.binary(max_size=40).filter(lambda b: not _decodes(b)),
+        st.builds(msgpack.packb, st.one_of(ints, st.lists(ints), st.text())),
+        st.builds(lambda i: msgpack.packb({"v": 1, "id": i, "task": "no.such.task"}), valid_id),
+        st.builds(lambda i: msgpack.packb({"v": 2, "id": i, "task": "tests.tasks.echo"}), valid_id),
+        st.builds(
+            lambda i, n: msgpack.packb(
+                {"v": 1, "id": i, "task": "tests.tasks.echo", "args": list(range(n + 2))}
+            ),
+            valid_id,
+            st.integers(0, 3),
+        ),
+    )
+    return draw(
+        st.lists(
+            st.tuples(st.sampled_from(["high", "normal", "low"]), body), min_size=1, max_size=8
+        )
+    )
+
+
+def _decodes(raw: bytes) -> bool:
+    try:
+        msgpack.unpackb(raw)
+    except Exception:
+        return False
+    return True
+
+
+@settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(entries=garbage())
+def test_garbage_is_dead_lettered_while_good_jobs_keep_flowing(
+    entries: list[tuple[str, bytes]], make_app: Callable[..., App], r: redis.Redis
+) -> None:
+    r.flushall()
+    app = make_app()
+    good: list[int] = []
+
+    @app.task(name="tests.tasks.echo")
+    def echo(value: int) -> None:
+        good.append(value)
+
+    ids = set()
+    for i, (priority, body) in enumerate(entries):
+        echo.delay(i)
+        ids.add(r.xadd(f"tasks:{priority}", {"task": "junk", "body": body}).decode())
+    Consumer(
+        app.broker_for(["tasks"]),
+        Executor(app),
+        name="t:1:0:1",
+        options=ConsumerOptions(burst=True),
+    ).run()
+    assert sorted(good) == list(range(len(entries)))
+    dead = dead_entries(r)
+    assert {d["entry_id"] for d in dead} == ids
+    assert all(d["error_type"] in ("Rejected", "TypeError") and d["error"] for d in dead)
+    assert sum(r.xlen(f"tasks:{p}") for p in ("high", "normal", "low")) == 0
+
+
+def test_retry_pseudo_consumer_owns_parked_jobs(
+    make_app: Callable[..., App], r: redis.Redis
+) -> None:
+    app = make_app(retry_backoff_ms=60_000)
+
+    @app.task
+    def fail() -> None:
+        raise RuntimeError("x")
+
+    job = fail.delay()
+    Consumer(
+        app.broker_for(["tasks"]),
+        Executor(app),
+        name="t:1:0:1",
+        options=ConsumerOptions(burst=True),
+    ).run()
+    [p] = r.xpending_range("tasks:normal", GROUP, "-", "+", 10)
+    assert p["consumer"].decode() == RETRY_CONSUMER and p["times_delivered"] == 1
+    assert p["message_id"].decode() == job.entry_id
+    due = r.zscore("tasks:retry:normal", job.entry_id)
+    assert due is not None and due > time.time() * 1000 + 40_000
+    # The finished consumer was forgotten: it had nothing pending.
+    names = [c["name"].decode() for c in r.xinfo_consumers("tasks:normal", GROUP)]
+    assert names == [RETRY_CONSUMER]
+
+
+def test_forgetting_consumers_never_drops_pending_entries(
+    make_app: Callable[..., App], r: redis.Redis
+) -> None:
+    app = make_app()
+
+    @app.task
+    def t() -> None: ...
+
+    t.delay()
+    broker = Broker(app.broker.client, ["tasks"])
+    broker.ensure_groups()
+    r.xreadgroup(GROUP, "holder", {"tasks:normal": ">"}, count=1)
+    r.xgroup_createconsumer("tasks:normal", GROUP, "empty")
+    assert broker.forget_consumers(idle_ms=0) == 1  # only "empty"
+    assert broker.forget_consumer("holder") == 0
+    names = {c["name"].decode() for c in r.xinfo_consumers("tasks:normal", GROUP)}
+    assert names == {"holder"}
+    assert r.xinfo_groups("tasks:normal")[0]["pending"] == 1
