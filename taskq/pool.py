@@ -32,7 +32,7 @@ from taskq.executor import DEAD, Executor, Outcome, Prepared
 from taskq.message import now_ms
 from taskq.middleware import emit
 from taskq.scoreboard import Scoreboard, SlotView
-from taskq.worker import Consumer, ConsumerOptions, dead_letter_fields, log_outcome
+from taskq.worker import Consumer, ConsumerOptions, dead_letter_fields, hand_back, log_outcome
 
 logger = logging.getLogger(__name__)
 
@@ -267,15 +267,12 @@ class Pool:
         broker.forget_consumer(child.consumer)
 
     def _settle_entry(self, broker: Broker, d: Delivery, owner: str, lost_cause: str) -> None:
-        prepared = self.executor.prepare(d)
-        if isinstance(prepared, Outcome):
-            broker.dead_letter(d, owner=owner, fields=dead_letter_fields(prepared, worker=owner))
-            log_outcome(prepared)
-        elif lost_cause:
+        prepared = self.executor.prepare(d) if lost_cause else None
+        if isinstance(prepared, Prepared):
             self._fail_lost(broker, prepared, owner, lost_cause)
         else:
             # Not started, or interrupted by a cold shutdown: back to the stream, attempt not used.
-            broker.requeue(d, prepared.msg.with_retries(prepared.attempt - 1), owner=owner)
+            hand_back(broker, self.executor, d, owner)
 
     def _fail_lost(self, broker: Broker, p: Prepared, owner: str, cause: str) -> None:
         """The job's process died under it: that run counts as a failed attempt."""

@@ -78,6 +78,7 @@ class Consumer:
         self._running = False
         self._done = 0
         self._outage_since = 0.0
+        self._held: set[str] = set()
 
     # -- signals -------------------------------------------------------------------------
 
@@ -106,6 +107,7 @@ class Consumer:
             batch, acks = self._next_batch(acks), []
             if batch is None:
                 break
+            self._held = {d.entry_id for d in batch}
             for i, d in enumerate(batch):
                 if self.stopping:
                     self._hand_back(batch[i:])
@@ -113,6 +115,7 @@ class Consumer:
                 outcome = self._process(d)
                 if outcome.kind == OK:
                     acks.append((d, outcome.failed_before))
+                self._held.discard(d.entry_id)
             self._check_limits()
         if acks:
             self._retrying(lambda: self.broker.fetch(self.name, 0, acks))
@@ -195,11 +198,20 @@ class Consumer:
     def _hand_back(self, rest: list[Delivery]) -> None:
         """Return prefetched jobs that did not start, without using up an attempt."""
         for d in rest:
-            prepared = self.executor.prepare(d)
-            if isinstance(prepared, Prepared):
-                msg = prepared.msg.with_retries(prepared.attempt - 1)
-                self._retrying(functools.partial(self.broker.requeue, d, msg, owner=self.name))
-            # Undecodable entries stay pending; the master dead-letters what it cannot hand back.
+            self._retrying(functools.partial(hand_back, self.broker, self.executor, d, self.name))
+
+    def _reconcile(self) -> None:
+        """After an outage, hand back entries pending under this consumer that it does not hold.
+
+        A Redis restart can bring back entries whose ack was lost with the last second of
+        writes; without this they would stay pending under a live consumer for good.
+        """
+        for d in self.broker.pending_of(self.name):
+            if d.entry_id not in self._held:
+                logger.warning(
+                    "handing back %s %s: pending here after a Redis outage", d.stream, d.entry_id
+                )
+                hand_back(self.broker, self.executor, d, self.name)
 
     def _check_limits(self) -> None:
         o = self.options
@@ -233,7 +245,21 @@ class Consumer:
             if self._outage_since:
                 logger.warning("Redis is back after %.1fs", time.monotonic() - self._outage_since)
                 self._outage_since = 0.0
+                self._retrying(self._reconcile)
             return result
+
+
+def hand_back(broker: Broker, executor: Executor, d: Delivery, owner: str) -> None:
+    """Put a pending entry back in its stream without using up an attempt.
+
+    An entry that cannot run at all (bad input) goes to the dead-letter stream instead.
+    """
+    prepared = executor.prepare(d)
+    if isinstance(prepared, Outcome):
+        broker.dead_letter(d, owner=owner, fields=dead_letter_fields(prepared, worker=owner))
+        log_outcome(prepared)
+    else:
+        broker.requeue(d, prepared.msg.with_retries(prepared.attempt - 1), owner=owner)
 
 
 def _peak_rss_kb() -> int:

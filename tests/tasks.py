@@ -92,3 +92,21 @@ def overruns(seconds: float) -> None:
     except taskq.SoftTimeLimitExceeded:
         record(tag="soft")
         raise
+
+
+@app.task
+def mark(n: int, seconds: float = 0.0) -> None:
+    """Append "<job id> <attempt>" to a per-process file under TASKQ_TEST_MARK_DIR.
+
+    Files, not Redis, so the record survives a Redis crash that the test causes.
+    """
+    if seconds:
+        time.sleep(seconds)
+    job = current_job()
+    assert job is not None
+    path = os.path.join(os.environ["TASKQ_TEST_MARK_DIR"], f"{os.getpid()}.log")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, f"{job.id} {job.attempt}\n".encode())
+    finally:
+        os.close(fd)

@@ -1,0 +1,186 @@
+"""Chaos: SIGKILL workers and Redis mid-drain, wipe Redis under running workers; count jobs."""
+
+from __future__ import annotations
+
+import collections
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from taskq import App
+from tests import tasks
+from tests.conftest import WorkerProcess, wait_until
+from tests.redis_server import RedisServer
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+StartWorker = Callable[..., WorkerProcess]
+
+
+def completions(mark_dir: Path) -> collections.Counter[str]:
+    """How many times each job id completed, from the tasks' own files."""
+    done: collections.Counter[str] = collections.Counter()
+    for f in mark_dir.glob("*.log"):
+        for line in f.read_text().splitlines():
+            if line.strip():
+                done[line.split()[0]] += 1
+    return done
+
+
+@pytest.fixture
+def mark_dir(tmp_path: Path) -> Path:
+    d = tmp_path / "marks"
+    d.mkdir()
+    return d
+
+
+def _enqueue(url: str, n: int, seconds: float = 0.0) -> list[str]:
+    tasks.app.settings = tasks.app.settings.replace(redis_url=url)
+    jobs = tasks.mark.starmap([(i, seconds) for i in range(n)])
+    tasks.app.close()
+    return [j.id for j in jobs]
+
+
+def test_sigkill_of_the_whole_worker_loses_no_job(
+    start_worker: StartWorker, redis_url: str, mark_dir: Path, r: redis.Redis
+) -> None:
+    ids = _enqueue(redis_url, 2000, 0.002)
+    env = {"TASKQ_TEST_MARK_DIR": str(mark_dir), "TASKQ_VISIBILITY_TIMEOUT_MS": "1500"}
+    w = start_worker(
+        "-A", "tests.tasks", "-c", "2", "--prefetch", "4", "--loglevel", "warning", **env
+    )
+    wait_until(
+        lambda: sum(completions(mark_dir).values()) >= 300,
+        timeout_s=30,
+        message="the drain to be under way",
+    )
+    w.kill_all()  # master and children, no chance to clean up
+    assert sum(completions(mark_dir).values()) < 2000
+    start_worker("-A", "tests.tasks", "-c", "2", "--loglevel", "warning", **env)
+    wait_until(
+        lambda: set(completions(mark_dir)) >= set(ids),
+        timeout_s=90,
+        message="every job to complete",
+    )
+    done = completions(mark_dir)
+    assert len(set(done) & set(ids)) == 2000
+    wait_until(
+        lambda: all(r.xlen(f"tasks:{p}") == 0 for p in ("high", "normal", "low")),
+        message="streams to drain",
+    )
+    assert r.xlen("tasks:deadletter") == 0
+    twice = sum(1 for c in done.values() if c > 1)
+    print(f"\nSIGKILL worker: 2000 jobs, all completed, {twice} ran twice")
+
+
+@pytest.fixture
+def aof_url(aof_server: RedisServer) -> Iterator[str]:
+    yield aof_server.url
+
+
+def test_sigkill_of_redis_with_aof_everysec(
+    start_worker: StartWorker, aof_server: RedisServer, mark_dir: Path
+) -> None:
+    ids = _enqueue(aof_server.url, 2000, 0.002)
+    time.sleep(1.2)  # let the AOF fsync (everysec) cover the enqueued jobs, as in production
+    env = {"TASKQ_TEST_MARK_DIR": str(mark_dir), "TASKQ_VISIBILITY_TIMEOUT_MS": "2000"}
+    start_worker("-A", "tests.tasks", "-c", "2", "--loglevel", "warning", url=aof_server.url, **env)
+    wait_until(
+        lambda: sum(completions(mark_dir).values()) >= 500,
+        timeout_s=30,
+        message="the drain to be under way",
+    )
+    aof_server.kill()
+    time.sleep(1.0)  # Redis stays down for a second: workers must ride it out
+    aof_server.start()
+    wait_until(
+        lambda: set(completions(mark_dir)) >= set(ids),
+        timeout_s=120,
+        message="every job to complete after the Redis restart",
+    )
+    with aof_server.client() as c:
+        wait_until(
+            lambda: sum(c.xlen(f"tasks:{p}") for p in ("high", "normal", "low")) == 0,
+            message="streams to drain",
+        )
+        assert c.xlen("tasks:deadletter") == 0
+    done = completions(mark_dir)
+    twice = sum(1 for n in done.values() if n > 1)
+    print(f"\nSIGKILL redis (AOF everysec): 2000 jobs, all completed, {twice} ran twice")
+
+
+def test_flushall_under_running_workers(
+    start_worker: StartWorker, redis_url: str, mark_dir: Path, r: redis.Redis
+) -> None:
+    env = {"TASKQ_TEST_MARK_DIR": str(mark_dir)}
+    start_worker("-A", "tests.tasks", "-c", "2", **env)
+    first = _enqueue(redis_url, 20)
+    wait_until(lambda: set(completions(mark_dir)) >= set(first), message="first batch")
+    r.flushall()
+    second = _enqueue(redis_url, 20)
+    wait_until(
+        lambda: set(completions(mark_dir)) >= set(second),
+        timeout_s=20,
+        message="jobs enqueued after FLUSHALL",
+    )
+    r.delete("tasks:normal")
+    third = _enqueue(redis_url, 20)
+    wait_until(
+        lambda: set(completions(mark_dir)) >= set(third),
+        timeout_s=20,
+        message="jobs enqueued after deleting the stream",
+    )
+
+
+def test_no_job_stream_is_trimmed_and_no_consumer_with_pending_is_deleted(
+    start_worker: StartWorker, redis_url: str, mark_dir: Path, r: redis.Redis
+) -> None:
+    # Record every command the server runs (scripts included) during a run with failures,
+    # crashes, recycling and a restart.
+    seen: list[str] = []
+    stop = threading.Event()
+
+    listener = redis.Redis.from_url(redis_url)
+
+    def monitor() -> None:
+        with listener.monitor() as m:
+            for cmd in m.listen():
+                seen.append(cmd["command"])
+                if stop.is_set():
+                    return
+
+    t = threading.Thread(target=monitor, daemon=True)
+    t.start()
+    env = {"TASKQ_TEST_MARK_DIR": str(mark_dir), "TASKQ_RETRY_BACKOFF_MS": "50"}
+    ids = _enqueue(redis_url, 200)
+    tasks.app.settings = tasks.app.settings.replace(redis_url=redis_url)
+    tasks.crash.delay("x")
+    tasks.always_fails.delay("y")
+    tasks.app.close()
+    w = start_worker("-A", "tests.tasks", "-c", "2", "--max-tasks-per-child", "50", **env)
+    wait_until(
+        lambda: set(completions(mark_dir)) >= set(ids) and r.xlen("tasks:deadletter") == 2,
+        timeout_s=30,
+        message="all jobs done and two dead letters",
+    )
+    w.stop()
+    r.ping()
+    stop.set()
+    r.ping()  # one more command wakes the listener so it can see the stop flag
+    t.join(5)
+    listener.close()
+    upper = [c.upper() for c in seen]
+    assert not [c for c in upper if c.startswith("XTRIM") and "DEADLETTER" not in c]
+    assert not [c for c in upper if c.startswith("XADD") and ("MAXLEN" in c or "MINID" in c)]
+    deletes = [c for c in upper if "DELCONSUMER" in c]
+    assert deletes, "consumers of exited children should have been cleaned up"
+    # Every consumer left in the group has work pending (none was dropped with work).
+    for p in ("high", "normal", "low"):
+        if r.exists(f"tasks:{p}"):
+            for c in r.xinfo_consumers(f"tasks:{p}", "taskq"):
+                assert c["pending"] > 0 or c["name"] == b"taskq:retry"
+    assert os.listdir(mark_dir)
