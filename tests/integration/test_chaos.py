@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 import redis
 
-from taskq import App
 from tests import tasks
 from tests.conftest import WorkerProcess, wait_until
 from tests.redis_server import RedisServer
