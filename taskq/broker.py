@@ -73,13 +73,13 @@ class Broker:
         self.keys = {q: QueueKeys(q) for q in self.queues}
         self._fetch_keys: list[str] = []
         self._index: dict[str, int] = {}
-        self._where: dict[int, tuple[str, str]] = {}
+        self._where: dict[int, tuple[str, str, str]] = {}
         for q in self.queues:
             k = self.keys[q]
             block = [*k.streams, *(k.retry(p) for p in PRIORITIES), k.schedule, k.failures]
             for i, p in enumerate(PRIORITIES):
                 self._index[k.stream(p)] = len(self._fetch_keys) + i + 1
-                self._where[len(self._fetch_keys) + i + 1] = (q, p)
+                self._where[len(self._fetch_keys) + i + 1] = (k.stream(p), q, p)
             self._fetch_keys += block
         self._scripts: dict[str, Script] = {}
 
@@ -147,8 +147,11 @@ class Broker:
     def _deliveries(self, flat: list[Any], start: int) -> list[Delivery]:
         out = []
         for i in range(start, len(flat), 4):
-            queue, priority = self._where[int(flat[i])]
-            out.append(_delivery(queue, priority, flat[i + 1], int(flat[i + 2]), flat[i + 3]))
+            stream, queue, priority = self._where[int(flat[i])]
+            entry_id = flat[i + 1].decode()
+            out.append(
+                Delivery(stream, queue, priority, entry_id, int(flat[i + 2]), _body(flat[i + 3]))
+            )
         return out
 
     def read_blocking(self, consumer: str, count: int, block_ms: int) -> list[Delivery]:
@@ -169,8 +172,10 @@ class Broker:
             return []
         out = []
         for stream, entries in _stream_items(reply):
-            queue, priority = self._where[self._index[stream]]
-            out += [_delivery(queue, priority, eid, 1, fields) for eid, fields in entries]
+            _, queue, priority = self._where[self._index[stream]]
+            out += [
+                Delivery(stream, queue, priority, eid.decode(), 1, _body(f)) for eid, f in entries
+            ]
         out.sort(key=lambda d: self._index[d.stream])
         return out
 
@@ -251,37 +256,16 @@ class Broker:
 
     def forget_consumers(self, *, idle_ms: int, keep: Sequence[str] = ()) -> int:
         """Delete consumers with nothing pending that have been idle for ``idle_ms``."""
-        streams = [s for k in self.keys.values() for s in k.streams]
-        args = [GROUP, idle_ms, RETRY_CONSUMER, *keep]
-        return int(self._script("forget_consumers")(keys=streams, args=args))
+        return self._forget(idle_ms=idle_ms, only="", keep=keep)
 
     def forget_consumer(self, consumer: str) -> int:
         """Delete one consumer from every stream where it has nothing pending."""
-        n = 0
-        for k in self.keys.values():
-            for stream in k.streams:
-                if not self._pending_count(stream, consumer):
-                    n += self._forget_if_empty(stream, consumer)
-        return n
+        return self._forget(idle_ms=0, only=consumer, keep=())
 
-    def _pending_count(self, stream: str, consumer: str) -> int:
-        try:
-            return len(self.client.xpending_range(stream, GROUP, "-", "+", 1, consumer))
-        except redis.ResponseError:
-            return 0
-
-    def _forget_if_empty(self, stream: str, consumer: str) -> int:
-        # Checked and deleted in one script: DELCONSUMER would drop pending entries.
-        lua = (
-            "local p = redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+', 1, ARGV[2]) "
-            "if #p > 0 then return 0 end "
-            "return redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], ARGV[2])"
-        )
-        try:
-            self.client.eval(lua, 1, stream, GROUP, consumer)
-        except redis.ResponseError:
-            return 0
-        return 1
+    def _forget(self, *, idle_ms: int, only: str, keep: Sequence[str]) -> int:
+        streams = [s for k in self.keys.values() for s in k.streams]
+        args = [GROUP, idle_ms, only, RETRY_CONSUMER, *keep]
+        return int(self._script("forget_consumers")(keys=streams, args=args))
 
     def heartbeat(self, worker_id: str, record: dict[str, Any], *, ttl_ms: int) -> None:
         """Write a worker's registry record; it expires unless refreshed within ``ttl_ms``."""
@@ -321,11 +305,40 @@ class Broker:
         )
         return reply.decode() if isinstance(reply, bytes) else None
 
+    def purge_waiting(
+        self,
+        queue: str,
+        priorities: Sequence[str] = PRIORITIES,
+        *,
+        include_pending: bool = False,
+        batch: int = 1000,
+    ) -> dict[str, tuple[int, int]]:
+        """Delete the jobs of a queue that no worker has taken yet (``taskq purge``).
 
-def _delivery(queue: str, priority: str, entry_id: Any, deliveries: int, fields: Any) -> Delivery:
-    eid = entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
-    stream = QueueKeys(queue).stream(priority)
-    return Delivery(stream, queue, priority, eid, deliveries, _body(fields))
+        Waiting entries (after the group's last-delivered-id) are XDEL'd; the group's cursor
+        and pending list are left alone, so running and retrying jobs are untouched unless
+        ``include_pending``, which acks and deletes those too. Only entries up to each
+        stream's newest id at the start go, so jobs enqueued meanwhile survive, and each
+        script call removes at most ``batch`` entries, so Redis never stalls on a big stream.
+        Delayed (scheduled) and dead-lettered jobs are not touched.
+
+        Returns:
+            Per priority, (waiting jobs removed, pending jobs removed).
+        """
+        k = QueueKeys(queue)
+        out: dict[str, tuple[int, int]] = {}
+        for p in priorities:
+            newest = self.client.xrevrange(k.stream(p), count=1)
+            waiting = pending = 0
+            done = not newest
+            while not done:
+                w, n, finished = self._script("purge")(
+                    keys=[k.stream(p), k.retry(p), k.failures],
+                    args=[GROUP, newest[0][0], batch, int(include_pending)],
+                )
+                waiting, pending, done = waiting + int(w), pending + int(n), bool(finished)
+            out[p] = (waiting, pending)
+        return out
 
 
 def _body(fields: Any) -> bytes | None:

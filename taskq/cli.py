@@ -102,7 +102,7 @@ def _queues(value: str | None, app: App) -> tuple[str, ...]:
 @click.option("-Q", "--queues", help="Comma-separated queues, read in this order.")
 @click.option(
     "--prefetch",
-    type=click.IntRange(1),
+    type=click.IntRange(1, 1000),
     default=1,
     show_default=True,
     envvar="TASKQ_PREFETCH",
@@ -147,6 +147,12 @@ def _queues(value: str | None, app: App) -> tuple[str, ...]:
     type=click.Choice(["text", "json"]),
     show_default=True,
 )
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    envvar="TASKQ_METRICS_PORT",
+    help="Serve Prometheus metrics on this port (needs taskq[metrics]).",
+)
 @click.pass_obj
 def worker(
     obj: Context,
@@ -161,10 +167,17 @@ def worker(
     connect_timeout: float,
     loglevel: str,
     log_format: str,
+    metrics_port: int | None,
 ) -> None:
     """Run a prefork worker pool."""
+    if metrics_port is not None:
+        from taskq.metrics import Metrics, enable_multiprocess
+
+        enable_multiprocess()  # before the app import, which may import prometheus_client
     log.configure(loglevel, log_format)
     app = obj.app(required=True)
+    if metrics_port is not None:
+        app.add_middleware(Metrics(port=metrics_port, redis_url=app.settings.redis_url))
     wait_for_redis(lambda: app.broker.client.ping(), connect_timeout)
     app.close()  # no connection may cross the fork
     options = PoolOptions(

@@ -69,6 +69,7 @@ class Executor:
         self.app = app
         self.time_limit_s = time_limit_s
         self.soft_time_limit_s = soft_time_limit_s
+        self._policies: dict[str, RetryPolicy] = {}
 
     def prepare(self, d: Delivery) -> Prepared | Outcome:
         """Decode and look up; bad input becomes a DEAD outcome with the reason."""
@@ -82,7 +83,9 @@ class Executor:
             task = self.app.get_task(msg.task)
         except TaskNotFound as exc:
             return dead(d, str(exc), msg)
-        policy = task.retry_policy(self.app.settings)
+        policy = self._policies.get(task.name)
+        if policy is None:
+            policy = self._policies[task.name] = task.retry_policy(self.app.settings)
         attempt = msg.retries + d.deliveries
         if attempt > policy.max_attempts:
             reason = f"worker lost: the job's runs ended without a result {attempt - 1} times"

@@ -101,34 +101,37 @@ class Message:
             raise DecodeError(
                 f"protocol version {version} is newer than this worker's {PROTOCOL_VERSION}", body
             )
-        return cls(
-            task=_typed(data, "task", str, None, body),
-            args=tuple(_typed(data, "args", list, [], body)),
-            kwargs=_typed(data, "kwargs", dict, {}, body),
-            id=_typed(data, "id", str, None, body),
-            queue=_typed(data, "queue", str, "tasks", body),
-            priority=_priority(data.get("priority", "normal"), body),
-            created_ms=_typed(data, "created_ms", int, 0, body),
-            retries=_typed(data, "retries", int, 0, body),
-            eta_ms=_typed(data, "eta_ms", int, None, body),
-        )
+        values = [_field(data, key, kind, default, body) for key, kind, default in _SCHEMA]
+        task, msg_id, args, kwargs, queue, priority, created_ms, retries, eta_ms = values
+        if priority not in PRIORITIES:
+            raise DecodeError(f"unknown priority {priority!r}", body)
+        if any(type(k) is not str for k in kwargs):
+            raise DecodeError("body field 'kwargs' must have string keys", body)
+        return cls(task, tuple(args), kwargs, msg_id, queue, priority, created_ms, retries, eta_ms)
 
 
-def _typed(data: dict[Any, Any], key: str, kind: type, default: Any, body: bytes) -> Any:
+_REQUIRED = object()
+_SCHEMA: tuple[tuple[str, type, Any], ...] = (
+    ("task", str, _REQUIRED),
+    ("id", str, _REQUIRED),
+    ("args", list, ()),
+    ("kwargs", dict, {}),
+    ("queue", str, "tasks"),
+    ("priority", str, "normal"),
+    ("created_ms", int, 0),
+    ("retries", int, 0),
+    ("eta_ms", int, None),
+)
+"""Body fields in Message order: name, type, default (absent optional fields take it)."""
+
+
+def _field(data: dict[Any, Any], key: str, kind: type, default: Any, body: bytes) -> Any:
     value = data.get(key, default)
-    if value is None and default is None and key in ("task", "id"):
+    if type(value) is kind or (value is default and default is not _REQUIRED):
+        return value
+    if value is _REQUIRED:
         raise DecodeError(f"body has no {key!r}", body)
-    if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
-        raise DecodeError(f"body field {key!r} must be {kind.__name__}", body)
-    if isinstance(value, dict) and any(not isinstance(k, str) for k in value):
-        raise DecodeError("body field 'kwargs' must have string keys", body)
-    return value
-
-
-def _priority(value: Any, body: bytes) -> str:
-    if value not in PRIORITIES:
-        raise DecodeError(f"unknown priority {value!r}", body)
-    return str(value)
+    raise DecodeError(f"body field {key!r} must be {kind.__name__}", body)
 
 
 def _offending_argument(msg: Message) -> str:

@@ -7,13 +7,22 @@
 local group, consumer = ARGV[1], ARGV[2]
 local count, now, nacks = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 
+-- One XACK and one XDEL per stream for the whole batch (at most --prefetch ids).
+local acked, order = {}, {}
 local a = 6
 for _ = 1, nacks do
-  local key, id, fk = KEYS[tonumber(ARGV[a])], ARGV[a + 1], tonumber(ARGV[a + 2])
-  redis.call('XACK', key, group, id)
-  redis.call('XDEL', key, id)
-  if fk > 0 then redis.call('HDEL', KEYS[fk], key .. ' ' .. id) end
+  local k, id, fk = tonumber(ARGV[a]), ARGV[a + 1], tonumber(ARGV[a + 2])
+  if not acked[k] then
+    acked[k] = {}
+    order[#order + 1] = k
+  end
+  acked[k][#acked[k] + 1] = id
+  if fk > 0 then redis.call('HDEL', KEYS[fk], KEYS[k] .. ' ' .. id) end
   a = a + 3
+end
+for _, k in ipairs(order) do
+  redis.call('XACK', KEYS[k], group, unpack(acked[k]))
+  redis.call('XDEL', KEYS[k], unpack(acked[k]))
 end
 if count == 0 then return {-1} end
 
