@@ -82,6 +82,40 @@ class Broker:
                 self._where[len(self._fetch_keys) + i + 1] = (k.stream(p), q, p)
             self._fetch_keys += block
         self._scripts: dict[str, Script] = {}
+        self._shas: dict[str, str] = {}
+        self._conn: Any = None
+
+    def _direct(self, *args: Any) -> Any:
+        """One command on this broker's own connection, skipping the pool (hot path).
+
+        Only for the single-threaded consumer loop; everything else goes through the pool.
+        """
+        conn = self._conn
+        if conn is None:
+            conn = self._conn = self.client.connection_pool.make_connection()
+        try:
+            conn.send_command(*args)
+            return conn.read_response()
+        except (redis.ConnectionError, redis.TimeoutError):
+            conn.disconnect()
+            raise
+
+    def _evalsha(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """Run a script on the direct connection, loading it again after a Redis restart."""
+        sha = self._shas.get(name)
+        if sha is not None:
+            try:
+                return self._direct("EVALSHA", sha, len(keys), *keys, *args)
+            except redis.exceptions.NoScriptError:
+                pass
+        sha = self._shas[name] = self._direct("SCRIPT", "LOAD", _lua(name)).decode()
+        return self._direct("EVALSHA", sha, len(keys), *keys, *args)
+
+    def disconnect(self) -> None:
+        """Drop this broker's connections (e.g. after a read was cut off mid-reply)."""
+        if self._conn is not None:
+            self._conn.disconnect()
+        self.client.connection_pool.disconnect()
 
     def _script(self, name: str) -> Script:
         script = self._scripts.get(name)
@@ -141,7 +175,7 @@ class Broker:
         for d, failed_before in acks:
             index = self._index[d.stream]
             argv += (index, d.entry_id, index - index % KEYS_PER_QUEUE + 8 if failed_before else 0)
-        reply = self._script("fetch")(keys=self._fetch_keys, args=argv)
+        reply = self._evalsha("fetch", self._fetch_keys, argv)
         return Fetched(self._deliveries(reply, 1), int(reply[0]))
 
     def _deliveries(self, flat: list[Any], start: int) -> list[Delivery]:
@@ -164,7 +198,7 @@ class Broker:
         args: list[Any] = ["GROUP", GROUP, consumer, "COUNT", count, "BLOCK", max(1, block_ms)]
         args += ["STREAMS", *streams, *([">"] * len(streams))]
         try:
-            reply = self.client.execute_command("XREADGROUP", *args)
+            reply = self._direct("XREADGROUP", *args)
         except redis.ResponseError as exc:
             if "NOGROUP" not in str(exc):
                 raise

@@ -147,7 +147,7 @@ class Consumer:
         except _Interrupted:
             # The read was cut off mid-reply: drop that connection. Entries it may have
             # delivered stay pending under this consumer and are handed back by the master.
-            self.broker.client.connection_pool.disconnect()
+            self.broker.disconnect()
             return []
         finally:
             self._idle = False
