@@ -18,6 +18,7 @@ from taskq.errors import (
     TaskNotFound,
     TaskqError,
 )
+from taskq.middleware import Middleware
 from taskq.task import Job, Task
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "EnqueueError",
     "Job",
     "JobContext",
+    "Middleware",
     "PayloadTooLarge",
     "Retry",
     "Settings",

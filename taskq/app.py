@@ -146,6 +146,7 @@ class App:
 
     def close(self) -> None:
         if self._broker is not None and self._broker_pid == os.getpid():
+            self._broker.disconnect()
             self._broker.client.close()
         self._broker = None
 

@@ -213,6 +213,15 @@ class Broker:
         out.sort(key=lambda d: self._index[d.stream])
         return out
 
+    def next_due_ms(self) -> int | None:
+        """When the earliest retry or delayed job of these queues is due (ms), if any."""
+        pipe = self.client.pipeline(transaction=False)
+        for k in self.keys.values():
+            for key in (*(k.retry(p) for p in PRIORITIES), k.schedule):
+                pipe.zrange(key, 0, 0, withscores=True)
+        due = [score for first in pipe.execute() for _member, score in first]
+        return int(min(due)) if due else None
+
     def park(self, d: Delivery, *, owner: str, due_ms: int) -> bool:
         """Leave a failed job pending, owned by the retry pseudo-consumer until ``due_ms``."""
         k = self.keys[d.queue]
@@ -387,9 +396,9 @@ def _body(fields: Any) -> bytes | None:
 
 
 def _stream_items(reply: Any) -> list[tuple[str, list[tuple[Any, Any]]]]:
-    """XREADGROUP's RESP2 reply as (stream, [(entry id, fields)]) pairs."""
+    """XREADGROUP's reply as (stream, [(entry id, fields)]) pairs (RESP2 list or RESP3 map)."""
     out = []
-    for stream, entries in reply or ():
+    for stream, entries in reply.items() if isinstance(reply, dict) else reply or ():
         name = stream.decode() if isinstance(stream, bytes) else str(stream)
         out.append((name, [(e[0], e[1]) for e in entries]))
     return out

@@ -99,7 +99,9 @@ def _queues(value: str | None, app: App) -> tuple[str, ...]:
     default=lambda: os.cpu_count() or 1,
     show_default="number of CPUs",
 )
-@click.option("-Q", "--queues", help="Comma-separated queues, read in this order.")
+@click.option(
+    "-Q", "--queues", envvar="TASKQ_QUEUES", help="Comma-separated queues, read in this order."
+)
 @click.option(
     "--prefetch",
     type=click.IntRange(1, 1000),
@@ -109,13 +111,31 @@ def _queues(value: str | None, app: App) -> tuple[str, ...]:
     help="Jobs a child takes per fetch.",
 )
 @click.option(
-    "--max-tasks-per-child", type=click.IntRange(0), default=0, help="Recycle after N jobs."
+    "--max-tasks-per-child",
+    type=click.IntRange(0),
+    default=0,
+    envvar="TASKQ_MAX_TASKS_PER_CHILD",
+    help="Recycle a child after N jobs (0: never).",
 )
 @click.option(
-    "--max-memory-per-child", type=click.IntRange(0), default=0, help="Recycle above N KiB RSS."
+    "--max-memory-per-child",
+    type=click.IntRange(0),
+    default=0,
+    envvar="TASKQ_MAX_MEMORY_PER_CHILD",
+    help="Recycle a child whose peak RSS passed N KiB (0: never).",
 )
-@click.option("--time-limit", type=float, help="Hard limit (s) for tasks that set none.")
-@click.option("--soft-time-limit", type=float, help="Soft limit (s) for tasks that set none.")
+@click.option(
+    "--time-limit",
+    type=float,
+    envvar="TASKQ_TIME_LIMIT",
+    help="Hard limit (s) for tasks that set none: the child is killed.",
+)
+@click.option(
+    "--soft-time-limit",
+    type=float,
+    envvar="TASKQ_SOFT_TIME_LIMIT",
+    help="Soft limit (s) for tasks that set none: SoftTimeLimitExceeded is raised.",
+)
 @click.option(
     "--grace",
     type=float,

@@ -15,8 +15,7 @@ _UNITS_MS = {"s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
 def _store(obj: Any, queue: str | None) -> DeadLetters:
-    app = obj.app()
-    return DeadLetters(app.broker.client, queue or app.settings.queue, app.broker)
+    return DeadLetters.for_app(obj.app(), queue)
 
 
 def parse_duration_ms(text: str) -> int:

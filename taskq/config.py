@@ -60,7 +60,7 @@ class Settings:
     eager: bool = False
 
     def __post_init__(self) -> None:
-        _check_queue_name(self.queue)
+        check_queue_name(self.queue)
         if self.max_retries < 0:
             raise ConfigError("max_retries must be >= 0")
         if self.sweep_interval_ms >= self.visibility_timeout_ms:
@@ -112,7 +112,7 @@ def _parse(name: str, raw: str, kind: type) -> Any:
         raise ConfigError(f"TASKQ_{name.upper()}={raw!r} is not a valid {kind.__name__}") from None
 
 
-def _check_queue_name(queue: str) -> None:
+def check_queue_name(queue: str) -> None:
     # A ':' would let one queue's keys collide with another's ("a:retry" vs "a").
     if not queue or ":" in queue or any(c.isspace() for c in queue):
         raise ConfigError(f"invalid queue name {queue!r}: must be non-empty, without ':' or spaces")

@@ -7,6 +7,7 @@ from typing import Any
 
 import redis
 
+from taskq.app import App
 from taskq.broker import Broker
 from taskq.errors import DecodeError
 from taskq.keys import QueueKeys
@@ -91,6 +92,11 @@ class DeadLetters:
         self.queue = queue
         self.key = QueueKeys(queue).deadletter
         self.broker = broker if queue in broker.keys else Broker(client, [queue])
+
+    @classmethod
+    def for_app(cls, app: App, queue: str | None = None) -> DeadLetters:
+        """The dead letters of ``queue`` (default: the app's queue)."""
+        return cls(app.broker.client, queue or app.settings.queue, app.broker)
 
     def newest(self, *, limit: int = 50) -> list[DeadJob]:
         """Newest first."""

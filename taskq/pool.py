@@ -9,6 +9,7 @@ cold shutdowns.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import json
@@ -37,6 +38,7 @@ from taskq.worker import Consumer, ConsumerOptions, dead_letter_fields, hand_bac
 logger = logging.getLogger(__name__)
 
 TICK_S = 0.1
+COUNTERS = ("processed", "failed", "retried", "dead")
 FORGET_CONSUMERS_AFTER_MS = 3_600_000
 
 
@@ -95,6 +97,7 @@ class Pool:
         self._deadline = 0.0
         self._due: dict[str, float] = {}
         self._started_ms = now_ms()
+        self._settled: collections.Counter[str] = collections.Counter()  # exited children, master
         self._last_processed = (0, time.monotonic())
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -203,6 +206,8 @@ class Pool:
                 continue
             del self.children[child.index]
             view = self.scoreboard.read(child.index)
+            for name in COUNTERS:
+                self._settled[name] += getattr(view, name)
             self._orphans.append((child, view, _describe(status, child.killed_for)))
             self._note_exit(child, status)
 
@@ -285,7 +290,9 @@ class Pool:
         outcome = Outcome(kind, d, p.msg, p.attempt, error_type="WorkerLost", error=cause)
         if kind == DEAD:
             broker.dead_letter(d, owner=owner, fields=dead_letter_fields(outcome, worker=owner))
+        self._settled.update(("failed", "retried" if kind == "retry" else "dead"))
         log_outcome(outcome)
+        emit(self.app.middleware, "after_job", outcome)
 
     # -- periodic maintenance --------------------------------------------------------------
 
@@ -332,9 +339,7 @@ class Pool:
 
     def _record(self) -> dict[str, str | int]:
         views = [self.scoreboard.read(c.index) for c in self.children.values()]
-        totals = [
-            sum(getattr(v, k) for v in views) for k in ("processed", "failed", "retried", "dead")
-        ]
+        totals = [self._settled[k] + sum(getattr(v, k) for v in views) for k in COUNTERS]
         done, at = self._last_processed
         now = time.monotonic()
         rate = (totals[0] - done) / (now - at) if now > at else 0.0

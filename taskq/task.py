@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
+from taskq.config import check_queue_name
 from taskq.context import JobContext, current_job
 from taskq.errors import ConfigError
 from taskq.keys import PRIORITIES
@@ -51,6 +52,8 @@ class TaskOptions:
 
     def __post_init__(self) -> None:
         check_priority(self.priority)
+        if self.queue is not None:
+            check_queue_name(self.queue)
         if self.max_retries is not None and self.max_retries < 0:
             raise ConfigError("max_retries must be >= 0")
 
@@ -153,6 +156,7 @@ class Task(Generic[P, R]):
         priority = priority or self.options.priority
         check_priority(priority)
         queue = queue or self.options.queue or self.app.settings.queue
+        check_queue_name(queue)
         return Message(self.name, args, kwargs, queue=queue, priority=priority, eta_ms=eta_ms)
 
     def retry_policy(self, settings: Settings) -> RetryPolicy:

@@ -1,6 +1,6 @@
 """Helpers for applications' own test suites: eager mode, and draining a queue in-process.
 
-Two ways to test code that enqueues jobs:
+Two ways to test code that enqueues jobs (see docs/testing.md):
 
 - :func:`eager` (or ``App(eager=True)``, or ``TASKQ_EAGER=1``) runs each task inline when it is
   enqueued: no Redis, no worker, and a task's exception reaches the caller of ``delay()``.
@@ -12,23 +12,25 @@ Two ways to test code that enqueues jobs:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import os
 import socket
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from taskq.app import App
 from taskq.broker import Broker
+from taskq.config import Settings
 from taskq.errors import TaskqError
 from taskq.executor import DEAD, OK, RETRY, Executor, Outcome
-from taskq.keys import PRIORITIES, QueueKeys
 from taskq.message import now_ms
 from taskq.middleware import Middleware
 from taskq.worker import Consumer, ConsumerOptions
 
-__all__ = ["DrainResult", "DrainTimeout", "drain", "eager"]
+__all__ = ["DrainResult", "DrainTimeout", "drain", "eager", "override"]
 
 _names = itertools.count(1)
 
@@ -127,6 +129,7 @@ def drain(
     Raises:
         DrainTimeout: the deadline passed while jobs were still running, ready or (with
             ``wait_for_retries``) due.
+        ValueError: ``max_jobs`` is below 1.
     """
     if max_jobs is not None and max_jobs < 1:
         raise ValueError("max_jobs must be at least 1")
@@ -144,7 +147,7 @@ def drain(
                 return result
             if recorder.timed_out:
                 raise DrainTimeout(f"drain timed out after {timeout_s}s; {result}", result)
-            due_ms = _next_due_ms(broker) if wait_for_retries else None
+            due_ms = broker.next_due_ms() if wait_for_retries else None
             if due_ms is None:
                 return result
             wait_s = max(0.0, (due_ms - now_ms()) / 1000)
@@ -156,6 +159,7 @@ def drain(
             time.sleep(wait_s)  # nothing is ready before then
     finally:
         app.middleware.remove(recorder)
+        broker.disconnect()
         broker.client.close()
 
 
@@ -172,15 +176,25 @@ def _burst(app: App, broker: Broker, recorder: _Recorder) -> None:
     consumer.run()
 
 
-def _next_due_ms(broker: Broker) -> int | None:
-    """When the earliest retry or delayed job of the broker's queues is due (read-only)."""
-    due: list[float] = []
-    for queue in broker.queues:
-        k = QueueKeys(queue)
-        for key in (*(k.retry(p) for p in PRIORITIES), k.schedule):
-            first = broker.client.zrange(key, 0, 0, withscores=True)
-            due += [score for _member, score in first]
-    return int(min(due)) if due else None
+@contextlib.contextmanager
+def override(app: App, **changes: Any) -> Iterator[App]:
+    """Change some of ``app``'s settings inside the ``with`` block, e.g. a test Redis.
+
+    The app's connection is closed on the way in and out, so a new ``redis_url`` takes
+    effect. Meant for a module-level app that application code imports.
+
+    Raises:
+        ConfigError: an unknown setting name or an invalid value.
+    """
+    saved = app.settings
+    changed = Settings.build(**{**dataclasses.asdict(saved), **changes})
+    app.close()
+    app.settings = changed
+    try:
+        yield app
+    finally:
+        app.close()
+        app.settings = saved
 
 
 @contextlib.contextmanager
@@ -191,9 +205,5 @@ def eager(app: App) -> Iterator[App]:
     exceptions (``Retry`` included) reach the caller; there are no retries, delays (``countdown``
     and ``eta`` run at once) or time limits, and return values are discarded.
     """
-    saved = app.settings
-    app.settings = saved.replace(eager=True)
-    try:
+    with override(app, eager=True):
         yield app
-    finally:
-        app.settings = saved

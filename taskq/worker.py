@@ -258,6 +258,7 @@ def hand_back(broker: Broker, executor: Executor, d: Delivery, owner: str) -> No
     if isinstance(prepared, Outcome):
         broker.dead_letter(d, owner=owner, fields=dead_letter_fields(prepared, worker=owner))
         log_outcome(prepared)
+        emit(executor.app.middleware, "after_job", prepared)
     else:
         broker.requeue(d, prepared.msg.with_retries(prepared.attempt - 1), owner=owner)
 

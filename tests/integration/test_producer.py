@@ -150,7 +150,7 @@ def test_password_in_url_is_used(redis_url: str, r: redis.Redis) -> None:
     t.delay()
     assert r.xlen("tasks:normal") == 1
     bad = App(redis_url.replace("redis://", "redis://producer:wrong@"))
-    with pytest.raises(Exception, match="(?i)invalid|WRONGPASS|password"):
+    with pytest.raises(Exception, match=r"(?i)invalid|WRONGPASS|password"):
         bad.enqueue(t.message((), {}))
     app.close()
     bad.close()
@@ -163,7 +163,7 @@ def test_unreachable_redis_is_a_one_line_broker_error() -> None:
     def t() -> None: ...
 
     with pytest.raises(
-        Exception, match="cannot reach Redis at redis://127.0.0.1:1/0.*taskq server"
+        Exception, match=r"cannot reach Redis at redis://127.0.0.1:1/0.*taskq server"
     ):
         t.delay()
 

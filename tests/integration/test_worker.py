@@ -262,3 +262,21 @@ def test_unreachable_redis_is_one_line_for_the_worker() -> None:
     assert out.returncode == 1
     assert len(out.stderr.strip().splitlines()) == 1
     assert "cannot reach Redis at redis://127.0.0.1:1/0" in out.stderr
+
+
+def test_idle_worker_wakes_on_a_new_job_without_respawning(
+    start_worker: StartWorker, r: redis.Redis, redis_url: str
+) -> None:
+    # Given: an idle worker blocked in XREADGROUP.
+    w = start_worker("-A", "tests.tasks", "-c", "1")
+    first = wait_until(lambda: _children(w.pid), message="the child")
+    wait_until(lambda: "idle" in _cmdline(first[0]), message="the child to be idle")
+    # When: jobs arrive one by one on different priorities.
+    tasks.app.settings = tasks.app.settings.replace(redis_url=redis_url)
+    for i, priority in enumerate(("low", "high", "normal")):
+        tasks.echo.apply_async((i,), priority=priority)
+        wait_until(lambda i=i: r.llen("runs") == i + 1, message=f"job {i}")
+    tasks.app.close()
+    # Then: the same child ran them all, and nothing crashed.
+    assert {x["pid"] for x in runs(r)} == {first[0]}
+    assert "died" not in w.output() and "Traceback" not in w.output()

@@ -1,0 +1,206 @@
+"""Text views for ``taskq inspect``: pure functions from :mod:`taskq.inspect` values to lines.
+
+Kept apart from the click wiring so that the layout can be unit-tested without Redis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from taskq.inspect import ActiveJob, Overview, PendingJob, Ping, QueueStats, WorkerState
+
+
+def fmt_ms(ms: float | None) -> str:
+    """A duration for people: ``850ms``, ``12.3s``, ``4m05s``, ``3h12m``, ``2d04h``; ``-``."""
+    if ms is None:
+        return "-"
+    if ms < 1_000:
+        return f"{ms:.0f}ms"
+    if ms < 60_000:
+        return f"{ms / 1000:.1f}s"
+    s = int(ms // 1000)
+    if s < 3_600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86_400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
+    """Aligned columns; numbers right-aligned, text left-aligned."""
+    cells = [[str(h) for h in headers], *[[str(c) for c in r] for r in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    numeric = [
+        bool(rows) and all(isinstance(r[i], int | float) for r in rows) for i in range(len(headers))
+    ]
+    out = []
+    for r in cells:
+        parts = [
+            c.rjust(w) if num else c.ljust(w) for c, w, num in zip(r, widths, numeric, strict=True)
+        ]
+        out.append("  ".join(parts).rstrip())
+    return out
+
+
+def render_queues(queues: Sequence[QueueStats]) -> list[str]:
+    """Per queue and priority: waiting and pending jobs and their oldest ages."""
+    rows = [
+        (
+            q.queue,
+            s.priority,
+            s.waiting,
+            fmt_ms(s.oldest_waiting_age_ms),
+            s.pending,
+            s.retrying,
+            fmt_ms(s.oldest_pending_age_ms),
+        )
+        for q in queues
+        for s in q.streams
+    ]
+    headers = ("QUEUE", "PRIORITY", "WAITING", "OLDEST", "PENDING", "RETRYING", "OLDEST PENDING")
+    lines = table(headers, rows)
+    for q in queues:
+        due = q.next_scheduled_in_ms
+        when = f" (next due in {fmt_ms(max(0, due))})" if due is not None else ""
+        lines.append(f"{q.queue}: {q.scheduled} scheduled{when}, {q.dead} dead-lettered")
+    return lines
+
+
+def render_queue_details(queues: Sequence[QueueStats]) -> list[str]:
+    """``inspect queues``: the overview's figures plus stream length, consumers and cursor."""
+    lines = render_queues(queues)
+    rows = [
+        (
+            s.stream,
+            s.length,
+            s.consumers,
+            s.last_delivered_id or "-",
+            "-" if s.lag is None else s.lag,
+        )
+        for q in queues
+        for s in q.streams
+    ]
+    return [
+        *lines,
+        "",
+        *table(("STREAM", "LENGTH", "CONSUMERS", "LAST DELIVERED", "REDIS LAG"), rows),
+    ]
+
+
+def render_worker_table(workers: Sequence[WorkerState]) -> list[str]:
+    """One line per live worker, then the fleet's totals."""
+    if not workers:
+        return ["no workers alive"]
+    rows = [
+        (
+            w.id,
+            ",".join(w.queues),
+            w.concurrency,
+            w.busy,
+            w.idle,
+            w.processed,
+            w.failed,
+            w.rate_per_s,
+            f"{fmt_ms(w.heartbeat_age_ms)} ago",
+        )
+        for w in workers
+    ]
+    headers = (
+        "WORKER",
+        "QUEUES",
+        "CHILDREN",
+        "BUSY",
+        "IDLE",
+        "PROCESSED",
+        "FAILED",
+        "JOBS/S",
+        "HEARTBEAT",
+    )
+    busy = sum(w.busy for w in workers)
+    children = sum(w.busy + w.idle for w in workers)
+    rate = sum(w.rate_per_s for w in workers)
+    total = f"{len(workers)} worker(s) alive: {busy}/{children} children busy, {rate:.1f} jobs/s"
+    return [*table(headers, rows), total]
+
+
+def render_overview(o: Overview) -> list[str]:
+    return [*render_queues(o.queues), "", *render_worker_table(o.workers)]
+
+
+def render_workers(workers: Sequence[WorkerState]) -> list[str]:
+    """``inspect workers``: each worker's record, child by child."""
+    if not workers:
+        return ["no workers alive"]
+    lines: list[str] = []
+    for w in workers:
+        lines += [
+            f"{w.id}  app={w.app} v{w.version} queues={','.join(w.queues)} "
+            f"up {fmt_ms(w.heartbeat_ms - w.started_ms)}",
+            f"  heartbeat {fmt_ms(w.heartbeat_age_ms)} ago, "
+            f"record expires in {fmt_ms(w.expires_in_ms)}",
+            f"  processed {w.processed}  failed {w.failed}  retried {w.retried}  "
+            f"dead-lettered {w.dead}  {w.rate_per_s} jobs/s",
+            f"  children {w.busy + w.idle}/{w.concurrency}: {w.busy} busy, {w.idle} idle",
+        ]
+        for c in w.children:
+            doing = f"{c.task} job {c.job_id} for {fmt_ms(c.running_ms)}" if c.task else "idle"
+            lines.append(f"    #{c.index} pid {c.pid}: {doing}")
+    return lines
+
+
+def render_active(jobs: Sequence[ActiveJob]) -> list[str]:
+    if not jobs:
+        return ["no jobs running"]
+    rows = [
+        (j.worker, j.child, j.pid, j.task, j.job_id, j.entry_id, fmt_ms(j.running_ms)) for j in jobs
+    ]
+    return table(("WORKER", "CHILD", "PID", "TASK", "JOB", "ENTRY", "RUNNING"), rows)
+
+
+def render_pending(jobs: Sequence[PendingJob]) -> list[str]:
+    if not jobs:
+        return ["no pending jobs"]
+    rows = [
+        (
+            j.stream,
+            j.entry_id,
+            j.task or "?",
+            _state(j),
+            j.consumer,
+            fmt_ms(j.idle_ms),
+            j.deliveries,
+            fmt_ms(j.age_ms),
+        )
+        for j in jobs
+    ]
+    headers = ("STREAM", "ENTRY", "TASK", "STATE", "CONSUMER", "IDLE", "DELIVERIES", "AGE")
+    return table(headers, rows)
+
+
+def _state(j: PendingJob) -> str:
+    if j.retry_due_in_ms is None:
+        return j.state
+    return f"{j.state} (due in {fmt_ms(max(0, j.retry_due_in_ms))})"
+
+
+def render_registered(workers: Sequence[WorkerState]) -> list[str]:
+    if not workers:
+        return ["no workers alive"]
+    lines: list[str] = []
+    for w in workers:
+        lines.append(f"{w.id}: {len(w.tasks)} task(s)")
+        lines += [f"  {t}" for t in w.tasks]
+    return lines
+
+
+def render_ping(p: Ping) -> list[str]:
+    lines = [f"redis: pong in {p.redis_ms:.1f}ms"]
+    for w in p.workers:
+        state = "pong" if w.answered else "LATE"
+        lines.append(
+            f"{w.worker}: {state} (heartbeat {fmt_ms(w.heartbeat_age_ms)} ago, "
+            f"record expires in {fmt_ms(w.expires_in_ms)})"
+        )
+    answered = sum(w.answered for w in p.workers)
+    lines.append(f"{answered}/{len(p.workers)} worker(s) answered")
+    return lines

@@ -1,0 +1,273 @@
+"""Prometheus metrics for ``taskq worker --metrics-port`` (the ``taskq[metrics]`` extra).
+
+Children count jobs in prometheus_client's multiprocess mode: each child writes its own
+mmap'd files into one directory, and a small server process forked by the master serves
+their sum (``MultiProcessCollector``) plus queue depths read from Redis at scrape time. The
+server is a process rather than a thread of the master because the master forks children for
+as long as it runs, and forking a process that has threads is unsafe (deprecated in 3.12).
+
+prometheus_client picks its multiprocess mode when it is first imported, so this module
+imports it only inside functions, after :func:`enable_multiprocess` set the directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import logging
+import os
+import shutil
+import signal
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
+
+import redis
+
+from taskq.errors import ConfigError
+from taskq.executor import DEAD, OK, RETRY
+from taskq.middleware import Middleware
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.metrics_core import Metric
+
+    from taskq.executor import Outcome
+    from taskq.inspect import QueueStats, StreamStats
+
+logger = logging.getLogger(__name__)
+
+ENV = "PROMETHEUS_MULTIPROC_DIR"
+INSTALL_HINT = "--metrics-port needs prometheus-client: pip install 'taskq[metrics]'"
+DURATION_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900)
+
+_created_dir: Path | None = None
+
+
+def enable_multiprocess() -> Path:
+    """Point prometheus_client at a multiprocess directory (a new temporary one unless
+    ``PROMETHEUS_MULTIPROC_DIR`` is set). Call it before the app is imported, as the app may
+    import prometheus_client itself.
+
+    Raises:
+        ConfigError: prometheus-client is not installed, or was already imported without
+            multiprocess mode.
+    """
+    global _created_dir
+    if importlib.util.find_spec("prometheus_client") is None:
+        raise ConfigError(INSTALL_HINT)
+    if not os.environ.get(ENV):
+        _created_dir = Path(tempfile.mkdtemp(prefix="taskq-metrics-"))
+        os.environ[ENV] = str(_created_dir)
+    from prometheus_client import values
+
+    if values.ValueClass.__name__ != "MmapedValue":
+        raise ConfigError(
+            f"prometheus_client was imported before multiprocess mode was set up; "
+            f"set {ENV} to an empty directory before starting the worker"
+        )
+    return Path(os.environ[ENV])
+
+
+class Metrics(Middleware):
+    """Job counters and durations from every child, served with queue depths on ``port``.
+
+    Binds the port at once, so a busy port fails the worker's start, not its first scrape.
+
+    Raises:
+        ConfigError: see :func:`enable_multiprocess`, or the port cannot be bound.
+    """
+
+    def __init__(self, *, port: int, redis_url: str, host: str = "") -> None:
+        self.path = enable_multiprocess()
+        self.depth = QueueDepth(redis_url)
+        self._jobs = _job_metrics()
+        try:
+            self._server = _bind(host, port, self._registry())
+        except ConfigError:
+            self._remove_dir()
+            raise
+        self._server_pid = 0
+
+    def _registry(self) -> CollectorRegistry:
+        from prometheus_client import CollectorRegistry
+        from prometheus_client.multiprocess import MultiProcessCollector
+
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry, path=str(self.path))  # type: ignore[no-untyped-call]
+        registry.register(self.depth)
+        return registry
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    def worker_start(self, queues: Sequence[str]) -> None:
+        """Fork the server process, then drop the master's copy of the listening socket."""
+        self.depth.queues = tuple(queues)
+        master = os.getpid()
+        pid = os.fork()
+        if pid == 0:
+            _serve(self._server, master, self.port)
+        self._server_pid = pid
+        self._server.server_close()
+        logger.info("metrics on :%d (pid %d, files in %s)", self.port, pid, self.path)
+
+    def after_job(self, outcome: Outcome) -> None:
+        task = outcome.msg.task if outcome.msg else "(undecodable)"
+        labels = (outcome.delivery.queue, task)
+        for name in _COUNTED[outcome.kind]:
+            self._jobs[name].labels(*labels).inc()
+        if outcome.duration_s > 0:
+            self._jobs["duration"].labels(*labels).observe(outcome.duration_s)
+
+    def worker_stop(self) -> None:
+        """Stop the server process and remove the directory if this process made it."""
+        if self._server_pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self._server_pid, signal.SIGTERM)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(self._server_pid, 0)
+        self._remove_dir()
+
+    def _remove_dir(self) -> None:
+        if _created_dir is not None and _created_dir == self.path:
+            shutil.rmtree(self.path, ignore_errors=True)
+
+
+_COUNTED = {OK: ("processed",), RETRY: ("failed", "retried"), DEAD: ("failed", "dead")}
+
+
+def _job_metrics() -> dict[str, Any]:
+    """Per-child metrics; registry=None, since the server reads them from the directory."""
+    from prometheus_client import Counter, Histogram
+
+    labels = ("queue", "task")
+    return {
+        "processed": Counter("taskq_jobs_processed", "Jobs that succeeded.", labels, registry=None),
+        "failed": Counter(
+            "taskq_jobs_failed",
+            "Runs that failed (retried or dead-lettered).",
+            labels,
+            registry=None,
+        ),
+        "retried": Counter(
+            "taskq_jobs_retried", "Failed runs scheduled for a retry.", labels, registry=None
+        ),
+        "dead": Counter(
+            "taskq_jobs_dead_lettered",
+            "Jobs moved to the dead-letter stream.",
+            labels,
+            registry=None,
+        ),
+        "duration": Histogram(
+            "taskq_job_duration_seconds",
+            "Time a task ran, whatever its outcome.",
+            labels,
+            buckets=DURATION_BUCKETS_S,
+            registry=None,
+        ),
+    }
+
+
+class QueueDepth:
+    """A collector that reads the queues' figures from Redis at each scrape."""
+
+    def __init__(self, redis_url: str, queues: Sequence[str] = ()) -> None:
+        self.redis_url = redis_url
+        self.queues = tuple(queues)
+        self._client: redis.Redis | None = None
+
+    def collect(self) -> Iterator[Metric]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        from taskq.broker import connect
+        from taskq.inspect import Inspector
+
+        if self._client is None:
+            self._client = connect(self.redis_url)
+        up = GaugeMetricFamily("taskq_redis_up", "1 if the last scrape could read Redis.")
+        try:
+            stats = Inspector(self._client, self.queues).queue_stats()
+        except redis.RedisError as exc:
+            logger.warning("metrics: cannot read queue depths: %s", exc)
+            up.add_metric([], 0)
+            yield up
+            return
+        up.add_metric([], 1)
+        yield up
+        yield from _depth_families(stats)
+
+
+def _depth_families(stats: Sequence[QueueStats]) -> Iterator[Metric]:
+    from prometheus_client.core import GaugeMetricFamily
+
+    per_stream: dict[str, tuple[str, Callable[[StreamStats], float]]] = {
+        "waiting": ("Jobs not yet delivered to a worker.", lambda s: s.waiting),
+        "pending": (
+            "Jobs delivered and not acked (running, held, retrying or orphaned).",
+            lambda s: s.pending,
+        ),
+        "retrying": ("Pending jobs waiting out a retry backoff.", lambda s: s.retrying),
+        "oldest_waiting_age_seconds": (
+            "Age of the oldest waiting job (0 if none).",
+            lambda s: (s.oldest_waiting_age_ms or 0) / 1000,
+        ),
+    }
+    for name, (doc, value) in per_stream.items():
+        g = GaugeMetricFamily(f"taskq_queue_{name}", doc, labels=["queue", "priority"])
+        for q in stats:
+            for s in q.streams:
+                g.add_metric([q.queue, s.priority], value(s))
+        yield g
+    scheduled = GaugeMetricFamily("taskq_queue_scheduled", "Delayed jobs.", labels=["queue"])
+    dead = GaugeMetricFamily("taskq_queue_dead", "Dead-lettered jobs.", labels=["queue"])
+    for q in stats:
+        scheduled.add_metric([q.queue], q.scheduled)
+        dead.add_metric([q.queue], q.dead)
+    yield scheduled
+    yield dead
+
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """No access log: scrapes every few seconds would drown the worker's log."""
+
+
+def _bind(host: str, port: int, registry: CollectorRegistry) -> WSGIServer:
+    from wsgiref.simple_server import make_server
+
+    from prometheus_client import make_wsgi_app
+    from prometheus_client.exposition import ThreadingWSGIServer
+
+    try:
+        return make_server(
+            host, port, make_wsgi_app(registry), ThreadingWSGIServer, handler_class=_Quiet
+        )
+    except OSError as exc:
+        raise ConfigError(f"--metrics-port {port}: {exc.strerror or exc}") from None
+
+
+def _serve(server: WSGIServer, master: int, port: int) -> None:
+    """Body of the server process; it leaves when stopped or when its master is gone."""
+    try:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the master decides when to stop
+        with contextlib.suppress(ImportError):
+            import setproctitle
+
+            setproctitle.setproctitle(f"taskq: metrics :{port}")
+        threading.Thread(target=_exit_without, args=(master,), daemon=True).start()
+        server.serve_forever()
+    finally:
+        os._exit(0)
+
+
+def _exit_without(master: int) -> None:
+    while os.getppid() == master:
+        time.sleep(1.0)
+    os._exit(0)
