@@ -105,7 +105,7 @@ class App:
             return self._run_eagerly(msg)
         try:
             if msg.eta_ms is not None and msg.eta_ms > now_ms():
-                self.broker.schedule(msg, body, due_ms=msg.eta_ms)
+                self.broker.schedule(msg, body)
                 return _job(msg, None)
             return _job(msg, self.broker.publish(msg, body))
         except redis.RedisError as exc:

@@ -6,6 +6,7 @@ The environment is read here and in ``cli.py`` only.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
@@ -112,6 +113,7 @@ def _parse(name: str, raw: str, kind: type) -> Any:
         raise ConfigError(f"TASKQ_{name.upper()}={raw!r} is not a valid {kind.__name__}") from None
 
 
+@functools.lru_cache(maxsize=256)
 def check_queue_name(queue: str) -> None:
     # A ':' would let one queue's keys collide with another's ("a:retry" vs "a").
     if not queue or ":" in queue or any(c.isspace() for c in queue):
