@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from importlib import resources
-from typing import Any
+from typing import Any, NamedTuple
 
 import redis
 from redis.commands.core import Script
@@ -29,8 +28,7 @@ from taskq.message import Message, now_ms
 KEYS_PER_QUEUE = 8
 
 
-@dataclass(frozen=True, slots=True)
-class Delivery:
+class Delivery(NamedTuple):
     """One stream entry handed to a consumer: where it lives and its raw body."""
 
     stream: str
@@ -41,8 +39,7 @@ class Delivery:
     body: bytes | None
 
 
-@dataclass(frozen=True, slots=True)
-class Fetched:
+class Fetched(NamedTuple):
     """What one fetch returned: deliveries, or when the next delayed job or retry is due."""
 
     deliveries: list[Delivery]

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from contextvars import ContextVar
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class JobContext:
+class JobContext(NamedTuple):
     """The job being run.
 
     ``attempt`` is 1 on the first run and grows by one for every retry and every run lost

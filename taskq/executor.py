@@ -5,8 +5,7 @@ from __future__ import annotations
 import inspect
 import time
 import traceback
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from taskq.app import App
 from taskq.broker import Delivery
@@ -19,8 +18,7 @@ from taskq.task import Task
 OK, RETRY, DEAD = "ok", "retry", "dead"
 
 
-@dataclass(frozen=True, slots=True)
-class Prepared:
+class Prepared(NamedTuple):
     """A delivery that decoded and names a known task: ready to run."""
 
     delivery: Delivery
@@ -32,8 +30,7 @@ class Prepared:
     hard_limit_s: float | None
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
+class Outcome(NamedTuple):
     """What became of one delivery, and what the worker must do with it."""
 
     kind: str
