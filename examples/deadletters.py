@@ -71,7 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("-n", "--limit", type=int, default=20)
     args = parser.parse_args(argv)
 
-    store = DeadLetters(app.broker.client, app.settings.queue, app.broker)
+    store = DeadLetters.for_app(app)
     if args.retry:
         ids = [j.dead_id for j in store.newest(limit=10_000) if j.task == args.retry]
         moved, skipped = store.retry(ids)

@@ -99,7 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         flush=True,
     )
     tracker = Tracker({j.id: j for j in jobs}, {}, time.monotonic())
-    store = DeadLetters(app.broker.client, app.settings.queue, app.broker)
+    store = DeadLetters.for_app(app)
     deadline = tracker.started + args.timeout
     while not tracker.done:
         if time.monotonic() > deadline:

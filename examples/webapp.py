@@ -72,7 +72,7 @@ def job_status(job_id: str) -> dict[str, Any]:
     raw = app.broker.client.hget(RESULTS_KEY, job_id)
     if raw is not None:
         return {"job_id": job_id, "status": "done", **json.loads(raw)}
-    store = DeadLetters(app.broker.client, app.settings.queue, app.broker)
+    store = DeadLetters.for_app(app)
     for dead in store.newest(limit=1000):
         if dead.job_id == job_id:
             return {"job_id": job_id, "status": "dead", "error": f"{dead.error_type}: {dead.error}"}
