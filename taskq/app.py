@@ -109,7 +109,7 @@ class App:
                 return _job(msg, None)
             return _job(msg, self.broker.publish(msg, body))
         except redis.RedisError as exc:
-            raise BrokerError(unreachable(self.settings.redis_url, exc)) from exc
+            raise BrokerError(enqueue_failed(self.settings.redis_url, exc)) from exc
 
     def enqueue_many(self, messages: Iterable[Message]) -> list[Job]:
         """Send many jobs, one pipelined round trip per batch of 1,000.
@@ -127,7 +127,7 @@ class App:
             try:
                 ids = self.broker.publish_many(encoded)
             except redis.RedisError as exc:
-                raise BrokerError(unreachable(self.settings.redis_url, exc)) from exc
+                raise BrokerError(enqueue_failed(self.settings.redis_url, exc)) from exc
             jobs += [_job(m, i) for m, i in zip(batch, ids, strict=True)]
         return jobs
 
@@ -161,6 +161,18 @@ def unreachable(redis_url: str, exc: BaseException) -> str:
         f"cannot reach Redis at {redact(redis_url)} ({exc}); start one with `taskq server` "
         "or point TASKQ_REDIS_URL at yours"
     )
+
+
+def enqueue_failed(redis_url: str, exc: redis.RedisError) -> str:
+    """Why an enqueue failed, saying when the job may have been sent all the same."""
+    if isinstance(exc, redis.TimeoutError):
+        return (
+            f"Redis at {redact(redis_url)} did not answer in time ({exc}); the job may or may "
+            "not have been enqueued"
+        )
+    if isinstance(exc, redis.ConnectionError):
+        return unreachable(redis_url, exc)
+    return f"Redis at {redact(redis_url)} refused the job: {exc}"
 
 
 def redact(url: str) -> str:

@@ -25,7 +25,10 @@ from taskq.errors import BrokerError
 from taskq.keys import GROUP, PRIORITIES, RETRY_CONSUMER, QueueKeys
 from taskq.message import Message, now_ms
 
-KEYS_PER_QUEUE = 8
+KEYS_PER_QUEUE = 9
+"""Keys ``fetch.lua`` takes per queue (see the script's header)."""
+FENCED = ("park", "dead_letter", "requeue")
+"""Scripts that move one pending entry, and so start with the ownership fence."""
 
 
 class Delivery(NamedTuple):
@@ -48,7 +51,9 @@ class Fetched(NamedTuple):
 
 @functools.cache
 def _lua(name: str) -> str:
-    return resources.files("taskq.lua").joinpath(f"{name}.lua").read_text()
+    folder = resources.files("taskq.lua")
+    text = folder.joinpath(f"{name}.lua").read_text()
+    return folder.joinpath("_fence.lua").read_text() + text if name in FENCED else text
 
 
 def connect(redis_url: str) -> redis.Redis:
@@ -73,13 +78,20 @@ class Broker:
         self._where: dict[int, tuple[str, str, str]] = {}
         for q in self.queues:
             k = self.keys[q]
-            block = [*k.streams, *(k.retry(p) for p in PRIORITIES), k.schedule, k.failures]
+            block = [
+                *k.streams,
+                *(k.retry(p) for p in PRIORITIES),
+                k.schedule,
+                k.failures,
+                k.deadletter,
+            ]
             for i, p in enumerate(PRIORITIES):
                 self._index[k.stream(p)] = len(self._fetch_keys) + i + 1
                 self._where[len(self._fetch_keys) + i + 1] = (k.stream(p), q, p)
             self._fetch_keys += block
         self._scripts: dict[str, Script] = {}
         self._shas: dict[str, str] = {}
+        self.streams = [s for k in self.keys.values() for s in k.streams]
         self._conn: Any = None
 
     def _direct(self, *args: Any) -> Any:
@@ -182,7 +194,8 @@ class Broker:
         argv: list[Any] = [GROUP, consumer, count, now_ms(), len(acks)]
         for d, failed_before in acks:
             index = self._index[d.stream]
-            argv += (index, d.entry_id, index - index % KEYS_PER_QUEUE + 8 if failed_before else 0)
+            failures = (index - 1) // KEYS_PER_QUEUE * KEYS_PER_QUEUE + 8
+            argv += (index, d.entry_id, failures if failed_before else 0)
         reply = self._evalsha("fetch", self._fetch_keys, argv)
         return Fetched(self._deliveries(reply, 1), int(reply[0]))
 
@@ -202,7 +215,7 @@ class Broker:
         Entries that arrive on several streams during the same wait come back together; the
         caller runs them in priority order.
         """
-        streams = [s for k in self.keys.values() for s in k.streams]
+        streams = self.streams
         args: list[Any] = ["GROUP", GROUP, consumer, "COUNT", count, "BLOCK", max(1, block_ms)]
         args += ["STREAMS", *streams, *([">"] * len(streams))]
         try:
@@ -251,12 +264,10 @@ class Broker:
         )
         return reply.decode() if isinstance(reply, bytes) else None
 
-    def requeue(self, d: Delivery, msg: Message, *, owner: str) -> str | None:
-        """Replace a pending entry with a fresh one carrying ``msg`` (for hand-backs)."""
-        k = self.keys[d.queue]
-        keys = [d.stream, k.stream(msg.priority), k.failures]
-        args = [GROUP, d.entry_id, owner, msg.task, msg.encode()]
-        reply = self._script("requeue")(keys=keys, args=args)
+    def requeue(self, d: Delivery, *, task: str, body: bytes, owner: str) -> str | None:
+        """Replace a pending entry with a fresh one at the end of the same stream (hand-back)."""
+        keys = [d.stream, self.keys[d.queue].failures]
+        reply = self._script("requeue")(keys=keys, args=[GROUP, d.entry_id, owner, task, body])
         return reply.decode() if isinstance(reply, bytes) else None
 
     def pending_of(self, consumer: str) -> list[Delivery]:
@@ -281,7 +292,7 @@ class Broker:
         """Reset the idle time of every entry pending under ``consumers`` (their leases)."""
         if not consumers:
             return 0
-        streams = [s for k in self.keys.values() for s in k.streams]
+        streams = self.streams
         return int(self._script("renew")(keys=streams, args=[GROUP, *consumers]))
 
     def try_lead_sweep(self, queue: str, worker_id: str, lease_ms: int) -> bool:
@@ -314,7 +325,7 @@ class Broker:
         return self._forget(idle_ms=0, only=consumer, keep=())
 
     def _forget(self, *, idle_ms: int, only: str, keep: Sequence[str]) -> int:
-        streams = [s for k in self.keys.values() for s in k.streams]
+        streams = self.streams
         args = [GROUP, idle_ms, only, RETRY_CONSUMER, *keep]
         return int(self._script("forget_consumers")(keys=streams, args=args))
 
@@ -347,14 +358,10 @@ class Broker:
         # Dead-letter ids are the time of death, so MINID drops exactly the older ones.
         return int(self.client.xtrim(key, minid=f"{older_than_ms}-0", approximate=False))
 
-    def dead_retry(self, queue: str, dead_id: str, msg: Message) -> str | None:
-        """Move one dead-lettered job back to its priority stream, attempts reset."""
-        k = self.keys[queue]
-        body = msg.with_retries(0).encode()
-        reply = self._script("dead_retry")(
-            keys=[k.deadletter, k.stream(msg.priority)], args=[dead_id, msg.task, body]
-        )
-        return reply.decode() if isinstance(reply, bytes) else None
+    def dead_retry(self, queue: str, dead_id: str, *, stream: str, task: str, body: bytes) -> bool:
+        """Move one dead-lettered job back to a job stream of its queue, in one step."""
+        keys = [QueueKeys(queue).deadletter, stream]
+        return bool(self._script("dead_retry")(keys=keys, args=[dead_id, task, body]))
 
     def purge_waiting(
         self,

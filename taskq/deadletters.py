@@ -11,7 +11,7 @@ from taskq.app import App
 from taskq.broker import Broker
 from taskq.errors import DecodeError
 from taskq.keys import QueueKeys
-from taskq.message import Message
+from taskq.message import Message, with_retries
 
 
 @dataclass(frozen=True)
@@ -116,16 +116,23 @@ class DeadLetters:
         jobs = self._scan() if dead_ids is None else (self.get(i) for i in dead_ids)
         moved = skipped = 0
         for job in list(jobs):
-            msg = job.message() if job else None
-            if (
-                job is None
-                or msg is None
-                or not self.broker.dead_retry(self.queue, job.dead_id, msg)
-            ):
-                skipped += 1
-            else:
+            if job is not None and self._retry_one(job):
                 moved += 1
+            else:
+                skipped += 1
         return moved, skipped
+
+    def _retry_one(self, job: DeadJob) -> bool:
+        """Back to the stream it died in (its queue's, by priority, if that is unknown)."""
+        msg = job.message()
+        if msg is None:
+            return False  # bad input stays dead: running it again cannot succeed
+        k = QueueKeys(self.queue)
+        stream = job.stream if job.stream in k.streams else k.stream(msg.priority)
+        body = with_retries(job.body, 0)
+        return self.broker.dead_retry(
+            self.queue, job.dead_id, stream=stream, task=msg.task, body=body
+        )
 
     def purge(self, *, older_than_ms: int | None = None) -> int:
         return self.broker.purge_dead(self.queue, older_than_ms=older_than_ms)

@@ -50,7 +50,3 @@ class Retry(Exception):
 
 class SoftTimeLimitExceeded(Exception):
     """Raised inside a task that ran past its soft time limit."""
-
-
-class WorkerLost(Exception):
-    """The process running a job died (killed, crashed or past its hard time limit)."""

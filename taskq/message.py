@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgpack
@@ -78,9 +78,6 @@ class Message:
             )
         return body
 
-    def with_retries(self, retries: int) -> Message:
-        return replace(self, retries=retries)
-
     @classmethod
     def decode(cls, body: bytes) -> Message:
         """Parse a body; unknown keys are ignored (forward compatibility).
@@ -132,6 +129,13 @@ def _field(data: dict[Any, Any], key: str, kind: type, default: Any, body: bytes
     if value is _REQUIRED:
         raise DecodeError(f"body has no {key!r}", body)
     raise DecodeError(f"body field {key!r} must be {kind.__name__}", body)
+
+
+def with_retries(body: bytes, retries: int) -> bytes:
+    """The same body with ``retries`` set; every other field, known or not, is kept as is."""
+    data = msgpack.unpackb(body, raw=False, strict_map_key=False)
+    data["retries"] = retries
+    return bytes(msgpack.packb(data, use_bin_type=True))
 
 
 def _offending_argument(msg: Message) -> str:

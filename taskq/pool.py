@@ -29,11 +29,12 @@ from taskq import __version__
 from taskq.app import App
 from taskq.broker import Broker, Delivery
 from taskq.errors import TaskqError
-from taskq.executor import DEAD, Executor, Outcome, Prepared
+from taskq.executor import DEAD, RETRY, Executor, Outcome, Prepared
 from taskq.message import now_ms
 from taskq.middleware import emit
 from taskq.scoreboard import Scoreboard, SlotView
-from taskq.worker import Consumer, ConsumerOptions, dead_letter_fields, hand_back, log_outcome
+from taskq.settle import hand_back, settle
+from taskq.worker import Consumer, ConsumerOptions
 
 logger = logging.getLogger(__name__)
 
@@ -109,6 +110,7 @@ class Pool:
         emit(self.app.middleware, "worker_start", self.options.queues)
         for i in range(self.options.concurrency):
             self._spawn(i)
+        self._maintain(lambda b: b.ensure_groups())  # connects only now: after the forks
         logger.info(
             "worker %s: %d children on %s",
             self.worker_id,
@@ -132,11 +134,13 @@ class Pool:
             logger.warning("grace period over: cold shutdown")
             self._go_cold()
         self._settle_orphans()
+        s = self.app.settings
+        # Leases and the heartbeat go on while children finish their jobs in a warm shutdown.
+        self._periodic("renew", s.visibility_timeout_ms / 3000, self._renew)
+        self._periodic("heartbeat", s.heartbeat_interval_ms / 1000, self._beat)
         if not self.stopping:
             self._respawn()
-            self._periodic("renew", self.app.settings.visibility_timeout_ms / 3000, self._renew)
-            self._periodic("heartbeat", self.app.settings.heartbeat_interval_ms / 1000, self._beat)
-            self._periodic("sweep", self.app.settings.sweep_interval_ms / 1000, self._sweep)
+            self._periodic("sweep", s.sweep_interval_ms / 1000, self._sweep)
         self._title()
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
@@ -161,7 +165,13 @@ class Pool:
 
     def _spawn(self, index: int) -> None:
         self.scoreboard.reset(index, 0)
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError as exc:  # EAGAIN/ENOMEM under a pid or memory limit: try again later
+            logger.error("cannot fork child %d: %s", index + 1, exc)
+            self._backoff.failures += 1
+            self._backoff.not_before = time.monotonic() + min(30.0, 2.0**self._backoff.failures)
+            return
         if pid == 0:
             os._exit(self._child_main(index))
         consumer = f"{self.worker_id}:{index}:{pid}"
@@ -267,7 +277,8 @@ class Pool:
 
     def _settle_child(self, broker: Broker, *, child: _Child, view: SlotView, cause: str) -> None:
         for d in broker.pending_of(child.consumer):
-            lost_while_running = view.busy and d.entry_id == view.entry_id and not self.cold
+            running = (d.stream, d.entry_id) == (view.stream, view.entry_id)
+            lost_while_running = view.busy and running and not self.cold
             self._settle_entry(broker, d, child.consumer, cause if lost_while_running else "")
         broker.forget_consumer(child.consumer)
 
@@ -277,22 +288,22 @@ class Pool:
             self._fail_lost(broker, prepared, owner, lost_cause)
         else:
             # Not started, or interrupted by a cold shutdown: back to the stream, attempt not used.
-            hand_back(broker, self.executor, d, owner)
+            hand_back(broker, self.executor, d, owner=owner)
 
     def _fail_lost(self, broker: Broker, p: Prepared, owner: str, cause: str) -> None:
         """The job's process died under it: that run counts as a failed attempt."""
-        d = p.delivery
-        if p.policy.should_retry(p.attempt):
-            broker.park(d, owner=owner, due_ms=now_ms() + p.policy.delay_ms(p.attempt))
-            kind = "retry"
-        else:
-            kind = DEAD
-        outcome = Outcome(kind, d, p.msg, p.attempt, error_type="WorkerLost", error=cause)
-        if kind == DEAD:
-            broker.dead_letter(d, owner=owner, fields=dead_letter_fields(outcome, worker=owner))
-        self._settled.update(("failed", "retried" if kind == "retry" else "dead"))
-        log_outcome(outcome)
-        emit(self.app.middleware, "after_job", outcome)
+        retry = p.policy.should_retry(p.attempt)
+        outcome = Outcome(
+            RETRY if retry else DEAD,
+            p.delivery,
+            p.msg,
+            p.attempt,
+            p.policy.delay_ms(p.attempt) if retry else 0,
+            error_type="WorkerLost",
+            error=cause,
+        )
+        settle(broker, self.executor, outcome, owner=owner)
+        self._settled.update(("failed", "retried" if retry else "dead"))
 
     # -- periodic maintenance --------------------------------------------------------------
 
@@ -334,7 +345,6 @@ class Pool:
         broker.forget_consumers(idle_ms=FORGET_CONSUMERS_AFTER_MS, keep=live)
 
     def _beat(self, broker: Broker) -> None:
-        broker.ensure_groups()
         broker.heartbeat(self.worker_id, self._record(), ttl_ms=self.app.settings.worker_ttl_ms)
 
     def _record(self) -> dict[str, str | int]:

@@ -24,13 +24,27 @@ from taskq.broker import Broker, Delivery
 from taskq.errors import SoftTimeLimitExceeded
 from taskq.executor import DEAD, OK, RETRY, Executor, Outcome, Prepared
 from taskq.message import now_ms
-from taskq.middleware import emit
 from taskq.scoreboard import Slot
+from taskq.settle import hand_back, settle
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
-ARROWS = {OK: "←", RETRY: "↻", DEAD: "✗"}
+COUNTERS = {OK: (0,), RETRY: (1, 2), DEAD: (1, 3)}
+"""Scoreboard counters an outcome bumps: processed, failed, retried, dead."""
+
+OUTAGE_ERRORS = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    redis.ReadOnlyError,
+    redis.exceptions.OutOfMemoryError,
+)
+"""Replies that mean "Redis cannot take this now": wait and try again, keep what is held."""
+
+
+def is_outage(exc: BaseException) -> bool:
+    busy = isinstance(exc, redis.ResponseError) and str(exc).startswith(("BUSY ", "MASTERDOWN"))
+    return isinstance(exc, OUTAGE_ERRORS) or busy
 
 
 class _Interrupted(Exception):
@@ -78,7 +92,7 @@ class Consumer:
         self._running = False
         self._done = 0
         self._outage_since = 0.0
-        self._held: set[str] = set()
+        self._reconcile_due = False
 
     # -- signals -------------------------------------------------------------------------
 
@@ -91,6 +105,7 @@ class Consumer:
     def _on_stop(self, signum: int, frame: FrameType | None) -> None:
         self.stopping = True
         if self._idle:
+            self._idle = False  # raise once, even if a second signal follows at once
             raise _Interrupted()
 
     def _on_soft_limit(self, signum: int, frame: FrameType | None) -> None:
@@ -107,7 +122,6 @@ class Consumer:
             batch, acks = self._next_batch(acks), []
             if batch is None:
                 break
-            self._held = {d.entry_id for d in batch}
             for i, d in enumerate(batch):
                 if self.stopping:
                     self._hand_back(batch[i:])
@@ -115,26 +129,24 @@ class Consumer:
                 outcome = self._process(d)
                 if outcome.kind == OK:
                     acks.append((d, outcome.failed_before))
-                self._held.discard(d.entry_id)
             self._check_limits()
         if acks:
             self._retrying(lambda: self.broker.fetch(self.name, 0, acks))
         self._retrying(lambda: self.broker.forget_consumer(self.name))
 
     def _next_batch(self, acks: list[tuple[Delivery, bool]]) -> list[Delivery] | None:
+        if self._reconcile_due:
+            self._retrying(functools.partial(self._reconcile, {d.entry_id for d, _ in acks}))
+            self._reconcile_due = False
         fetched = self._retrying(lambda: self.broker.fetch(self.name, self.options.prefetch, acks))
         if fetched.deliveries or self.stopping:
             return fetched.deliveries
         if self.options.burst and (fetched.next_due_ms < 0 or fetched.next_due_ms > now_ms() + 50):
             return None
-        block_ms = self.broker_block_ms
+        block_ms = self.executor.app.settings.block_ms
         if fetched.next_due_ms >= 0:
             block_ms = max(1, min(block_ms, fetched.next_due_ms - now_ms()))
         return self._read_blocking(block_ms)
-
-    @property
-    def broker_block_ms(self) -> int:
-        return self.executor.app.settings.block_ms
 
     def _read_blocking(self, block_ms: int) -> list[Delivery]:
         self._idle = True
@@ -180,38 +192,32 @@ class Consumer:
             self.set_title("idle")
 
     def _settle(self, o: Outcome) -> None:
-        """Park or dead-letter a failure, count it, and log the transition."""
-        d = o.delivery
-        if o.kind == RETRY:
-            due = now_ms() + o.delay_ms
-            self._retrying(lambda: self.broker.park(d, owner=self.name, due_ms=due))
-        elif o.kind == DEAD:
-            fields = dead_letter_fields(o, worker=self.name)
-            self._retrying(lambda: self.broker.dead_letter(d, owner=self.name, fields=fields))
+        """Record the job's fate (a success is acked by the next fetch) and count it."""
+        self._retrying(functools.partial(settle, self.broker, self.executor, o, owner=self.name))
         if self.slot is not None:
-            counters = {OK: (0,), RETRY: (1, 2), DEAD: (1, 3)}[o.kind]
-            self.slot.finish(*counters)
+            self.slot.finish(*COUNTERS[o.kind])
         self._done += 1
-        log_outcome(o)
-        emit(self.executor.app.middleware, "after_job", o)
 
     def _hand_back(self, rest: list[Delivery]) -> None:
         """Return prefetched jobs that did not start, without using up an attempt."""
         for d in rest:
-            self._retrying(functools.partial(hand_back, self.broker, self.executor, d, self.name))
+            self._retrying(
+                functools.partial(hand_back, self.broker, self.executor, d, owner=self.name)
+            )
 
-    def _reconcile(self) -> None:
-        """After an outage, hand back entries pending under this consumer that it does not hold.
+    def _reconcile(self, done: set[str]) -> None:
+        """After an outage, hand back entries pending here that this consumer does not hold.
 
+        Called before the fetch that acks ``done`` (finished jobs), with no other job held.
         A Redis restart can bring back entries whose ack was lost with the last second of
         writes; without this they would stay pending under a live consumer for good.
         """
         for d in self.broker.pending_of(self.name):
-            if d.entry_id not in self._held:
+            if d.entry_id not in done:
                 logger.warning(
                     "handing back %s %s: pending here after a Redis outage", d.stream, d.entry_id
                 )
-                hand_back(self.broker, self.executor, d, self.name)
+                hand_back(self.broker, self.executor, d, owner=self.name)
 
     def _check_limits(self) -> None:
         o = self.options
@@ -233,10 +239,10 @@ class Consumer:
         while True:
             try:
                 result = call()
-            except (redis.ConnectionError, redis.TimeoutError, redis.ReadOnlyError) as exc:
-                if not self._outage_since:
-                    self._outage_since = time.monotonic()
-                    logger.warning("Redis unreachable (%s); retrying with backoff", exc)
+            except redis.RedisError as exc:
+                if not is_outage(exc):
+                    raise
+                self._note_outage(exc)
                 if self._idle and self.stopping:
                     raise _Interrupted() from None
                 time.sleep(delay * random.uniform(0.5, 1.5))
@@ -245,71 +251,14 @@ class Consumer:
             if self._outage_since:
                 logger.warning("Redis is back after %.1fs", time.monotonic() - self._outage_since)
                 self._outage_since = 0.0
-                self._retrying(self._reconcile)
             return result
 
-
-def hand_back(broker: Broker, executor: Executor, d: Delivery, owner: str) -> None:
-    """Put a pending entry back in its stream without using up an attempt.
-
-    An entry that cannot run at all (bad input) goes to the dead-letter stream instead.
-    """
-    prepared = executor.prepare(d)
-    if isinstance(prepared, Outcome):
-        broker.dead_letter(d, owner=owner, fields=dead_letter_fields(prepared, worker=owner))
-        log_outcome(prepared)
-        emit(executor.app.middleware, "after_job", prepared)
-    else:
-        broker.requeue(d, prepared.msg.with_retries(prepared.attempt - 1), owner=owner)
+    def _note_outage(self, exc: BaseException) -> None:
+        self._reconcile_due = True
+        if not self._outage_since:
+            self._outage_since = time.monotonic()
+            logger.warning("Redis unavailable (%s); retrying with backoff", exc)
 
 
 def _peak_rss_kb() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-
-
-def dead_letter_fields(o: Outcome, *, worker: str) -> dict[str, object]:
-    """The fields a dead-letter entry adds to the original job."""
-    d = o.delivery
-    return {
-        "task": o.msg.task if o.msg else "",
-        "job_id": o.msg.id if o.msg else "",
-        "body": d.body or b"",
-        "error_type": o.error_type,
-        "error": o.error,
-        "traceback": o.traceback,
-        "attempts": o.attempt,
-        "worker": worker,
-        "stream": d.stream,
-        "entry_id": d.entry_id,
-    }
-
-
-def log_outcome(o: Outcome) -> None:
-    """One INFO line per finished job (WARNING when it is dead-lettered)."""
-    level = logging.WARNING if o.kind == DEAD else logging.INFO
-    if not logger.isEnabledFor(level):
-        return
-    task = o.msg.task if o.msg else "?"
-    job = o.msg.id if o.msg else o.delivery.entry_id
-    detail = f" {o.error_type}: {o.error}" if o.error_type else ""
-    extra = {
-        "job_id": job,
-        "task": task,
-        "priority": o.delivery.priority,
-        "outcome": o.kind,
-        "attempt": o.attempt,
-        "duration_ms": round(o.duration_s * 1000, 3),
-    }
-    logger.log(
-        level,
-        "%s %s[%s] %s attempt %d %.1fms %s%s",
-        ARROWS[o.kind],
-        task,
-        job,
-        o.delivery.priority,
-        o.attempt,
-        o.duration_s * 1000,
-        o.kind,
-        detail,
-        extra=extra,
-    )

@@ -1,10 +1,8 @@
 -- Move a pending entry to the dead-letter stream, acking and deleting it at the source.
 -- KEYS: stream, retry zset, failures hash, dead-letter stream.
--- ARGV: group, entry id, owner ('' = any), now_ms, then field/value pairs for the dead entry.
+-- ARGV: group, entry id, owner, now_ms, then field/value pairs for the dead entry.
 -- Returns the dead entry id, or 0 if the entry is no longer pending under `owner`.
-local p = redis.pcall('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1)
-if type(p) ~= 'table' or p.err or not p[1] then return 0 end
-if ARGV[3] ~= '' and p[1][2] ~= ARGV[3] then return 0 end
+if not owned(KEYS[1], ARGV[1], ARGV[2], ARGV[3]) then return 0 end
 local fkey = KEYS[1] .. ' ' .. ARGV[2]
 local first = redis.call('HGET', KEYS[3], fkey) or ARGV[4]
 local id = redis.call('XADD', KEYS[4], '*', 'first_failure_ms', first, 'last_failure_ms', ARGV[4],

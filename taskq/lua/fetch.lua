@@ -1,41 +1,66 @@
 -- Acknowledge finished jobs, promote due delayed jobs, then deliver up to COUNT jobs in strict
 -- priority order (due retries, then new entries, per stream), all in one round trip.
--- KEYS: per queue, 8 keys: stream high/normal/low, retry zset high/normal/low, schedule, failures.
+-- KEYS: per queue, 9 keys: stream high/normal/low, retry zset high/normal/low, schedule,
+--       failures, dead-letter stream.
 -- ARGV: group, consumer, count, now_ms, n_acks, then n_acks triples
 --       (stream key index, entry id, failures key index or 0).
 -- Returns {next_due_ms or -1, then per delivery: stream key index, entry id, deliveries, fields}.
 local group, consumer = ARGV[1], ARGV[2]
 local count, now, nacks = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local PER_QUEUE = 9
 
--- One XACK and one XDEL per stream for the whole batch (at most --prefetch ids).
+-- Acks, fenced like every other move: only entries still pending under this consumer (one
+-- that lost a job to the sweep must not delete it under its new owner). One XACK and one
+-- XDEL per stream for the whole batch.
 local acked, order = {}, {}
 local a = 6
 for _ = 1, nacks do
-  local k, id, fk = tonumber(ARGV[a]), ARGV[a + 1], tonumber(ARGV[a + 2])
+  local k = tonumber(ARGV[a])
   if not acked[k] then
     acked[k] = {}
     order[#order + 1] = k
   end
-  acked[k][#acked[k] + 1] = id
-  if fk > 0 then redis.call('HDEL', KEYS[fk], KEYS[k] .. ' ' .. id) end
+  acked[k][#acked[k] + 1] = {ARGV[a + 1], tonumber(ARGV[a + 2])}
   a = a + 3
 end
 for _, k in ipairs(order) do
-  redis.call('XACK', KEYS[k], group, unpack(acked[k]))
-  redis.call('XDEL', KEYS[k], unpack(acked[k]))
+  local p = redis.pcall('XPENDING', KEYS[k], group, '-', '+', 1000, consumer)
+  if type(p) == 'table' and not p.err then
+    local mine, ids = {}, {}
+    for _, e in ipairs(p) do mine[e[1]] = true end
+    for _, ack in ipairs(acked[k]) do
+      if mine[ack[1]] then
+        ids[#ids + 1] = ack[1]
+        if ack[2] > 0 then redis.call('HDEL', KEYS[ack[2]], KEYS[k] .. ' ' .. ack[1]) end
+      end
+    end
+    if #ids > 0 then
+      redis.call('XACK', KEYS[k], group, unpack(ids))
+      redis.call('XDEL', KEYS[k], unpack(ids))
+    end
+  end
 end
 if count == 0 then return {-1} end
 
-local nq = #KEYS / 8
+-- Promote due delayed jobs. A member is "<priority index 0-2>\n<task>\n<body>"; anything else
+-- goes to the dead-letter stream with the reason instead of stopping every fetch.
+local nq = #KEYS / PER_QUEUE
 for q = 0, nq - 1 do
-  local b = q * 8
+  local b = q * PER_QUEUE
   local due = redis.call('ZRANGEBYSCORE', KEYS[b + 7], '-inf', now, 'LIMIT', 0, 100)
   for _, m in ipairs(due) do
-    -- member: "<priority index>\n<task>\n<body>"
     local p = tonumber(string.sub(m, 1, 1))
     local nl = string.find(m, '\n', 3, true)
-    redis.call('XADD', KEYS[b + 1 + p], '*', 'task', string.sub(m, 3, nl - 1),
-      'body', string.sub(m, nl + 1))
+    if p ~= nil and p >= 0 and p <= 2 and string.sub(m, 2, 2) == '\n' and nl then
+      redis.call('XADD', KEYS[b + 1 + p], '*', 'task', string.sub(m, 3, nl - 1),
+        'body', string.sub(m, nl + 1))
+    else
+      redis.call('XADD', KEYS[b + 9], '*', 'first_failure_ms', now, 'last_failure_ms', now,
+        'task', '', 'job_id', '', 'body', m, 'error_type', 'Rejected',
+        'error', 'malformed schedule member (want "<0-2>\\n<task>\\n<body>")',
+        'traceback', '', 'attempts', 0, 'worker', consumer, 'stream', KEYS[b + 7],
+        'entry_id', '')
+    end
     redis.call('ZREM', KEYS[b + 7], m)
   end
 end
@@ -53,7 +78,7 @@ local function read_new(skey, n)
 end
 
 for q = 0, nq - 1 do
-  local b = q * 8
+  local b = q * PER_QUEUE
   for p = 1, 3 do
     if got >= count then break end
     local skey, rkey = KEYS[b + p], KEYS[b + 3 + p]
@@ -92,7 +117,7 @@ if got == 0 then
   local nxt = -1
   for q = 0, nq - 1 do
     for k = 4, 7 do
-      local z = redis.call('ZRANGE', KEYS[q * 8 + k], 0, 0, 'WITHSCORES')
+      local z = redis.call('ZRANGE', KEYS[q * PER_QUEUE + k], 0, 0, 'WITHSCORES')
       if z[2] then
         local s = tonumber(z[2])
         if nxt < 0 or s < nxt then nxt = s end

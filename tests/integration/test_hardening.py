@@ -1,0 +1,120 @@
+"""Failure modes found in review: outages mid-loop, shutdown leases, poison members, OOM."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import msgpack
+import pytest
+import redis
+
+from taskq import App
+from tests import tasks
+from tests.conftest import WorkerProcess, wait_until
+
+pytestmark = pytest.mark.integration
+StartWorker = Callable[..., WorkerProcess]
+
+
+def runs(r: redis.Redis) -> list[dict[str, Any]]:
+    return [msgpack.unpackb(x, raw=False) for x in r.lrange("runs", 0, -1)]
+
+
+@pytest.fixture
+def app(redis_url: str) -> Iterator[App]:
+    tasks.app.settings = tasks.app.settings.replace(redis_url=redis_url)
+    yield tasks.app
+    tasks.app.close()
+
+
+def _idle(r: redis.Redis) -> bool:
+    clients = r.client_list()
+    return any(c.get("cmd") == "xreadgroup" for c in clients)
+
+
+def _pending(r: redis.Redis, stream: str) -> int:
+    groups = r.xinfo_groups(stream) if r.exists(stream) else []
+    return int(groups[0]["pending"]) if groups else 0
+
+
+def test_dropped_connections_do_not_run_jobs_twice(
+    app: App, start_worker: StartWorker, r: redis.Redis
+) -> None:
+    w = start_worker("-A", "tests.tasks", "-c", "1", "--prefetch", "3")
+    wait_until(lambda: _idle(r), message="the worker to block in XREADGROUP")
+    r.client_kill_filter(_type="normal", skipme=True)  # cut every worker connection
+    tasks.echo.map(range(3))
+    wait_until(lambda: r.llen("runs") >= 3, message="3 runs")
+    wait_until(lambda: r.xlen("tasks:normal") == 0, message="acks")
+    time.sleep(0.5)  # a duplicate run, if any, would be recorded by now
+    assert sorted(x["value"] for x in runs(r)) == [0, 1, 2]
+    assert "Traceback" not in w.output()
+
+
+def test_warm_shutdown_keeps_leases_so_no_other_worker_steals_the_job(
+    app: App, start_worker: StartWorker, r: redis.Redis
+) -> None:
+    env = {"TASKQ_VISIBILITY_TIMEOUT_MS": "1000", "TASKQ_SWEEP_INTERVAL_MS": "200"}
+    a = start_worker("-A", "tests.tasks", "-c", "1", "--grace", "20", **env)
+    tasks.sleepy.delay(3.0, tag="long")
+    wait_until(lambda: _pending(r, "tasks:normal") == 1, message="start")
+    start_worker("-A", "tests.tasks", "-c", "1", **env)  # a sweeper that would steal it
+    a.signal(signal.SIGTERM)
+    assert a.wait(30) == 0
+    time.sleep(1.5)  # give the other worker's sweep every chance to steal it
+    assert [x["tag"] for x in runs(r)] == ["long"]
+    assert r.xlen("tasks:deadletter") == 0 and r.xlen("tasks:normal") == 0
+
+
+def test_malformed_schedule_member_is_dead_lettered_and_jobs_keep_flowing(
+    app: App, start_worker: StartWorker, r: redis.Redis
+) -> None:
+    r.zadd("tasks:schedule", {b"9\nbogus": 0, b"no newline at all": 0})
+    tasks.echo.apply_async(("after",), countdown=0.2)
+    tasks.echo.delay("now")
+    start_worker("-A", "tests.tasks", "-c", "1")
+    wait_until(lambda: r.llen("runs") == 2, message="both good jobs")
+    dead = r.xrange("tasks:deadletter")
+    assert len(dead) == 2
+    assert all(b"malformed schedule member" in f[b"error"] for _, f in dead)
+    assert r.zcard("tasks:schedule") == 0
+
+
+def test_hand_back_keeps_the_stream_and_unknown_fields(
+    app: App, start_worker: StartWorker, r: redis.Redis
+) -> None:
+    # A foreign producer's job on the high stream, without "priority", with an extension field.
+    body = msgpack.packb(
+        {"v": 1, "id": "ext-1", "task": "tests.tasks.sleepy", "args": [30], "x_trace": "abc"}
+    )
+    r.xadd("tasks:high", {"task": "tests.tasks.sleepy", "body": body})
+    w = start_worker("-A", "tests.tasks", "-c", "1", "--grace", "0.3")
+    wait_until(lambda: _pending(r, "tasks:high") == 1, message="start")
+    w.signal(signal.SIGTERM)
+    w.wait(20)
+    [(_, fields)] = r.xrange("tasks:high")
+    back = msgpack.unpackb(fields[b"body"], raw=False)
+    assert back["x_trace"] == "abc" and back["id"] == "ext-1" and back["retries"] == 0
+
+
+def test_a_redis_out_of_memory_makes_workers_wait_not_crash(
+    app: App, start_worker: StartWorker, r: redis.Redis
+) -> None:
+    # Given: a job that will fail, so its worker must write (park it) while Redis is full.
+    tasks.always_fails.delay("oom")
+    r.config_set("maxmemory-policy", "noeviction")
+    r.config_set("maxmemory", "1")
+    try:
+        w = start_worker("-A", "tests.tasks", "-c", "1")
+        wait_until(lambda: "Redis unavailable" in w.output(), message="the OOM to be noticed")
+    finally:
+        r.config_set("maxmemory", "0")
+    # Then: once Redis has room again the job's fate is recorded, and nothing crashed.
+    wait_until(
+        lambda: r.xlen("tasks:deadletter") + r.zcard("tasks:retry:normal") == 1,
+        message="the job to be parked or dead-lettered",
+    )
+    assert "crashed" not in w.output() and "died" not in w.output()
