@@ -181,7 +181,12 @@ class Broker:
                         raise
 
     def fetch(
-        self, consumer: str, count: int, acks: Sequence[tuple[Delivery, bool]] = ()
+        self,
+        consumer: str,
+        count: int,
+        acks: Sequence[tuple[Delivery, bool]] = (),
+        *,
+        fence_acks: bool = True,
     ) -> Fetched:
         """Ack finished jobs and take up to ``count`` new ones, in one script call.
 
@@ -190,8 +195,10 @@ class Broker:
             count: how many jobs to take (0: only ack).
             acks: finished deliveries, each with whether it ever failed (its failure record
                 must then be cleared).
+            fence_acks: ack only entries still pending under ``consumer``. The caller may skip
+                this for jobs it fetched less than half a visibility timeout ago.
         """
-        argv: list[Any] = [GROUP, consumer, count, now_ms(), len(acks)]
+        argv: list[Any] = [GROUP, consumer, count, now_ms(), int(fence_acks), len(acks)]
         for d, failed_before in acks:
             index = self._index[d.stream]
             failures = (index - 1) // KEYS_PER_QUEUE * KEYS_PER_QUEUE + 8

@@ -20,7 +20,7 @@ from typing import TypeVar
 
 import redis
 
-from taskq.broker import Broker, Delivery
+from taskq.broker import Broker, Delivery, Fetched
 from taskq.errors import SoftTimeLimitExceeded
 from taskq.executor import DEAD, OK, RETRY, Executor, Outcome, Prepared
 from taskq.message import now_ms
@@ -93,6 +93,7 @@ class Consumer:
         self._done = 0
         self._outage_since = 0.0
         self._reconcile_due = False
+        self._fetched_at = time.monotonic()
 
     # -- signals -------------------------------------------------------------------------
 
@@ -131,14 +132,14 @@ class Consumer:
                     acks.append((d, outcome.failed_before))
             self._check_limits()
         if acks:
-            self._retrying(lambda: self.broker.fetch(self.name, 0, acks))
+            self._retrying(functools.partial(self._fetch, 0, acks))
         self._retrying(lambda: self.broker.forget_consumer(self.name))
 
     def _next_batch(self, acks: list[tuple[Delivery, bool]]) -> list[Delivery] | None:
         if self._reconcile_due:
             self._retrying(functools.partial(self._reconcile, {d.entry_id for d, _ in acks}))
             self._reconcile_due = False
-        fetched = self._retrying(lambda: self.broker.fetch(self.name, self.options.prefetch, acks))
+        fetched = self._retrying(functools.partial(self._fetch, self.options.prefetch, acks))
         if fetched.deliveries or self.stopping:
             return fetched.deliveries
         if self.options.burst and (fetched.next_due_ms < 0 or fetched.next_due_ms > now_ms() + 50):
@@ -148,14 +149,25 @@ class Consumer:
             block_ms = max(1, min(block_ms, fetched.next_due_ms - now_ms()))
         return self._read_blocking(block_ms)
 
+    def _fetch(self, count: int, acks: list[tuple[Delivery, bool]]) -> Fetched:
+        # Jobs fetched less than half a visibility timeout ago cannot have been swept, so their
+        # acks skip the ownership check (it costs an XPENDING per batch).
+        age_ms = (time.monotonic() - self._fetched_at) * 1000
+        fence = age_ms > self.executor.app.settings.visibility_timeout_ms / 2
+        fetched = self.broker.fetch(self.name, count, acks, fence_acks=fence)
+        self._fetched_at = time.monotonic()
+        return fetched
+
     def _read_blocking(self, block_ms: int) -> list[Delivery]:
         self._idle = True
         try:
             if self.stopping:
                 return []
-            return self._retrying(
+            batch = self._retrying(
                 lambda: self.broker.read_blocking(self.name, self.options.prefetch, block_ms)
             )
+            self._fetched_at = time.monotonic()
+            return batch
         except _Interrupted:
             # The read was cut off mid-reply: drop that connection. Entries it may have
             # delivered stay pending under this consumer and are handed back by the master.

@@ -2,18 +2,20 @@
 -- priority order (due retries, then new entries, per stream), all in one round trip.
 -- KEYS: per queue, 9 keys: stream high/normal/low, retry zset high/normal/low, schedule,
 --       failures, dead-letter stream.
--- ARGV: group, consumer, count, now_ms, n_acks, then n_acks triples
+-- ARGV: group, consumer, count, now_ms, fence acks (0/1), n_acks, then n_acks triples
 --       (stream key index, entry id, failures key index or 0).
 -- Returns {next_due_ms or -1, then per delivery: stream key index, entry id, deliveries, fields}.
 local group, consumer = ARGV[1], ARGV[2]
-local count, now, nacks = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local count, now, nacks = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[6])
+local fence = ARGV[5] == '1' 
 local PER_QUEUE = 9
 
 -- Acks, fenced like every other move: only entries still pending under this consumer (one
--- that lost a job to the sweep must not delete it under its new owner). One XACK and one
--- XDEL per stream for the whole batch.
+-- that lost a job to the sweep must not delete it under its new owner). The caller skips the
+-- fence for jobs it fetched less than half a visibility timeout ago: the sweep only takes
+-- entries idle for a whole one. One XACK and one XDEL per stream for the whole batch.
 local acked, order = {}, {}
-local a = 6
+local a = 7
 for _ = 1, nacks do
   local k = tonumber(ARGV[a])
   if not acked[k] then
@@ -24,12 +26,12 @@ for _ = 1, nacks do
   a = a + 3
 end
 for _, k in ipairs(order) do
-  local p = redis.pcall('XPENDING', KEYS[k], group, '-', '+', 1000, consumer)
+  local p = fence and redis.pcall('XPENDING', KEYS[k], group, '-', '+', 1000, consumer) or {}
   if type(p) == 'table' and not p.err then
     local mine, ids = {}, {}
     for _, e in ipairs(p) do mine[e[1]] = true end
     for _, ack in ipairs(acked[k]) do
-      if mine[ack[1]] then
+      if mine[ack[1]] or not fence then
         ids[#ids + 1] = ack[1]
         if ack[2] > 0 then redis.call('HDEL', KEYS[ack[2]], KEYS[k] .. ' ' .. ack[1]) end
       end
