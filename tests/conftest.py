@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import pytest
 import redis
 
@@ -93,6 +94,21 @@ def make_app(redis_url: str) -> Iterator[Callable[..., App]]:
     yield make
     for app in apps:
         app.close()
+
+
+@pytest.fixture
+def task_app(redis_url: str) -> Iterator[App]:
+    """``tests.tasks.app`` (the app worker subprocesses load) pointed at this test's Redis."""
+    from tests import tasks
+
+    tasks.app.settings = tasks.app.settings.replace(redis_url=redis_url)
+    yield tasks.app
+    tasks.app.close()
+
+
+def runs(r: redis.Redis) -> list[dict[str, Any]]:
+    """The run records that tests.tasks write to the list ``runs``, oldest first."""
+    return [msgpack.unpackb(x, raw=False) for x in r.lrange("runs", 0, -1)]
 
 
 def worker_env(redis_url: str, **extra: str) -> dict[str, str]:

@@ -6,7 +6,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,20 +26,13 @@ pytestmark = pytest.mark.integration
 StartWorker = Callable[..., WorkerProcess]
 
 
-@pytest.fixture
-def app(redis_url: str) -> Iterator[App]:
-    tasks.app.settings = tasks.app.settings.replace(redis_url=redis_url)
-    yield tasks.app
-    tasks.app.close()
-
-
 def taskq(redis_url: str, *args: str, input: str | None = None) -> Any:
     result = CliRunner().invoke(main, ["--redis-url", redis_url, *args], input=input)
     return result
 
 
 @pytest.fixture
-def three_dead(app: App, start_worker: StartWorker, r: redis.Redis) -> list[str]:
+def three_dead(task_app: App, start_worker: StartWorker, r: redis.Redis) -> list[str]:
     for tag in ("a", "b", "c"):
         tasks.rejects.delay(tag)
     w = start_worker("-A", "tests.tasks", "-c", "1")
@@ -129,7 +122,9 @@ def test_app_from_pyproject_and_json_logs(tmp_path: Path, redis_url: str, r: red
     assert {"job_id", "priority", "duration_ms", "attempt"} <= set(done[0])
 
 
-def test_max_memory_per_child_recycles(app: App, start_worker: StartWorker, r: redis.Redis) -> None:
+def test_max_memory_per_child_recycles(
+    task_app: App, start_worker: StartWorker, r: redis.Redis
+) -> None:
     tasks.echo.map(range(3))
     start_worker("-A", "tests.tasks", "-c", "1", "--max-memory-per-child", "1")
     wait_until(lambda: r.llen("runs") == 3, message="3 jobs")

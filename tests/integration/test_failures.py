@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable
 
 import msgpack
 import pytest
@@ -18,21 +17,10 @@ from taskq.executor import Executor
 from taskq.keys import GROUP, RETRY_CONSUMER
 from taskq.worker import Consumer, ConsumerOptions
 from tests import tasks
-from tests.conftest import WorkerProcess, wait_until
+from tests.conftest import WorkerProcess, runs, wait_until
 
 pytestmark = pytest.mark.integration
 StartWorker = Callable[..., WorkerProcess]
-
-
-def runs(r: redis.Redis) -> list[dict[str, Any]]:
-    return [msgpack.unpackb(x, raw=False) for x in r.lrange("runs", 0, -1)]
-
-
-@pytest.fixture
-def app(redis_url: str) -> Iterator[App]:
-    tasks.app.settings = tasks.app.settings.replace(redis_url=redis_url)
-    yield tasks.app
-    tasks.app.close()
 
 
 def dead_entries(r: redis.Redis, queue: str = "tasks") -> list[dict[str, str]]:
@@ -43,7 +31,7 @@ def dead_entries(r: redis.Redis, queue: str = "tasks") -> list[dict[str, str]]:
 
 
 def test_always_failing_job_runs_three_times_with_growing_gaps_then_dead_letters(
-    app: App, start_worker: StartWorker, r: redis.Redis
+    task_app: App, start_worker: StartWorker, r: redis.Redis
 ) -> None:
     job = tasks.always_fails.delay("x")
     start_worker("-A", "tests.tasks", "-c", "2", TASKQ_RETRY_BACKOFF_MS="300")
@@ -67,7 +55,7 @@ def test_always_failing_job_runs_three_times_with_growing_gaps_then_dead_letters
 
 
 def test_flaky_job_succeeds_on_retry_and_leaves_nothing_behind(
-    app: App, start_worker: StartWorker, r: redis.Redis
+    task_app: App, start_worker: StartWorker, r: redis.Redis
 ) -> None:
     tasks.flaky.delay(3)
     start_worker("-A", "tests.tasks", "-c", "1")
@@ -78,7 +66,7 @@ def test_flaky_job_succeeds_on_retry_and_leaves_nothing_behind(
 
 
 def test_exceptions_marked_not_retryable_dead_letter_at_once(
-    app: App, start_worker: StartWorker, r: redis.Redis
+    task_app: App, start_worker: StartWorker, r: redis.Redis
 ) -> None:
     tasks.rejects.delay("v")
     start_worker("-A", "tests.tasks", "-c", "1")
@@ -87,7 +75,7 @@ def test_exceptions_marked_not_retryable_dead_letter_at_once(
 
 
 def test_job_that_kills_its_worker_three_times_is_dead_lettered(
-    app: App, start_worker: StartWorker, r: redis.Redis
+    task_app: App, start_worker: StartWorker, r: redis.Redis
 ) -> None:
     job = tasks.crash.delay("segv")
     start_worker("-A", "tests.tasks", "-c", "1")
@@ -98,7 +86,7 @@ def test_job_that_kills_its_worker_three_times_is_dead_lettered(
 
 
 def test_jobs_of_a_vanished_consumer_are_recovered_after_the_visibility_timeout(
-    app: App, start_worker: StartWorker, r: redis.Redis
+    task_app: App, start_worker: StartWorker, r: redis.Redis
 ) -> None:
     # Given: a consumer on another host took a job and vanished (no master renews its lease).
     tasks.echo.delay("orphan")
@@ -121,7 +109,7 @@ def test_jobs_of_a_vanished_consumer_are_recovered_after_the_visibility_timeout(
 
 
 def test_delayed_jobs_run_once_when_due_with_several_workers(
-    app: App, start_worker: StartWorker, r: redis.Redis
+    task_app: App, start_worker: StartWorker, r: redis.Redis
 ) -> None:
     due_at = time.time() + 1.0
     jobs = [tasks.echo.apply_async((i,), eta=due_at) for i in range(50)]
@@ -138,7 +126,7 @@ def test_delayed_jobs_run_once_when_due_with_several_workers(
 
 
 def test_attempt_count_survives_a_worker_restart(
-    app: App, start_worker: StartWorker, r: redis.Redis
+    task_app: App, start_worker: StartWorker, r: redis.Redis
 ) -> None:
     job = tasks.always_fails.delay("r")
     w = start_worker("-A", "tests.tasks", "-c", "1", TASKQ_RETRY_BACKOFF_MS="60000")

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable
 
 import msgpack
 import pytest
@@ -13,21 +12,10 @@ import redis
 
 from taskq import App
 from tests import tasks
-from tests.conftest import WorkerProcess, wait_until
+from tests.conftest import WorkerProcess, runs, wait_until
 
 pytestmark = pytest.mark.integration
 StartWorker = Callable[..., WorkerProcess]
-
-
-def runs(r: redis.Redis) -> list[dict[str, Any]]:
-    return [msgpack.unpackb(x, raw=False) for x in r.lrange("runs", 0, -1)]
-
-
-@pytest.fixture
-def app(redis_url: str) -> Iterator[App]:
-    tasks.app.settings = tasks.app.settings.replace(redis_url=redis_url)
-    yield tasks.app
-    tasks.app.close()
 
 
 def _idle(r: redis.Redis) -> bool:
@@ -41,7 +29,7 @@ def _pending(r: redis.Redis, stream: str) -> int:
 
 
 def test_dropped_connections_do_not_run_jobs_twice(
-    app: App, start_worker: StartWorker, r: redis.Redis
+    task_app: App, start_worker: StartWorker, r: redis.Redis
 ) -> None:
     w = start_worker("-A", "tests.tasks", "-c", "1", "--prefetch", "3")
     wait_until(lambda: _idle(r), message="the worker to block in XREADGROUP")
@@ -55,7 +43,7 @@ def test_dropped_connections_do_not_run_jobs_twice(
 
 
 def test_warm_shutdown_keeps_leases_so_no_other_worker_steals_the_job(
-    app: App, start_worker: StartWorker, r: redis.Redis
+    task_app: App, start_worker: StartWorker, r: redis.Redis
 ) -> None:
     env = {"TASKQ_VISIBILITY_TIMEOUT_MS": "1000", "TASKQ_SWEEP_INTERVAL_MS": "200"}
     a = start_worker("-A", "tests.tasks", "-c", "1", "--grace", "20", **env)
@@ -70,7 +58,7 @@ def test_warm_shutdown_keeps_leases_so_no_other_worker_steals_the_job(
 
 
 def test_malformed_schedule_member_is_dead_lettered_and_jobs_keep_flowing(
-    app: App, start_worker: StartWorker, r: redis.Redis
+    task_app: App, start_worker: StartWorker, r: redis.Redis
 ) -> None:
     r.zadd("tasks:schedule", {b"9\nbogus": 0, b"no newline at all": 0})
     tasks.echo.apply_async(("after",), countdown=0.2)
@@ -84,7 +72,7 @@ def test_malformed_schedule_member_is_dead_lettered_and_jobs_keep_flowing(
 
 
 def test_hand_back_keeps_the_stream_and_unknown_fields(
-    app: App, start_worker: StartWorker, r: redis.Redis
+    task_app: App, start_worker: StartWorker, r: redis.Redis
 ) -> None:
     # A foreign producer's job on the high stream, without "priority", with an extension field.
     body = msgpack.packb(
@@ -101,7 +89,7 @@ def test_hand_back_keeps_the_stream_and_unknown_fields(
 
 
 def test_a_redis_out_of_memory_makes_workers_wait_not_crash(
-    app: App, start_worker: StartWorker, r: redis.Redis
+    task_app: App, start_worker: StartWorker, r: redis.Redis
 ) -> None:
     # Given: a job that will fail, so its worker must write (park it) while Redis is full.
     tasks.always_fails.delay("oom")

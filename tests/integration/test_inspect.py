@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -31,13 +31,6 @@ from tests.redis_server import free_port
 pytestmark = pytest.mark.integration
 
 StartWorker = Callable[..., WorkerProcess]
-
-
-@pytest.fixture
-def app(redis_url: str) -> Iterator[App]:
-    tasks.app.settings = tasks.app.settings.replace(redis_url=redis_url)
-    yield tasks.app
-    tasks.app.close()
 
 
 def cli(redis_url: str, *args: str, input: str | None = None) -> Result:
@@ -96,7 +89,7 @@ def host_id(w: WorkerProcess) -> str:
 
 
 def test_overview_agrees_with_xinfo_and_xpending(
-    start_worker: StartWorker, app: App, r: redis.Redis, redis_url: str
+    start_worker: StartWorker, task_app: App, r: redis.Redis, redis_url: str
 ) -> None:
     # Given: a dead-lettered job, two running jobs on a worker with two children, and jobs
     # waiting on every priority behind them, plus one delayed job.
@@ -196,7 +189,7 @@ def ack_and_delete(r: redis.Redis, entry_id: bytes) -> None:
 
 
 def test_inspect_queues_details(
-    start_worker: StartWorker, app: App, r: redis.Redis, redis_url: str
+    start_worker: StartWorker, task_app: App, r: redis.Redis, redis_url: str
 ) -> None:
     start_worker("-A", "tests.tasks", "-c", "1", "--grace", "1")
     tasks.sleepy.delay(30)
@@ -220,7 +213,7 @@ def test_inspect_queues_details(
 
 
 def test_workers_active_registered_and_ping(
-    start_worker: StartWorker, app: App, r: redis.Redis, redis_url: str
+    start_worker: StartWorker, task_app: App, r: redis.Redis, redis_url: str
 ) -> None:
     w = start_worker("-A", "tests.tasks", "-c", "2", "--grace", "1")
     tasks.echo.delay("warm-up")
@@ -283,7 +276,7 @@ def test_ping_without_workers_exits_non_zero(redis_url: str) -> None:
 
 @pytest.mark.slow
 def test_sigkilled_worker_leaves_the_registry_and_its_jobs_stay_pending(
-    start_worker: StartWorker, app: App, r: redis.Redis, redis_url: str
+    start_worker: StartWorker, task_app: App, r: redis.Redis, redis_url: str
 ) -> None:
     # Given: a worker running two long jobs.
     w = start_worker("-A", "tests.tasks", "-c", "2", "--grace", "1")
@@ -371,7 +364,7 @@ def d_ms(entry_id: str) -> int:
 # -- watch, errors -----------------------------------------------------------------------------
 
 
-def test_watch_redraws_with_fresh_figures(app: App, redis_url: str) -> None:
+def test_watch_redraws_with_fresh_figures(task_app: App, redis_url: str) -> None:
     # Given: `inspect --json --watch` running as its own process, one JSON line per frame.
     cmd = [sys.executable, "-m", "taskq", "inspect", "--json", "--watch", "0.1"]
     proc = subprocess.Popen(
@@ -432,7 +425,7 @@ def test_unreachable_redis_is_one_line_and_non_zero(args: list[str]) -> None:
 
 
 def test_purge_removes_waiting_jobs_and_keeps_pending_and_delayed_ones(
-    start_worker: StartWorker, app: App, r: redis.Redis, redis_url: str
+    start_worker: StartWorker, task_app: App, r: redis.Redis, redis_url: str
 ) -> None:
     # Given: one job running, jobs waiting on two priorities, one delayed.
     start_worker("-A", "tests.tasks", "-c", "1", "--grace", "1")
@@ -470,7 +463,7 @@ def test_purge_removes_waiting_jobs_and_keeps_pending_and_delayed_ones(
 
 
 def test_purge_include_pending_removes_jobs_of_live_workers_safely(
-    start_worker: StartWorker, app: App, r: redis.Redis, redis_url: str
+    start_worker: StartWorker, task_app: App, r: redis.Redis, redis_url: str
 ) -> None:
     start_worker("-A", "tests.tasks", "-c", "1", "--grace", "1")
     tasks.sleepy.delay(1)

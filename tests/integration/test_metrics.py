@@ -6,7 +6,7 @@ import socket
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import msgpack
@@ -22,13 +22,6 @@ from tests.redis_server import free_port
 
 StartWorker = Callable[..., WorkerProcess]
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
-
-
-@pytest.fixture
-def app(redis_url: str) -> Iterator[App]:
-    tasks.app.settings = tasks.app.settings.replace(redis_url=redis_url)
-    yield tasks.app
-    tasks.app.close()
 
 
 def scrape(port: int) -> Samples:
@@ -59,7 +52,7 @@ def job(task: str) -> dict[str, str]:
 @pytest.mark.integration
 @pytest.mark.slow
 def test_counters_histograms_and_depths_are_summed_over_children(
-    start_worker: StartWorker, app: App, r: redis.Redis
+    start_worker: StartWorker, task_app: App, r: redis.Redis
 ) -> None:
     # Given: a worker with two children and metrics on a port.
     port = free_port()

@@ -15,16 +15,13 @@ import msgpack
 import pytest
 import redis
 
+from taskq import App
 from tests import tasks
-from tests.conftest import WorkerProcess, wait_until
+from tests.conftest import WorkerProcess, runs, wait_until
 
 pytestmark = pytest.mark.integration
 
 StartWorker = Callable[..., WorkerProcess]
-
-
-def runs(r: redis.Redis) -> list[dict[str, Any]]:
-    return [msgpack.unpackb(x, raw=False) for x in r.lrange("runs", 0, -1)]
 
 
 def test_job_built_by_hand_from_the_protocol_doc_is_executed(
@@ -44,9 +41,8 @@ def test_job_built_by_hand_from_the_protocol_doc_is_executed(
 
 
 def test_strict_priority_with_one_child(
-    start_worker: StartWorker, r: redis.Redis, redis_url: str
+    start_worker: StartWorker, r: redis.Redis, task_app: App
 ) -> None:
-    tasks.app.settings = tasks.app.settings.replace(redis_url=redis_url)
     for priority in ("low", "normal", "high"):
         tasks.echo.starmap([(priority,)] * 100) if priority == "normal" else [
             tasks.echo.apply_async((priority,), priority=priority) for _ in range(100)
@@ -55,13 +51,11 @@ def test_strict_priority_with_one_child(
     wait_until(lambda: r.llen("runs") == 300, timeout_s=30, message="300 jobs")
     order = [x["value"] for x in runs(r)]
     assert order == ["high"] * 100 + ["normal"] * 100 + ["low"] * 100
-    tasks.app.close()
 
 
 def test_four_children_run_four_jobs_at_once(
-    start_worker: StartWorker, r: redis.Redis, redis_url: str
+    start_worker: StartWorker, r: redis.Redis, task_app: App
 ) -> None:
-    tasks.app.settings = tasks.app.settings.replace(redis_url=redis_url)
     for i in range(4):
         tasks.sleepy.delay(1.0, tag=str(i))
     start_worker("-A", "tests.tasks", "-c", "4")
@@ -71,7 +65,6 @@ def test_four_children_run_four_jobs_at_once(
     latest_start = max(s for s, _ in spans)
     earliest_end = min(e for _, e in spans)
     assert latest_start < earliest_end, f"jobs did not overlap: {spans}"
-    tasks.app.close()
 
 
 def _children(pid: int) -> list[int]:
@@ -79,9 +72,7 @@ def _children(pid: int) -> list[int]:
     return [int(x) for x in out.stdout.split()]
 
 
-def test_killed_child_is_replaced(
-    start_worker: StartWorker, r: redis.Redis, redis_url: str
-) -> None:
+def test_killed_child_is_replaced(start_worker: StartWorker, r: redis.Redis, task_app: App) -> None:
     w = start_worker("-A", "tests.tasks", "-c", "2")
     first = wait_until(
         lambda: len(_children(w.pid)) == 2 and _children(w.pid), message="2 children"
@@ -92,16 +83,13 @@ def test_killed_child_is_replaced(
         message="a new child",
     )
     # The pool still serves.
-    tasks.app.settings = tasks.app.settings.replace(redis_url=redis_url)
     tasks.echo.delay("after")
     wait_until(lambda: runs(r), message="a job after the respawn")
-    tasks.app.close()
 
 
 def test_warm_shutdown_finishes_the_running_job_and_exits_0(
-    start_worker: StartWorker, r: redis.Redis, redis_url: str
+    start_worker: StartWorker, r: redis.Redis, task_app: App
 ) -> None:
-    tasks.app.settings = tasks.app.settings.replace(redis_url=redis_url)
     w = start_worker("-A", "tests.tasks", "-c", "1")
     tasks.sleepy.delay(1.5, tag="warm")
     wait_until(lambda: _busy(r), message="the job to start")
@@ -109,7 +97,6 @@ def test_warm_shutdown_finishes_the_running_job_and_exits_0(
     assert w.wait(20) == 0
     assert [x["tag"] for x in runs(r)] == ["warm"]
     assert r.xlen("tasks:normal") == 0  # acked and deleted before exit
-    tasks.app.close()
 
 
 def _busy(r: redis.Redis) -> bool:
@@ -118,9 +105,8 @@ def _busy(r: redis.Redis) -> bool:
 
 
 def test_cold_shutdown_hands_the_job_back_without_using_an_attempt(
-    start_worker: StartWorker, r: redis.Redis, redis_url: str
+    start_worker: StartWorker, r: redis.Redis, task_app: App
 ) -> None:
-    tasks.app.settings = tasks.app.settings.replace(redis_url=redis_url)
     w = start_worker("-A", "tests.tasks", "-c", "1", "--grace", "0.5")
     tasks.sleepy.delay(30, tag="cold")
     wait_until(lambda: _busy(r), message="the job to start")
@@ -132,13 +118,11 @@ def test_cold_shutdown_hands_the_job_back_without_using_an_attempt(
     assert r.xinfo_groups("tasks:normal")[0]["pending"] == 0
     body = msgpack.unpackb(entries[0][1][b"body"], raw=False)
     assert body["retries"] == 0 and body["task"] == "tests.tasks.sleepy"
-    tasks.app.close()
 
 
 def test_second_signal_is_a_cold_shutdown(
-    start_worker: StartWorker, r: redis.Redis, redis_url: str
+    start_worker: StartWorker, r: redis.Redis, task_app: App
 ) -> None:
-    tasks.app.settings = tasks.app.settings.replace(redis_url=redis_url)
     w = start_worker("-A", "tests.tasks", "-c", "1", "--grace", "60")
     tasks.sleepy.delay(30, tag="cold")
     wait_until(lambda: _busy(r), message="the job to start")
@@ -147,16 +131,14 @@ def test_second_signal_is_a_cold_shutdown(
     w.signal(signal.SIGINT)
     w.wait(20)
     assert r.xlen("tasks:normal") == 1 and r.xinfo_groups("tasks:normal")[0]["pending"] == 0
-    tasks.app.close()
 
 
 def test_long_cpu_bound_job_keeps_its_lease_and_runs_once(
-    start_worker: StartWorker, r: redis.Redis, redis_url: str
+    start_worker: StartWorker, r: redis.Redis, task_app: App
 ) -> None:
     # Visibility timeout 1 s, a job that holds the GIL for 3.5 s, and a second worker whose
     # sweep would steal the job if its lease lapsed.
     env = {"TASKQ_VISIBILITY_TIMEOUT_MS": "1000", "TASKQ_SWEEP_INTERVAL_MS": "200"}
-    tasks.app.settings = tasks.app.settings.replace(redis_url=redis_url)
     tasks.spin.delay(3.5)
     start_worker("-A", "tests.tasks", "-c", "1", **env)
     wait_until(lambda: _busy(r), message="the job to start")
@@ -165,13 +147,11 @@ def test_long_cpu_bound_job_keeps_its_lease_and_runs_once(
     time.sleep(1.5)  # a duplicate run, if the lease had lapsed, would now be recorded
     assert r.llen("runs") == 1
     assert r.xlen("tasks:normal") == 0
-    tasks.app.close()
 
 
 def test_hard_time_limit_kills_and_counts_a_failure(
-    start_worker: StartWorker, r: redis.Redis, redis_url: str
+    start_worker: StartWorker, r: redis.Redis, task_app: App
 ) -> None:
-    tasks.app.settings = tasks.app.settings.replace(redis_url=redis_url)
     w = start_worker("-A", "tests.tasks", "-c", "1", "--time-limit", "0.5")
     job = tasks.sleepy.delay(30, tag="stuck")
     wait_until(lambda: r.zcard("tasks:retry:normal") == 1, message="the job parked for retry")
@@ -182,9 +162,8 @@ def test_hard_time_limit_kills_and_counts_a_failure(
 
 
 def test_soft_time_limit_raises_inside_the_task(
-    start_worker: StartWorker, r: redis.Redis, redis_url: str
+    start_worker: StartWorker, r: redis.Redis, task_app: App
 ) -> None:
-    tasks.app.settings = tasks.app.settings.replace(redis_url=redis_url)
     w = start_worker("-A", "tests.tasks", "-c", "1")
     tasks.overruns.delay(5)
     wait_until(lambda: runs(r), message="the soft limit handler")
@@ -193,18 +172,16 @@ def test_soft_time_limit_raises_inside_the_task(
 
 
 def test_max_tasks_per_child_recycles(
-    start_worker: StartWorker, r: redis.Redis, redis_url: str
+    start_worker: StartWorker, r: redis.Redis, task_app: App
 ) -> None:
-    tasks.app.settings = tasks.app.settings.replace(redis_url=redis_url)
     tasks.echo.map(range(6))
     start_worker("-A", "tests.tasks", "-c", "1", "--max-tasks-per-child", "2")
     wait_until(lambda: r.llen("runs") == 6, message="6 jobs")
     assert len({x["pid"] for x in runs(r)}) == 3
-    tasks.app.close()
 
 
 def test_process_titles_show_role_queue_and_state(
-    start_worker: StartWorker, r: redis.Redis, redis_url: str
+    start_worker: StartWorker, r: redis.Redis, task_app: App
 ) -> None:
     w = start_worker("-A", "tests.tasks", "-c", "2")
 
@@ -214,12 +191,10 @@ def test_process_titles_show_role_queue_and_state(
 
     wait_until(lambda: any("child 2/2 [tasks] idle" in t for t in titles()), message="titles")
     assert any(t.startswith("taskq: master tests.tasks [tasks]") for t in titles())
-    tasks.app.settings = tasks.app.settings.replace(redis_url=redis_url)
     tasks.sleepy.delay(3, tag="title")
     wait_until(
         lambda: any("running tests.tasks.sleepy" in t for t in titles()), message="a running title"
     )
-    tasks.app.close()
 
 
 def _cmdline(pid: int) -> str:
@@ -265,18 +240,16 @@ def test_unreachable_redis_is_one_line_for_the_worker() -> None:
 
 
 def test_idle_worker_wakes_on_a_new_job_without_respawning(
-    start_worker: StartWorker, r: redis.Redis, redis_url: str
+    start_worker: StartWorker, r: redis.Redis, task_app: App
 ) -> None:
     # Given: an idle worker blocked in XREADGROUP.
     w = start_worker("-A", "tests.tasks", "-c", "1")
     first = wait_until(lambda: _children(w.pid), message="the child")
     wait_until(lambda: "idle" in _cmdline(first[0]), message="the child to be idle")
     # When: jobs arrive one by one on different priorities.
-    tasks.app.settings = tasks.app.settings.replace(redis_url=redis_url)
     for i, priority in enumerate(("low", "high", "normal")):
         tasks.echo.apply_async((i,), priority=priority)
         wait_until(lambda i=i: r.llen("runs") == i + 1, message=f"job {i}")
-    tasks.app.close()
     # Then: the same child ran them all, and nothing crashed.
     assert {x["pid"] for x in runs(r)} == {first[0]}
     assert "died" not in w.output() and "Traceback" not in w.output()
