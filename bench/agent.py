@@ -14,11 +14,14 @@ JSON object on the last line of stdout. Every loop is bounded in time.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import importlib.metadata
 import json
+import math
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -27,14 +30,17 @@ from pathlib import Path
 from typing import Any
 
 from redis import Redis
+from redis.exceptions import RedisError
+from redis.utils import HIREDIS_AVAILABLE
 
 from bench import record
 from bench.peers.base import System
-from bench.procs import descendants, rss_kb, stop_tree, tree_cpu_seconds
+from bench.procs import descendants, pin_self, rss_kb, stop_tree, tree_cpu_seconds, unpin_self
 
 REPO = Path(__file__).resolve().parent.parent
 LATENCY_BASE = 1 << 40  # job indices of latency probes, apart from drain jobs
 POLL_S = 0.005
+STALL_S = 30.0  # a drain with no new job for this long has failed
 
 
 class BenchError(RuntimeError):
@@ -80,27 +86,39 @@ def check_alive(worker: subprocess.Popen[bytes]) -> None:
         raise BenchError(f"worker exited with status {worker.returncode}")
 
 
-def wait_drained(worker: subprocess.Popen[bytes], rec_dir: str, total: int, deadline_s: float) -> list[int]:
-    """Poll the record files until jobs 0..total-1 all started; their times."""
-    stop = time.monotonic() + deadline_s
+def wait_drained(
+    worker: subprocess.Popen[bytes], rec_dir: str, total: int, deadline_s: float
+) -> tuple[list[int], int]:
+    """Poll the records until jobs 0..total-1 all started.
+
+    Returns each job's first start time (sorted) and the number of records.
+    Gives up at the deadline, or after STALL_S seconds without a new job.
+    """
+    tail = record.Tail(rec_dir)
+    firsts: dict[int, int] = {}
+    now = time.monotonic()
+    stop, last_change = now + deadline_s, now
     while time.monotonic() < stop:
         check_alive(worker)
-        if record.total_records(rec_dir) >= total:
-            firsts: dict[int, int] = {}
-            for i, t_ns in record.read_records(rec_dir):
-                if i < total and (i not in firsts or t_ns < firsts[i]):
-                    firsts[i] = t_ns
-            if len(firsts) >= total:
-                return sorted(firsts.values())
+        before = len(firsts)
+        for i, t_ns in tail.new_records():
+            if i < total and (i not in firsts or t_ns < firsts[i]):
+                firsts[i] = t_ns
+        if len(firsts) >= total:
+            return sorted(firsts.values()), tail.count
+        if len(firsts) != before:
+            last_change = time.monotonic()
+        elif time.monotonic() - last_change > STALL_S:
+            raise BenchError(f"drain stalled: no new job for {STALL_S:.0f}s ({before}/{total})")
         time.sleep(POLL_S)
-    done = record.total_records(rec_dir)
-    raise BenchError(f"drain not finished after {deadline_s:.0f}s ({done}/{total} records)")
+    raise BenchError(f"drain not finished after {deadline_s:.0f}s ({len(firsts)}/{total} jobs)")
 
 
-def drain(worker: subprocess.Popen[bytes], t_start: int, rec_dir: str, total: int, deadline_s: float) -> dict[str, Any]:
+def drain(
+    worker: subprocess.Popen[bytes], t_start: int, rec_dir: str, total: int, deadline_s: float
+) -> dict[str, Any]:
     """Drain figures: from worker start (and from first job) to last job."""
-    starts = wait_drained(worker, rec_dir, total, deadline_s)
-    records = record.total_records(rec_dir)
+    starts, records = wait_drained(worker, rec_dir, total, deadline_s)
     seconds = (starts[-1] - t_start) / 1e9
     steady = (starts[-1] - starts[0]) / 1e9
     return {
@@ -115,7 +133,7 @@ def drain(worker: subprocess.Popen[bytes], t_start: int, rec_dir: str, total: in
 
 def percentile(sorted_values: list[float], q: float) -> float:
     """Nearest-rank percentile of an already sorted list."""
-    rank = max(1, round(q / 100 * len(sorted_values) + 0.5 - 1e-9))
+    rank = max(1, math.ceil(q / 100 * len(sorted_values)))
     return sorted_values[min(rank, len(sorted_values)) - 1]
 
 
@@ -140,7 +158,10 @@ def latency(
         sent[index] = time.time_ns()
         system.enqueue_one(index, sent[index])
         sample_stop = min(stop, time.monotonic() + 5.0)
-        while record.total_records(rec_dir) < base_count + len(sent) and time.monotonic() < sample_stop:
+        while (
+            record.total_records(rec_dir) < base_count + len(sent)
+            and time.monotonic() < sample_stop
+        ):
             time.sleep(0.0001)
         if record.total_records(rec_dir) < base_count + len(sent):
             timeouts += 1
@@ -188,8 +209,6 @@ def versions(system: System) -> dict[str, Any]:
             out[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
             out[name] = None
-    from redis.utils import HIREDIS_AVAILABLE
-
     out["hiredis_in_use"] = HIREDIS_AVAILABLE
     return out
 
@@ -202,17 +221,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--record-dir", required=True)
     p.add_argument("--worker-log", required=True)
     p.add_argument(
-        "--phases", default="drain,latency,idle", help="enqueue, or drain[,latency][,idle] (bulk enqueue first)"
+        "--phases",
+        default="drain,latency,idle",
+        help="enqueue, or drain[,latency][,idle] (bulk enqueue first)",
     )
     p.add_argument("--jobs", type=int, default=20_000, help="jobs to drain")
     p.add_argument("--enqueue-jobs", type=int, default=10_000, help="single-call enqueues")
     p.add_argument("--batch", type=int, default=1_000, help="jobs per bulk call")
     p.add_argument("--latency-samples", type=int, default=1_000)
-    p.add_argument("--latency-gap", type=float, default=0.002, help="idle seconds before each probe")
+    p.add_argument(
+        "--latency-gap", type=float, default=0.002, help="idle seconds before each probe"
+    )
     p.add_argument("--idle-seconds", type=float, default=10.0)
     p.add_argument("--procs", type=int, default=2, help="worker processes")
     p.add_argument("--worker-args", default="", help="extra worker CLI arguments")
     p.add_argument("--deadline", type=float, default=300.0, help="bound of each phase, seconds")
+    p.add_argument("--producer-cpu", type=int, default=-1, help="pin the producer (not workers)")
     return p.parse_args(argv)
 
 
@@ -220,7 +244,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     """All requested phases for one system; returns the figures."""
     os.environ["BENCH_REDIS_URL"] = args.redis_url
     os.environ[record.ENV_DIR] = args.record_dir
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(REPO), os.environ.get("PYTHONPATH")])
+    )
+    pin_self(args.producer_cpu)
     system: System = importlib.import_module(f"bench.peers.{args.module}").SYSTEM
     phases = set(args.phases.split(","))
     redis = Redis.from_url(args.redis_url)
@@ -229,6 +256,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     redis.flushall()
     system.setup()
     if "enqueue" in phases:
+        system.enqueue_one(-1, time.time_ns())  # warm-up: connect, declare, load scripts
         out["enqueue_one"] = enqueue_one_rate(system, args.enqueue_jobs, args.deadline)
     if "drain" not in phases:
         redis.flushall()
@@ -242,25 +270,44 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     out["worker_argv"] = [Path(argv[0]).name, *argv[1:]]
     with open(args.worker_log, "ab") as log:
         t_start = time.time_ns()
-        worker = subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        worker = subprocess.Popen(
+            argv,
+            cwd=REPO,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=unpin_self,  # workers may use every CPU
+        )
     try:
         out["drain"] = drain(worker, t_start, args.record_dir, args.jobs, args.deadline)
         if "latency" in phases:
             time.sleep(0.5)
             out["latency"] = latency(
-                system, worker, args.record_dir, args.latency_samples, args.latency_gap, args.deadline
+                system,
+                worker,
+                args.record_dir,
+                args.latency_samples,
+                args.latency_gap,
+                args.deadline,
             )
         if "idle" in phases:
             time.sleep(1.0)
             out["idle"] = idle(worker, args.idle_seconds)
     finally:
         stop_tree(worker)
-        redis.flushall()
+        with contextlib.suppress(RedisError):
+            redis.flushall()
     return out
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    """Turn SIGTERM into SystemExit so that ``finally`` stops the worker."""
+    raise SystemExit(128 + signum)
 
 
 def main() -> None:
     """Entry point: run, print JSON (errors as {"error": ...})."""
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     args = parse_args()
     try:
         result = run(args)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -9,6 +10,18 @@ import time
 from pathlib import Path
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+ALL_CPUS = frozenset(os.sched_getaffinity(0))  # taken at import, before any pinning
+
+
+def pin_self(cpu: int) -> None:
+    """Run this process on ``cpu`` only (no-op when ``cpu`` < 0)."""
+    if cpu >= 0:
+        os.sched_setaffinity(0, {cpu})
+
+
+def unpin_self() -> None:
+    """Let this process run on every CPU again (e.g. in a worker being spawned)."""
+    os.sched_setaffinity(0, ALL_CPUS)
 
 
 def _stat_fields(pid: int) -> list[str] | None:
@@ -49,24 +62,42 @@ def rss_kb(pid: int) -> int | None:
     return None
 
 
-def _cpu_ticks(pid: int) -> int:
-    """utime+stime+cutime+cstime of ``pid`` (reaped children included)."""
-    fields = _stat_fields(pid)
-    if not fields:
+def _cpu_ns(pid: int) -> int:
+    """CPU time (ns) of every live thread of ``pid``, from schedstat.
+
+    Falls back to utime+stime clock ticks where schedstat is missing.
+    """
+    total = 0
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
         return 0
-    return sum(int(x) for x in fields[11:15])
+    for tid in tasks:
+        try:
+            total += int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0])
+        except (OSError, IndexError, ValueError):
+            fields = _stat_fields(pid)
+            return sum(int(x) for x in fields[11:13]) * 10**9 // CLK_TCK if fields else 0
+    return total
 
 
 def tree_cpu_seconds(pid: int) -> float:
-    """CPU seconds used so far by ``pid`` and all its live descendants."""
-    ticks = sum(_cpu_ticks(p) for p in [pid, *descendants(pid)])
-    return ticks / CLK_TCK
+    """CPU seconds used so far by ``pid`` and its live descendants' threads."""
+    return sum(_cpu_ns(p) for p in [pid, *descendants(pid)]) / 1e9
 
 
 def _alive_in_session(pid: int, sid: int) -> bool:
     """True if ``pid`` is a live (non-zombie) member of session ``sid``."""
     fields = _stat_fields(pid)
-    return bool(fields) and fields[0] != "Z" and int(fields[3]) == sid
+    return fields is not None and fields[0] != "Z" and int(fields[3]) == sid
+
+
+def _signal(pids: list[int], sid: int, sig: int) -> None:
+    """Send ``sig`` to the live members of session ``sid`` among ``pids``."""
+    for pid in pids:
+        if _alive_in_session(pid, sid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
 
 
 def stop_tree(proc: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:
@@ -77,31 +108,15 @@ def stop_tree(proc: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:
     """
     sid = proc.pid
     tree = [sid, *descendants(sid)]
-    if proc.poll() is None:
-        try:
-            os.killpg(sid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-    try:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(sid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        pass
     deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        if not [p for p in tree if _alive_in_session(p, sid)]:
-            break
+    while time.monotonic() < deadline and any(_alive_in_session(p, sid) for p in tree):
         time.sleep(0.05)
-    for pid in tree:
-        if _alive_in_session(pid, sid):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-    try:
+    _signal(tree, sid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(sid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        pass

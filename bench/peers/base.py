@@ -32,8 +32,8 @@ class System(ABC):
     #: distributions whose versions are reported
     packages: Sequence[str] = ()
 
-    def setup(self) -> None:
-        """Prepare the producer side (called after every FLUSHALL)."""
+    def setup(self) -> None:  # noqa: B027 - optional hook
+        """Prepare the producer side (called once, on an empty Redis)."""
 
     @abstractmethod
     def worker_argv(self, procs: int, extra: Sequence[str] = ()) -> list[str]:

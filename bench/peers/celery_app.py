@@ -29,11 +29,21 @@ class CelerySystem(System):
         # mingle/gossip/heartbeat only talk to other workers; turning them off
         # is the usual advice and does not change delivery semantics.
         return [
-            cli("celery"), "-A", "bench.peers.celery_app", "worker",
-            "-P", "prefork", "-c", str(procs), "--loglevel", "WARNING",
-            "--without-mingle", "--without-gossip", "--without-heartbeat",
+            cli("celery"),
+            "-A",
+            "bench.peers.celery_app",
+            "worker",
+            "-P",
+            "prefork",
+            "-c",
+            str(procs),
+            "--loglevel",
+            "WARNING",
+            "--without-mingle",
+            "--without-gossip",
+            "--without-heartbeat",
             *extra,
-        ]  # fmt: skip
+        ]
 
     def enqueue_one(self, i: int, t_ns: int) -> None:
         noop.delay(i, t_ns)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 import dramatiq
@@ -12,6 +13,8 @@ from bench.record import record
 
 broker = RedisBroker(url=redis_url())
 dramatiq.set_broker(broker)
+# The CLI has no log-level option (it logs at INFO, -v for DEBUG); WARNING here.
+logging.getLogger("dramatiq").setLevel(logging.WARNING)
 
 
 @dramatiq.actor

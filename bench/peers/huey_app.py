@@ -25,7 +25,16 @@ class HueySystem(System):
     packages = ("huey", "redis")
 
     def worker_argv(self, procs: int, extra: Sequence[str] = ()) -> list[str]:
-        return [cli("huey_consumer"), "bench.peers.huey_app.huey", "-w", str(procs), "-k", "process", "-q", *extra]
+        return [
+            cli("huey_consumer"),
+            "bench.peers.huey_app.huey",
+            "-w",
+            str(procs),
+            "-k",
+            "process",
+            "-q",
+            *extra,
+        ]
 
     def enqueue_one(self, i: int, t_ns: int) -> None:
         noop(i, t_ns)

@@ -31,9 +31,19 @@ class RQSystem(System):
 
     def worker_argv(self, procs: int, extra: Sequence[str] = ()) -> list[str]:
         return [
-            cli("rq"), "worker-pool", "-n", str(procs), "-u", redis_url(),
-            "-w", "rq.worker.SimpleWorker", "-l", "WARNING", "default", *extra,
-        ]  # fmt: skip
+            cli("rq"),
+            "worker-pool",
+            "-n",
+            str(procs),
+            "-u",
+            redis_url(),
+            "-w",
+            "rq.worker.SimpleWorker",
+            "-l",
+            "WARNING",
+            "default",
+            *extra,
+        ]
 
     def enqueue_one(self, i: int, t_ns: int) -> None:
         self.queue.enqueue(noop, i, t_ns)

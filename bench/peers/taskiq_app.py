@@ -35,9 +35,15 @@ class TaskiqSystem(System):
 
     def worker_argv(self, procs: int, extra: Sequence[str] = ()) -> list[str]:
         return [
-            cli("taskiq"), "worker", "bench.peers.taskiq_app:broker",
-            "--workers", str(procs), "--log-level", "WARNING", *extra,
-        ]  # fmt: skip
+            cli("taskiq"),
+            "worker",
+            "bench.peers.taskiq_app:broker",
+            "--workers",
+            str(procs),
+            "--log-level",
+            "WARNING",
+            *extra,
+        ]
 
     def enqueue_one(self, i: int, t_ns: int) -> None:
         self.loop.run_until_complete(noop.kiq(i, t_ns))

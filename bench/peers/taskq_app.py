@@ -6,10 +6,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from taskq import App
-
 from bench.peers.base import Item, System, redis_url
 from bench.record import record
+from taskq import App
 
 app = App(redis_url=redis_url(), queue="tasks")
 
@@ -36,9 +35,16 @@ class TaskqSystem(System):
 
     def worker_argv(self, procs: int, extra: Sequence[str] = ()) -> list[str]:
         return [
-            *_taskq_cli(), "worker", "-A", "bench.peers.taskq_app:app",
-            "-c", str(procs), "--loglevel", "warning", *extra,
-        ]  # fmt: skip
+            *_taskq_cli(),
+            "worker",
+            "-A",
+            "bench.peers.taskq_app:app",
+            "-c",
+            str(procs),
+            "--loglevel",
+            "warning",
+            *extra,
+        ]
 
     def enqueue_one(self, i: int, t_ns: int) -> None:
         noop.delay(i, t_ns)

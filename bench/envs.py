@@ -1,0 +1,119 @@
+"""Virtualenvs the bench uses, created/updated on demand.
+
+* project venv (``.venv``): taskq with hiredis (it is installed there).
+* ``bench/.venv-taskq-nohiredis``: taskq with redis-py's pure-Python parser.
+* ``bench/.venv-peers``: the peer queues from ``requirements-peers.txt``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+PROJECT_VENV = REPO / ".venv"
+PEERS_VENV = BENCH / ".venv-peers"
+NOHIREDIS_VENV = BENCH / ".venv-taskq-nohiredis"
+PEER_REQUIREMENTS = BENCH / "requirements-peers.txt"
+STAMP = ".bench-stamp"
+
+
+def python_of(venv: Path) -> Path:
+    """The interpreter of ``venv``."""
+    return venv / "bin" / "python"
+
+
+def _sh(*argv: str | Path) -> None:
+    """Run a setup command; show its output only if it fails."""
+    print("  $", " ".join(str(a) for a in argv), flush=True)
+    proc = subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=900)
+    if proc.returncode:
+        sys.stderr.write(proc.stdout + proc.stderr)
+        raise SystemExit(f"setup command failed with status {proc.returncode}")
+
+
+def _digest(*parts: str) -> str:
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+def _fresh(venv: Path, digest: str) -> bool:
+    stamp = venv / STAMP
+    return python_of(venv).exists() and stamp.exists() and stamp.read_text() == digest
+
+
+def _create(venv: Path) -> None:
+    if not python_of(venv).exists():
+        _sh("python3", "-m", "venv", venv)
+        _sh(python_of(venv), "-m", "pip", "install", "-q", "--upgrade", "pip")
+
+
+def pip_version(venv: Path, dist: str) -> str | None:
+    """Installed version of ``dist`` in ``venv`` (None if absent)."""
+    code = (
+        "import importlib.metadata as m\n"
+        f"try: print(m.version({dist!r}))\n"
+        "except m.PackageNotFoundError: pass"
+    )
+    out = subprocess.run([python_of(venv), "-c", code], capture_output=True, text=True, timeout=60)
+    return out.stdout.strip() or None
+
+
+def ensure_peers() -> None:
+    """Create/update the peers venv from requirements-peers.txt."""
+    digest = _digest(PEER_REQUIREMENTS.read_text())
+    if _fresh(PEERS_VENV, digest):
+        return
+    print(f"setting up {PEERS_VENV} ...", flush=True)
+    _create(PEERS_VENV)
+    _sh(python_of(PEERS_VENV), "-m", "pip", "install", "-q", "-r", PEER_REQUIREMENTS)
+    if pip_version(PEERS_VENV, "hiredis"):
+        _sh(python_of(PEERS_VENV), "-m", "pip", "uninstall", "-q", "-y", "hiredis")
+    (PEERS_VENV / STAMP).write_text(digest)
+
+
+def taskq_present() -> bool:
+    """True once the taskq package exists in the repo."""
+    return (REPO / "taskq" / "__init__.py").exists()
+
+
+def ensure_taskq() -> None:
+    """Install taskq (editable) in the project venv and in the no-hiredis venv."""
+    pyproject = REPO / "pyproject.toml"
+    if not taskq_present():
+        return
+    if pyproject.exists() and not pip_version(PROJECT_VENV, "taskq"):
+        print(f"installing taskq (editable) into {PROJECT_VENV} ...", flush=True)
+        _sh(python_of(PROJECT_VENV), "-m", "pip", "install", "-q", "--no-deps", "-e", REPO)
+    redis_version = pip_version(PROJECT_VENV, "redis") or ""
+    digest = _digest(pyproject.read_text() if pyproject.exists() else "", redis_version)
+    if _fresh(NOHIREDIS_VENV, digest):
+        return
+    print(f"setting up {NOHIREDIS_VENV} ...", flush=True)
+    _create(NOHIREDIS_VENV)
+    pin = f"redis=={redis_version}" if redis_version else "redis"
+    if pyproject.exists():
+        _sh(python_of(NOHIREDIS_VENV), "-m", "pip", "install", "-q", "-e", REPO, pin)
+    else:  # no packaging metadata yet: the worker runs as ``python -m taskq``
+        _sh(
+            python_of(NOHIREDIS_VENV),
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            pin,
+            "msgpack",
+            "click",
+            "setproctitle",
+        )
+    if pip_version(NOHIREDIS_VENV, "hiredis"):
+        _sh(python_of(NOHIREDIS_VENV), "-m", "pip", "uninstall", "-q", "-y", "hiredis")
+    (NOHIREDIS_VENV / STAMP).write_text(digest)
+
+
+if __name__ == "__main__":
+    ensure_peers()
+    ensure_taskq()
+    sys.exit(0)

@@ -1,0 +1,158 @@
+"""Raw redis-py ceilings, measured the same way on the same private Redis.
+
+* ``xadd_one``: one XADD per call, one round trip each (single producer).
+* ``xadd_pipelined``: XADD in pipelines of ``--batch`` (single producer).
+* ``consume_batched``: N messages waiting; 2 processes loop XREADGROUP
+  COUNT 100 then one pipelined XACK+XDEL per batch.
+* ``consume_single``: the same with COUNT 1 and one XACK+XDEL round trip per
+  message.
+
+Consumers are started and connected first, then released together; the time
+runs from the release to the last acknowledgement. Prints one JSON object.
+Run as ``python -m bench.raw --redis-url URL`` (run.py does this).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import time
+from collections.abc import Callable
+from multiprocessing.queues import Queue
+from multiprocessing.synchronize import Barrier
+from typing import Any
+
+from redis import Redis
+from redis.utils import HIREDIS_AVAILABLE
+
+from bench.procs import pin_self, unpin_self
+
+STREAM = "raw:stream"
+GROUP = "raw"
+FIELDS = {"job": b"x" * 64}  # about the size of a small job message
+
+
+def rate(jobs: int, seconds: float) -> dict[str, Any]:
+    """Figures of one measurement."""
+    return {"jobs": jobs, "seconds": seconds, "rate": jobs / seconds}
+
+
+def xadd_one(r: Redis, jobs: int, deadline_s: float) -> dict[str, Any]:
+    """One XADD round trip per message."""
+    done = 0
+    start = time.perf_counter()
+    stop = start + deadline_s
+    while done < jobs and time.perf_counter() < stop:
+        r.xadd(STREAM, FIELDS)
+        done += 1
+    return rate(done, time.perf_counter() - start)
+
+
+def xadd_pipelined(r: Redis, jobs: int, batch: int, deadline_s: float) -> dict[str, Any]:
+    """XADD in non-transactional pipelines of ``batch`` messages."""
+    done = 0
+    start = time.perf_counter()
+    stop = start + deadline_s
+    while done < jobs and time.perf_counter() < stop:
+        pipe = r.pipeline(transaction=False)
+        n = min(batch, jobs - done)
+        for _ in range(n):
+            pipe.xadd(STREAM, FIELDS)
+        pipe.execute()
+        done += n
+    return rate(done, time.perf_counter() - start)
+
+
+def _consumer(
+    url: str,
+    name: str,
+    count: int,
+    barrier: Barrier,
+    out: Queue[tuple[int, int]],
+    deadline_s: float,
+) -> None:
+    """Read/ack/delete until the stream has nothing new; report (n, end_ns)."""
+    unpin_self()  # consumers, like workers, may use every CPU
+    r = Redis.from_url(url)
+    r.ping()
+    barrier.wait()
+    done = 0
+    stop = time.monotonic() + deadline_s
+    while time.monotonic() < stop:
+        resp = r.xreadgroup(GROUP, name, {STREAM: ">"}, count=count)
+        if not resp:
+            break
+        ids = [msg_id for msg_id, _ in resp[0][1]]
+        pipe = r.pipeline(transaction=False)
+        pipe.xack(STREAM, GROUP, *ids)
+        pipe.xdel(STREAM, *ids)
+        pipe.execute()
+        done += len(ids)
+    out.put((done, time.time_ns()))
+
+
+def consume(
+    url: str, r: Redis, jobs: int, count: int, procs: int, deadline_s: float
+) -> dict[str, Any]:
+    """``procs`` consumer processes drain ``jobs`` waiting messages."""
+    xadd_pipelined(r, jobs, 1000, deadline_s)
+    r.xgroup_create(STREAM, GROUP, id="0")
+    ctx = mp.get_context("fork")
+    barrier = ctx.Barrier(procs + 1)
+    out: Queue[tuple[int, int]] = ctx.Queue()
+    workers = [
+        ctx.Process(target=_consumer, args=(url, f"c{k}", count, barrier, out, deadline_s))
+        for k in range(procs)
+    ]
+    for w in workers:
+        w.start()
+    barrier.wait(timeout=30)
+    t0 = time.time_ns()
+    results = [out.get(timeout=deadline_s + 30) for _ in workers]
+    for w in workers:
+        w.join(timeout=10)
+    done = sum(n for n, _ in results)
+    seconds = (max(end for _, end in results) - t0) / 1e9
+    return {**rate(done, seconds), "complete": done == jobs}
+
+
+def main() -> None:
+    """Run every ceiling once, each on an empty Redis; print JSON."""
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--redis-url", required=True)
+    p.add_argument(
+        "--jobs", type=int, default=20_000, help="messages for pipelined/consume ceilings"
+    )
+    p.add_argument(
+        "--enqueue-jobs", type=int, default=10_000, help="messages for the one-per-call loop"
+    )
+    p.add_argument("--batch", type=int, default=1_000)
+    p.add_argument("--procs", type=int, default=2)
+    p.add_argument("--deadline", type=float, default=120.0, help="bound of each loop, seconds")
+    p.add_argument("--producer-cpu", type=int, default=-1, help="pin the producer (not consumers)")
+    args = p.parse_args()
+    pin_self(args.producer_cpu)
+    r = Redis.from_url(args.redis_url)
+    out: dict[str, Any] = {"hiredis_in_use": HIREDIS_AVAILABLE}
+    steps: dict[str, Callable[[], dict[str, Any]]] = {
+        "xadd_one": lambda: xadd_one(r, args.enqueue_jobs, args.deadline),
+        "xadd_pipelined": lambda: xadd_pipelined(r, args.jobs, args.batch, args.deadline),
+        "consume_batched": lambda: consume(
+            args.redis_url, r, args.jobs, 100, args.procs, args.deadline
+        ),
+        "consume_single": lambda: consume(
+            args.redis_url, r, args.jobs, 1, args.procs, args.deadline
+        ),
+    }
+    for name, step in steps.items():
+        r.flushall()
+        out[name] = step()
+    r.flushall()
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,402 @@
+"""taskq benchmark: taskq and its peers side by side, in one run.
+
+Usage, from the repository root::
+
+    .venv/bin/python bench/run.py                 # full run, 12-20 minutes
+    .venv/bin/python bench/run.py --quick         # smoke test, a few minutes
+    .venv/bin/python bench/run.py --only taskq,celery,raw
+
+Starts a private redis-server, creates or updates the bench virtualenvs when
+needed, measures every selected system ``--runs`` times (each measurement from
+an empty Redis), prints the report and writes bench/RESULTS.md and
+bench/results.json. bench/README.md explains every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import envs, report
+from bench.redis_server import PrivateRedis
+
+REPO = envs.REPO
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A benchmarked system: its bench/peers module and the venv it runs in."""
+
+    name: str
+    module: str
+    venv: Path
+    label: str
+    is_taskq: bool = False
+
+
+SYSTEMS = [
+    Entry("taskq", "taskq_app", envs.NOHIREDIS_VENV, "taskq", is_taskq=True),
+    Entry("taskq-hiredis", "taskq_app", envs.PROJECT_VENV, "taskq + hiredis", is_taskq=True),
+    Entry("celery", "celery_app", envs.PEERS_VENV, "Celery"),
+    Entry("dramatiq", "dramatiq_app", envs.PEERS_VENV, "Dramatiq"),
+    Entry("huey", "huey_app", envs.PEERS_VENV, "Huey"),
+    Entry("rq", "rq_app", envs.PEERS_VENV, "RQ"),
+    Entry("taskiq", "taskiq_app", envs.PEERS_VENV, "taskiq-redis"),
+]
+RAWS = {"raw": envs.PEERS_VENV, "raw-hiredis": envs.PROJECT_VENV}
+LABELS = {
+    **{e.name: e.label for e in SYSTEMS},
+    "raw": "redis-py",
+    "raw-hiredis": "redis-py + hiredis",
+}
+RAW_FOR = {"taskq": "raw", "taskq-hiredis": "raw-hiredis"}  # ceilings each variant is held to
+
+SIZES = ("jobs", "runs", "enqueue_jobs", "latency_samples", "idle_seconds")
+FULL = dict(zip(SIZES, (20_000, 3, 10_000, 1_000, 10.0), strict=True))
+QUICK = dict(zip(SIZES, (5_000, 1, 2_000, 300, 5.0), strict=True))
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Command-line options; --quick changes the defaults of the sizes."""
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--quick", action="store_true", help=f"smoke-test sizes: {QUICK}")
+    p.add_argument(
+        "--only",
+        default="",
+        help="comma list of taskq, taskq-hiredis, celery, dramatiq, huey, rq, taskiq, raw, "
+        "raw-hiredis, peers ('taskq' and 'raw' also select their -hiredis variant)",
+    )
+    p.add_argument("--jobs", type=int, help="jobs per drain and per bulk enqueue (20000)")
+    p.add_argument("--runs", type=int, help="runs per figure; medians are reported (3)")
+    p.add_argument("--enqueue-jobs", type=int, help="jobs per single-call enqueue run (10000)")
+    p.add_argument("--latency-samples", type=int, help="enqueue->start probes per run (1000)")
+    p.add_argument("--idle-seconds", type=float, help="idle CPU window (10)")
+    p.add_argument("--procs", type=int, default=2, help="worker processes per system (2)")
+    p.add_argument("--batch", type=int, default=1_000, help="jobs per bulk enqueue call (1000)")
+    p.add_argument("--prefetch", default="10,100,1000", help="taskq --prefetch values to try")
+    p.add_argument("--deadline", type=float, default=300.0, help="bound of each phase, s (300)")
+    p.add_argument("--redis-server", default=shutil.which("redis-server") or "redis-server")
+    p.add_argument(
+        "--no-pin",
+        dest="pin",
+        action="store_false",
+        help="do not pin redis-server and the producer to separate CPUs",
+    )
+    p.add_argument("--no-setup", action="store_true", help="do not create/update bench venvs")
+    p.add_argument("--keep-workdir", action="store_true", help="keep worker logs and records")
+    p.add_argument("--out", type=Path, help="report path (bench/RESULTS.md; --quick: -quick)")
+    args = p.parse_args(argv)
+    for key, value in (QUICK if args.quick else FULL).items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if args.out is None:
+        args.out = envs.BENCH / ("RESULTS-quick.md" if args.quick else "RESULTS.md")
+    return args
+
+
+def select(only: str) -> tuple[list[Entry], list[str]]:
+    """Systems and raw variants named by --only (everything when empty)."""
+    if not only:
+        return list(SYSTEMS), list(RAWS)
+    tokens = {t.strip() for t in only.split(",") if t.strip()}
+
+    def hit(name: str, peer: bool) -> bool:
+        return ("peers" in tokens and peer) or any(
+            name == t or name.startswith(t + "-") for t in tokens
+        )
+
+    systems = [e for e in SYSTEMS if hit(e.name, not e.is_taskq)]
+    raws = [r for r in RAWS if hit(r, False)]
+    known = {"peers", *RAWS, *(e.name for e in SYSTEMS)}
+    if tokens - known:
+        raise SystemExit(f"unknown --only names: {', '.join(sorted(tokens - known))}")
+    return systems, raws
+
+
+def machine() -> dict[str, Any]:
+    """Facts about this machine for the report."""
+
+    def field(path: str, prefix: str, sep: str) -> str:
+        for line in Path(path).read_text().splitlines():
+            if line.startswith(prefix):
+                return line.split(sep, 1)[1].strip().strip('"')
+        return "unknown"
+
+    mem_kb = int(Path("/proc/meminfo").read_text().split()[1])
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": field("/proc/cpuinfo", "model name", ":"),
+        "memory_gib": round(mem_kb / 2**20, 1),
+        "os": field("/etc/os-release", "PRETTY_NAME=", "="),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+    }
+
+
+def loadavg() -> str:
+    """The 1, 5 and 15-minute load averages."""
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def stop_agent(proc: subprocess.Popen[bytes]) -> bytes:
+    """SIGTERM an agent (it then stops its worker), SIGKILL it if it lingers."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        out, _ = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+    return out
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    """SIGTERM unwinds like Ctrl-C: agents and redis-server get stopped."""
+    raise SystemExit(128 + signum)
+
+
+class Runner:
+    """Runs bench subprocesses (agent, raw) against the private Redis."""
+
+    def __init__(self, args: argparse.Namespace, server: PrivateRedis, workdir: Path) -> None:
+        self.args = args
+        self.server = server
+        self.workdir = workdir
+        (workdir / "logs").mkdir(exist_ok=True)
+        self.failures = 0
+        self.producer_cpu = -1
+        cpus = sorted(os.sched_getaffinity(0))
+        if args.pin and len(cpus) >= 2:
+            # Producer and Redis on different CPUs: a fixed, cross-core round trip.
+            self.producer_cpu = cpus[0]
+            server.pin(cpus[-1])
+            print(f"redis-server pinned to CPU {cpus[-1]}, producers to CPU {cpus[0]}")
+
+    def call(self, argv: list[str], log: Path, timeout: float) -> dict[str, Any]:
+        """Run a bench subprocess, bounded; its last stdout line is JSON."""
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        with open(log, "ab") as err:
+            proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=err)
+            try:
+                out, _ = proc.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                out = stop_agent(proc)
+            except BaseException:  # interrupted: let the agent stop its worker first
+                stop_agent(proc)
+                raise
+        lines = out.decode(errors="replace").strip().splitlines()
+        try:
+            result: dict[str, Any] = json.loads(lines[-1])
+        except (IndexError, json.JSONDecodeError):
+            result = {"error": f"exit status {proc.returncode}, no result (log {log.name})"}
+        if "error" in result:
+            self.failures += 1
+            tail = log.read_text(errors="replace").strip().splitlines()[-5:]
+            print(f"    ! {result['error']}" + "".join(f"\n    | {t}" for t in tail), flush=True)
+        return result
+
+    def agent(self, entry: Entry, run: int, phases: str, worker_args: str = "") -> dict[str, Any]:
+        """One agent round for ``entry``, from an empty Redis."""
+        a = self.args
+        tag = f"{entry.name}-{phases.split(',')[0]}{worker_args.replace(' ', '')}-{run}"
+        rec = self.workdir / "records" / tag
+        rec.mkdir(parents=True, exist_ok=True)
+        argv = [
+            str(envs.python_of(entry.venv)), "-m", "bench.agent", "--module", entry.module,
+            "--redis-url", self.server.url, "--record-dir", str(rec),
+            "--worker-log", str(self.workdir / "logs" / f"{tag}.worker.log"),
+            "--phases", phases, "--jobs", str(a.jobs), "--enqueue-jobs", str(a.enqueue_jobs),
+            "--batch", str(a.batch), "--latency-samples", str(a.latency_samples),
+            "--idle-seconds", str(a.idle_seconds), "--procs", str(a.procs),
+            "--worker-args", worker_args, "--deadline", str(a.deadline),
+            "--producer-cpu", str(self.producer_cpu),
+        ]  # fmt: skip
+        self.server.flush()
+        log = self.workdir / "logs" / f"{tag}.agent.log"
+        result = self.call(argv, log, timeout=4 * a.deadline + 120)
+        self.server.flush()
+        if not a.keep_workdir:
+            shutil.rmtree(rec, ignore_errors=True)
+        return result
+
+    def raw(self, name: str, run: int) -> dict[str, Any]:
+        """One round of the raw redis-py ceilings in the ``name`` venv."""
+        a = self.args
+        argv = [
+            str(envs.python_of(RAWS[name])), "-m", "bench.raw", "--redis-url", self.server.url,
+            "--jobs", str(a.jobs), "--enqueue-jobs", str(a.enqueue_jobs), "--batch", str(a.batch),
+            "--procs", str(a.procs), "--deadline", str(a.deadline),
+            "--producer-cpu", str(self.producer_cpu),
+        ]  # fmt: skip
+        self.server.flush()
+        return self.call(argv, self.workdir / "logs" / f"{name}-{run}.log", 4 * a.deadline + 60)
+
+
+def taskq_problem(entry: Entry) -> str | None:
+    """None if taskq imports in ``entry``'s venv, else why it does not."""
+    if not envs.taskq_present():
+        return "the taskq package does not exist yet"
+    if not envs.python_of(entry.venv).exists():
+        return f"{entry.venv} is missing"
+    proc = subprocess.run(
+        [str(envs.python_of(entry.venv)), "-c", "from taskq import App"],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if proc.returncode == 0:
+        return None
+    return (proc.stderr.strip().splitlines() or ["import failed"])[-1]
+
+
+def brief(res: dict[str, Any]) -> str:
+    """One progress line for a result."""
+    if "error" in res:
+        return "ERROR"
+    parts = [
+        f"{k} {v['rate']:,.0f}/s" for k, v in res.items() if isinstance(v, dict) and "rate" in v
+    ]
+    if "latency" in res:
+        parts.append(
+            f"p50 {res['latency']['p50_ms']:.2f} ms  p99 {res['latency']['p99_ms']:.2f} ms"
+        )
+    if "idle" in res:
+        parts.append(f"idle CPU {res['idle']['cpu_pct']:.2f} %")
+    return "  ".join(parts)
+
+
+def new_data(args: argparse.Namespace, systems: list[Entry], raws: list[str]) -> dict[str, Any]:
+    """The results document, before any measurement."""
+    sizes = (*SIZES, "procs", "batch", "prefetch", "deadline", "pin")
+    return {
+        "meta": {
+            "started": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+            "command": f"{os.path.relpath(sys.executable, REPO)} {shlex.join(sys.argv)}",
+            "machine": machine(),
+            "loadavg_before": loadavg(),
+            "params": {k: getattr(args, k) for k in sizes},
+            "skipped": {},
+            "systems": {},
+        },
+        "raw": {name: [] for name in raws},
+        "systems": {e.name: {"enqueue": [], "drain": []} for e in systems},
+        "prefetch": {e.name: {} for e in systems if e.is_taskq},
+    }
+
+
+def measure(runner: Runner, data: dict[str, Any], systems: list[Entry], raws: list[str]) -> None:
+    """All runs: raw ceilings, every system, then taskq's --prefetch sweep."""
+    args = runner.args
+    prefetch = [p.strip() for p in args.prefetch.split(",") if p.strip()]
+    for run in range(1, args.runs + 1):
+        head = f"run {run}/{args.runs}"
+        for name in raws:
+            res = runner.raw(name, run)
+            data["raw"][name].append(res)
+            print(f"{head}  {name:<14} {brief(res)}", flush=True)
+        for entry in systems:
+            for phases, key in (("enqueue", "enqueue"), ("drain,latency,idle", "drain")):
+                res = runner.agent(entry, run, phases)
+                data["systems"][entry.name][key].append(res)
+                if "versions" in res:
+                    info = data["meta"]["systems"].setdefault(entry.name, {})
+                    info["versions"] = res["versions"]
+                    if res.get("worker_argv"):
+                        info["worker_argv"] = res["worker_argv"]
+                print(f"{head}  {entry.name:<14} {brief(res)}", flush=True)
+        for entry in (e for e in systems if e.is_taskq):
+            for value in prefetch:
+                res = runner.agent(entry, run, "drain", f"--prefetch {value}")
+                data["prefetch"][entry.name].setdefault(value, []).append(res)
+                print(f"{head}  {entry.name:<14} --prefetch {value}: {brief(res)}", flush=True)
+
+
+def summarize(data: dict[str, Any], systems: list[Entry]) -> dict[str, Any]:
+    """Medians per system, raw ceilings, the prefetch sweep and the targets."""
+    sys_sum = {
+        n: report.summarize_system(d["enqueue"], d["drain"]) for n, d in data["systems"].items()
+    }
+    raw_sum = {n: report.summarize_raw(runs) for n, runs in data["raw"].items()}
+    pf_sum = {n: report.summarize_prefetch(by) for n, by in data["prefetch"].items()}
+    peers = {e.name: sys_sum[e.name] for e in systems if not e.is_taskq}
+    targets = {
+        e.name: report.targets(
+            e.name, sys_sum[e.name], pf_sum.get(e.name), raw_sum.get(RAW_FOR[e.name], {}), peers
+        )
+        for e in systems
+        if e.is_taskq
+    }
+    return {"systems": sys_sum, "raw": raw_sum, "prefetch": pf_sum, "targets": targets}
+
+
+def prepare(args: argparse.Namespace) -> tuple[list[Entry], list[str], dict[str, str]]:
+    """Select, set up the venvs, and drop taskq variants that cannot run."""
+    systems, raws = select(args.only)
+    if not args.no_setup:
+        if raws or any(not e.is_taskq for e in systems):
+            envs.ensure_peers()
+        if any(e.is_taskq for e in systems):
+            envs.ensure_taskq()
+    skipped = {}
+    for entry in (e for e in systems if e.is_taskq):
+        problem = taskq_problem(entry)
+        if problem:
+            skipped[entry.name] = problem
+            print(f"skipping {entry.name}: {problem}", flush=True)
+    return [e for e in systems if e.name not in skipped], raws, skipped
+
+
+def main() -> int:
+    """Run the bench; exit status 1 if any measurement failed."""
+    args = parse_args()
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    started = time.monotonic()
+    systems, raws, skipped = prepare(args)
+    data = new_data(args, systems, raws)
+    data["meta"]["skipped"] = skipped
+    workdir = Path(tempfile.mkdtemp(prefix="taskq-bench-"))
+    print(f"work dir {workdir}; load average {loadavg()}", flush=True)
+    if float(loadavg().split()[0]) > report.BUSY_LOAD:
+        print("warning: the machine is busy; figures will be noisy", flush=True)
+    with PrivateRedis(workdir, args.redis_server) as server:
+        data["meta"]["redis_version"] = server.version()
+        runner = Runner(args, server, workdir)
+        data["meta"]["params"]["pin"] = runner.producer_cpu >= 0
+        measure(runner, data, systems, raws)
+    data["summary"] = summarize(data, systems)
+    data["meta"]["loadavg_after"] = loadavg()
+    data["meta"]["elapsed_s"] = time.monotonic() - started
+
+    text = report.render(data, LABELS)
+    args.out.write_text(text)
+    json_path = args.out.with_name("results-quick.json" if args.quick else "results.json")
+    json_path.write_text(json.dumps(data, indent=1) + "\n")
+    print("\n" + text)
+    print(f"wrote {args.out} and {json_path} in {data['meta']['elapsed_s'] / 60:.1f} min")
+    if runner.failures or args.keep_workdir:
+        print(f"logs kept in {workdir}")
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 1 if runner.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
