@@ -22,7 +22,7 @@ import redis
 from redis.commands.core import Script
 
 from taskq.errors import BrokerError
-from taskq.keys import GROUP, PRIORITIES, RETRY_CONSUMER, QueueKeys
+from taskq.keys import GROUP, PRIORITIES, RETRY_CONSUMER, QueueKeys, stream_key
 from taskq.message import Message, now_ms
 
 KEYS_PER_QUEUE = 9
@@ -408,11 +408,10 @@ class Broker:
 
 def _enqueue_command(msg: Message, body: bytes) -> tuple[Any, ...]:
     """XADD to the job's stream, or ZADD to the schedule when it is due later."""
-    k = QueueKeys(msg.queue)
     if msg.eta_ms is not None and msg.eta_ms > now_ms():
         member = b"%d\n%s\n%s" % (PRIORITIES.index(msg.priority), msg.task.encode(), body)
-        return ("ZADD", k.schedule, msg.eta_ms, member)
-    return ("XADD", k.stream(msg.priority), "*", "task", msg.task, "body", body)
+        return ("ZADD", QueueKeys(msg.queue).schedule, msg.eta_ms, member)
+    return ("XADD", stream_key(msg.queue, msg.priority), "*", "task", msg.task, "body", body)
 
 
 def _body(fields: Any) -> bytes | None:

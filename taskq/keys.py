@@ -7,6 +7,7 @@ Every key of queue ``tasks`` starts with ``tasks:``. A queue named with a hash t
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 PRIORITIES: tuple[str, ...] = ("high", "normal", "low")
@@ -17,6 +18,12 @@ GROUP = "taskq"
 
 RETRY_CONSUMER = "taskq:retry"
 """Pseudo-consumer that owns failed entries while they wait out their backoff."""
+
+
+@functools.lru_cache(maxsize=1024)
+def stream_key(queue: str, priority: str) -> str:
+    """``<queue>:<priority>``, cached: the producer asks for it once per job."""
+    return QueueKeys(queue).stream(priority)
 
 
 @dataclass(frozen=True)

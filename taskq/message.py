@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgpack
 
@@ -29,23 +28,52 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-@dataclass(frozen=True, slots=True)
-class Message:
-    """One job as it travels from producer to worker.
+class _MessageFields(NamedTuple):
+    task: str
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    id: str
+    queue: str
+    priority: str
+    created_ms: int
+    retries: int
+    eta_ms: int | None
+
+
+class Message(_MessageFields):
+    """One job as it travels from producer to worker: an immutable value.
 
     ``retries`` counts the attempts a job used up before this stream entry was written; the
-    attempt number of a delivery is ``retries`` plus the entry's delivery count.
+    attempt number of a delivery is ``retries`` plus the entry's delivery count. (A named
+    tuple rather than a frozen dataclass: bulk enqueue builds one per job.)
     """
 
-    task: str
-    args: tuple[Any, ...] = ()
-    kwargs: dict[str, Any] = field(default_factory=dict)
-    id: str = field(default_factory=new_job_id)
-    queue: str = "tasks"
-    priority: str = "normal"
-    created_ms: int = field(default_factory=now_ms)
-    retries: int = 0
-    eta_ms: int | None = None
+    __slots__ = ()
+
+    def __new__(
+        cls,
+        task: str,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+        id: str | None = None,
+        queue: str = "tasks",
+        priority: str = "normal",
+        created_ms: int | None = None,
+        retries: int = 0,
+        eta_ms: int | None = None,
+    ) -> Message:
+        return super().__new__(
+            cls,
+            task,
+            args,
+            {} if kwargs is None else kwargs,
+            new_job_id() if id is None else id,
+            queue,
+            priority,
+            now_ms() if created_ms is None else created_ms,
+            retries,
+            eta_ms,
+        )
 
     def encode(self, *, max_bytes: int | None = None) -> bytes:
         """The msgpack body.

@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, ParamSpec, TypeVar
 
 from taskq.config import check_queue_name
 from taskq.context import JobContext, current_job
@@ -23,9 +23,8 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-@dataclass(frozen=True, slots=True)
-class Job:
-    """Handle of an enqueued job."""
+class Job(NamedTuple):
+    """Handle of an enqueued job (an immutable value)."""
 
     id: str
     task: str
@@ -137,11 +136,15 @@ class Task(Generic[P, R]):
 
     def map(self, items: Iterable[Any]) -> list[Job]:
         """Enqueue one job per item (the item is the single argument), pipelined in batches."""
-        return self.app.enqueue_many(self.message((item,), {}) for item in items)
+        return self.starmap((item,) for item in items)
 
     def starmap(self, items: Iterable[Iterable[Any]]) -> list[Job]:
         """Enqueue one job per argument tuple, pipelined in batches."""
-        return self.app.enqueue_many(self.message(tuple(item), {}) for item in items)
+        first = self.message((), {})  # queue and priority are checked once, not per job
+        name, queue, priority = self.name, first.queue, first.priority
+        return self.app.enqueue_many(
+            Message(name, tuple(item), {}, queue=queue, priority=priority) for item in items
+        )
 
     def message(
         self,
