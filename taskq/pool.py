@@ -27,13 +27,13 @@ import setproctitle
 
 from taskq import __version__
 from taskq.app import App
-from taskq.broker import Broker, Delivery
+from taskq.broker import Broker
 from taskq.errors import TaskqError
-from taskq.executor import DEAD, RETRY, Executor, Outcome, Prepared
+from taskq.executor import RETRY, Executor
 from taskq.message import now_ms
 from taskq.middleware import emit
 from taskq.scoreboard import Scoreboard, SlotView
-from taskq.settle import hand_back, settle
+from taskq.settle import settle_exited
 from taskq.worker import Consumer, ConsumerOptions
 
 logger = logging.getLogger(__name__)
@@ -276,34 +276,11 @@ class Pool:
             self._orphans.pop(0)
 
     def _settle_child(self, broker: Broker, *, child: _Child, view: SlotView, cause: str) -> None:
-        for d in broker.pending_of(child.consumer):
-            running = (d.stream, d.entry_id) == (view.stream, view.entry_id)
-            lost_while_running = view.busy and running and not self.cold
-            self._settle_entry(broker, d, child.consumer, cause if lost_while_running else "")
-        broker.forget_consumer(child.consumer)
-
-    def _settle_entry(self, broker: Broker, d: Delivery, owner: str, lost_cause: str) -> None:
-        prepared = self.executor.prepare(d) if lost_cause else None
-        if isinstance(prepared, Prepared):
-            self._fail_lost(broker, prepared, owner, lost_cause)
-        else:
-            # Not started, or interrupted by a cold shutdown: back to the stream, attempt not used.
-            hand_back(broker, self.executor, d, owner=owner)
-
-    def _fail_lost(self, broker: Broker, p: Prepared, owner: str, cause: str) -> None:
-        """The job's process died under it: that run counts as a failed attempt."""
-        retry = p.policy.should_retry(p.attempt)
-        outcome = Outcome(
-            RETRY if retry else DEAD,
-            p.delivery,
-            p.msg,
-            p.attempt,
-            p.policy.delay_ms(p.attempt) if retry else 0,
-            error_type="WorkerLost",
-            error=cause,
-        )
-        settle(broker, self.executor, outcome, owner=owner)
-        self._settled.update(("failed", "retried" if retry else "dead"))
+        # A job running when its child died counts as a failed attempt, unless a cold
+        # shutdown killed it.
+        running = (view.stream, view.entry_id) if view.busy and not self.cold else None
+        for kind in settle_exited(broker, self.executor, child.consumer, running, cause):
+            self._settled.update(("failed", "retried" if kind == RETRY else "dead"))
 
     # -- periodic maintenance --------------------------------------------------------------
 

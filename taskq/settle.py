@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 
 from taskq.broker import Broker, Delivery
-from taskq.executor import DEAD, OK, RETRY, Executor, Outcome
+from taskq.executor import DEAD, OK, RETRY, Executor, Outcome, Prepared
 from taskq.message import now_ms, with_retries
 from taskq.middleware import emit
 
@@ -40,6 +40,47 @@ def hand_back(broker: Broker, executor: Executor, d: Delivery, *, owner: str) ->
     else:
         body = with_retries(d.body or b"", prepared.attempt - 1)
         broker.requeue(d, task=prepared.msg.task, body=body, owner=owner)
+
+
+def settle_exited(
+    broker: Broker,
+    executor: Executor,
+    consumer: str,
+    running: tuple[str, str] | None,
+    cause: str,
+) -> list[str]:
+    """Deal with every entry pending under the consumer of a process that exited.
+
+    The entry it was running (``running``: stream and entry id) failed with ``cause`` and
+    counts as an attempt; every other one (prefetched, not started) goes back uncounted. The
+    consumer is then deleted. Returns the kinds (retry or dead) of the failures recorded.
+    """
+    failures = []
+    for d in broker.pending_of(consumer):
+        prepared = executor.prepare(d) if (d.stream, d.entry_id) == running else None
+        if isinstance(prepared, Prepared):
+            outcome = lost(prepared, cause)
+            settle(broker, executor, outcome, owner=consumer)
+            failures.append(outcome.kind)
+        else:
+            hand_back(broker, executor, d, owner=consumer)
+    broker.forget_consumer(consumer)
+    return failures
+
+
+def lost(p: Prepared, cause: str) -> Outcome:
+    """The outcome of a run whose process died under it: a failed attempt."""
+    retry = p.policy.should_retry(p.attempt)
+    delay_ms = p.policy.delay_ms(p.attempt) if retry else 0
+    return Outcome(
+        RETRY if retry else DEAD,
+        p.delivery,
+        p.msg,
+        p.attempt,
+        delay_ms,
+        error_type="WorkerLost",
+        error=cause,
+    )
 
 
 def dead_letter_fields(o: Outcome, *, worker: str) -> dict[str, object]:
