@@ -43,8 +43,13 @@ OUTAGE_ERRORS = (
 
 
 def is_outage(exc: BaseException) -> bool:
-    busy = isinstance(exc, redis.ResponseError) and str(exc).startswith(("BUSY ", "MASTERDOWN"))
-    return isinstance(exc, OUTAGE_ERRORS) or busy
+    if isinstance(exc, OUTAGE_ERRORS):
+        return True
+    # Redis 6.2 reports an OOM inside a script as a plain script error.
+    text = str(exc)
+    return isinstance(exc, redis.ResponseError) and (
+        text.startswith(("BUSY ", "MASTERDOWN")) or "OOM command not allowed" in text
+    )
 
 
 class _Interrupted(Exception):

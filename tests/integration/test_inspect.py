@@ -63,7 +63,7 @@ def redis_truth(r: redis.Redis, stream: str) -> dict[str, Any]:
     return {
         "length": length,
         "pending": group["pending"],
-        "lag": group["lag"],
+        "lag": group.get("lag"),  # Redis 7.0+ only
         "waiting": length - group["pending"],
         "oldest_pending_id": summary["min"].decode() if summary["min"] else None,
         "oldest_waiting_id": first[0][0].decode() if first else None,
@@ -165,7 +165,7 @@ def test_waiting_is_right_where_redis_lag_is_null_or_wrong(
     assert (s["waiting"], s["pending"], s["lag"]) == (
         3,
         1,
-        r.xinfo_groups("tasks:normal")[0]["lag"],
+        r.xinfo_groups("tasks:normal")[0].get("lag"),
     )
     assert s["oldest_waiting_id"] == r.xrange("tasks:normal", "-", "+")[1][0].decode()
 
@@ -180,7 +180,7 @@ def test_waiting_is_right_where_redis_lag_is_null_or_wrong(
     assert r.xlen("tasks:normal") == 0
     s = stream_of(cli_json(redis_url, "inspect"), "tasks", "normal")
     assert (s["waiting"], s["pending"], s["length"]) == (0, 0, 0)
-    assert s["lag"] == r.xinfo_groups("tasks:normal")[0]["lag"]
+    assert s["lag"] == r.xinfo_groups("tasks:normal")[0].get("lag")
 
 
 def ack_and_delete(r: redis.Redis, entry_id: bytes) -> None:

@@ -77,6 +77,8 @@ def tls_url(tmp_path: Path) -> Iterator[str]:
     client = redis.Redis.from_url(url)
 
     def answers() -> bool:
+        if proc.poll() is not None:
+            pytest.skip("this redis-server cannot serve TLS (built without it)")
         try:
             return bool(client.ping())
         except redis.ConnectionError:
