@@ -108,6 +108,7 @@ class Pool:
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
         emit(self.app.middleware, "worker_start", self.options.queues)
+        self._title()
         for i in range(self.options.concurrency):
             self._spawn(i)
         self._maintain(lambda b: b.ensure_groups())  # connects only now: after the forks

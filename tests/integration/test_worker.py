@@ -190,7 +190,10 @@ def test_process_titles_show_role_queue_and_state(
         return [_cmdline(p) for p in pids]
 
     wait_until(lambda: any("child 2/2 [tasks] idle" in t for t in titles()), message="titles")
-    assert any(t.startswith("taskq: master tests.tasks [tasks]") for t in titles())
+    wait_until(
+        lambda: any(t.startswith("taskq: master tests.tasks [tasks]") for t in titles()),
+        message="the master's title",
+    )
     tasks.sleepy.delay(3, tag="title")
     wait_until(
         lambda: any("running tests.tasks.sleepy" in t for t in titles()), message="a running title"
