@@ -75,7 +75,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.retry:
         ids = [j.dead_id for j in store.newest(limit=10_000) if j.task == args.retry]
         moved, skipped = store.retry(ids)
-        print(f"re-enqueued {moved} dead job(s) of {args.retry}; {skipped} could not be")
+        print(f"re-enqueued {moved} dead job(s) of {args.retry}")
+        for dead_id, reason in skipped:
+            print(f"  not {dead_id}: {reason}")
     elif args.purge_older_than_days is not None:
         cutoff_ms = _now_ms() - int(args.purge_older_than_days * 86_400_000)
         print(f"purged {store.purge(older_than_ms=cutoff_ms)} dead job(s)")

@@ -152,7 +152,10 @@ class App:
 
 
 def _job(msg: Message, entry_id: str | None) -> Job:
-    return Job(msg.id, msg.task, msg.queue, msg.priority, entry_id, msg.eta_ms)
+    """The handle; ``eta_ms`` only for a job that waits in the schedule (no entry id yet)."""
+    return Job(
+        msg.id, msg.task, msg.queue, msg.priority, entry_id, None if entry_id else msg.eta_ms
+    )
 
 
 def unreachable(redis_url: str, exc: BaseException) -> str:

@@ -13,7 +13,7 @@ import click
 import redis
 
 from taskq import __version__, log
-from taskq.app import App, unreachable
+from taskq.app import App, redact, unreachable
 from taskq.errors import TaskqError
 from taskq.loader import app_path, load_app
 from taskq.pool import PoolOptions, run_pool
@@ -55,7 +55,9 @@ class Main(click.Group):
             raise click.ClickException(str(exc)) from None
         except redis.RedisError as exc:
             url = ctx.obj.app().settings.redis_url if ctx.obj else "?"
-            raise click.ClickException(unreachable(url, exc)) from None
+            if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
+                raise click.ClickException(unreachable(url, exc)) from None
+            raise click.ClickException(f"Redis at {redact(url)} refused: {exc}") from None
 
 
 @click.group(cls=Main)
@@ -228,7 +230,7 @@ def wait_for_redis(ping: Callable[[], object], timeout_s: float = 10.0) -> None:
 
 
 @main.command()
-@click.option("--port", type=int, default=6379, show_default=True)
+@click.option("--port", type=click.IntRange(1, 65535), default=6379, show_default=True)
 @click.option(
     "--dir",
     "data_dir",

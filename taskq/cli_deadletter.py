@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from typing import Any
 
 import click
 
+from taskq.config import check_queue_name
 from taskq.deadletters import DeadJob, DeadLetters
 from taskq.message import now_ms
 
@@ -15,6 +17,8 @@ _UNITS_MS = {"s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
 def _store(obj: Any, queue: str | None) -> DeadLetters:
+    if queue is not None:
+        check_queue_name(queue)
     return DeadLetters.for_app(obj.app(), queue)
 
 
@@ -80,11 +84,15 @@ def show(obj: Any, queue: str | None, as_json: bool, dead_id: str) -> None:
 @click.pass_obj
 def retry(obj: Any, queue: str | None, dead_ids: tuple[str, ...], all_: bool) -> None:
     """Re-enqueue dead-lettered jobs with their attempt count reset."""
-    if not dead_ids and not all_:
-        raise click.UsageError("give DEAD_ID... or --all")
+    if bool(dead_ids) == all_:
+        raise click.UsageError("give DEAD_ID... or --all (not both)")
     store = _store(obj, queue)
     moved, skipped = store.retry(None if all_ else list(dead_ids))
-    click.echo(f"re-enqueued {moved} job(s)" + (f"; {skipped} could not be" if skipped else ""))
+    click.echo(f"re-enqueued {moved} job(s)")
+    for dead_id, reason in skipped:
+        click.echo(f"not re-enqueued {dead_id}: {reason}", err=True)
+    if skipped:
+        sys.exit(1)
 
 
 @deadletter.command("purge")

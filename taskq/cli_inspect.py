@@ -13,8 +13,11 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
+import redis
 
 from taskq.broker import Broker
+from taskq.config import check_queue_name
+from taskq.errors import ConfigError
 from taskq.inspect import Inspector, PendingJob, to_json
 from taskq.inspect_format import (
     render_active,
@@ -38,10 +41,24 @@ def _inspector(obj: Any, queues: str | None) -> Callable[[], Inspector]:
     (looked up again at each call, so ``--watch`` sees workers that start later)."""
     app = obj.app()
     if queues:
-        fixed = Inspector(app.broker.client, [q.strip() for q in queues.split(",") if q.strip()])
+        fixed = Inspector(app.broker.client, parse_queues(queues))
         return lambda: fixed
-    names = [app.settings.queue, *(t.options.queue for t in app.tasks.values() if t.options.queue)]
+    tasks = [app.get_task(name) for name in app.registered()]
+    names = [app.settings.queue, *(t.options.queue for t in tasks if t.options.queue)]
     return Inspector(app.broker.client, names).widened
+
+
+def parse_queues(value: str) -> list[str]:
+    """``-Q a,b`` → ["a", "b"], each name checked."""
+    names = [q.strip() for q in value.split(",") if q.strip()]
+    if not names:
+        raise click.BadParameter(f"no queue name in {value!r}", param_hint="-Q")
+    for name in names:
+        try:
+            check_queue_name(name)
+        except ConfigError as exc:
+            raise click.BadParameter(str(exc), param_hint="-Q") from None
+    return names
 
 
 def _options(**given: Any) -> dict[str, Any]:
@@ -83,10 +100,12 @@ def show(
         while count is None or frames < count:
             if frames:
                 time.sleep(watch)
-            value = view(make())
             if redraw or (frames and not as_json):
                 click.echo(CLEAR if redraw else "", nl=not redraw)
-            _print(value, render, as_json, compact=True)
+            try:
+                _print(view(make()), render, as_json, compact=True)
+            except redis.RedisError as exc:  # keep watching through a Redis restart
+                click.echo(f"Redis unavailable: {exc}", err=True)
             frames += 1
     except KeyboardInterrupt:
         pass  # the way out of --watch, not an error

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -12,6 +13,9 @@ from taskq.broker import Broker
 from taskq.errors import DecodeError
 from taskq.keys import QueueKeys
 from taskq.message import Message, with_retries
+
+DEAD_ID = re.compile(r"\d+-\d+")
+"""A stream entry id, as dead-letter ids are."""
 
 
 @dataclass(frozen=True)
@@ -103,6 +107,8 @@ class DeadLetters:
         return [DeadJob.from_entry(i, f) for i, f in self.client.xrevrange(self.key, count=limit)]
 
     def get(self, dead_id: str) -> DeadJob | None:
+        if not DEAD_ID.fullmatch(dead_id):
+            return None
         found = self.client.xrange(self.key, dead_id, dead_id)
         return DeadJob.from_entry(*found[0]) if found else None
 
@@ -111,28 +117,40 @@ class DeadLetters:
             return int(self.client.xlen(self.key))
         return sum(1 for _ in self._scan(end=f"{older_than_ms}-0"))
 
-    def retry(self, dead_ids: list[str] | None) -> tuple[int, int]:
-        """Re-enqueue jobs (all if ``dead_ids`` is None); returns (moved, skipped)."""
-        jobs = self._scan() if dead_ids is None else (self.get(i) for i in dead_ids)
-        moved = skipped = 0
-        for job in list(jobs):
-            if job is not None and self._retry_one(job):
-                moved += 1
+    def retry(self, dead_ids: list[str] | None) -> tuple[int, list[tuple[str, str]]]:
+        """Re-enqueue jobs (all if ``dead_ids`` is None).
+
+        Returns:
+            How many moved, and each id that did not with the reason.
+        """
+        ids = (
+            [j.dead_id for j in self._scan()] if dead_ids is None else list(dict.fromkeys(dead_ids))
+        )
+        moved, skipped = 0, []
+        for dead_id in ids:
+            reason = self._retry_one(dead_id)
+            if reason:
+                skipped.append((dead_id, reason))
             else:
-                skipped += 1
+                moved += 1
         return moved, skipped
 
-    def _retry_one(self, job: DeadJob) -> bool:
-        """Back to the stream it died in (its queue's, by priority, if that is unknown)."""
-        msg = job.message()
+    def _retry_one(self, dead_id: str) -> str:
+        """Back to the stream it died in (its queue's, by priority, if that is unknown).
+
+        Returns why it could not be moved, or "" if it was.
+        """
+        job = self.get(dead_id) if DEAD_ID.fullmatch(dead_id) else None
+        msg = job.message() if job else None
+        if job is None:
+            return "no such dead-lettered job"
         if msg is None:
-            return False  # bad input stays dead: running it again cannot succeed
+            return "its body is not a valid job, so it cannot run (purge it instead)"
         k = QueueKeys(self.queue)
         stream = job.stream if job.stream in k.streams else k.stream(msg.priority)
         body = with_retries(job.body, 0)
-        return self.broker.dead_retry(
-            self.queue, job.dead_id, stream=stream, task=msg.task, body=body
-        )
+        moved = self.broker.dead_retry(self.queue, dead_id, stream=stream, task=msg.task, body=body)
+        return "" if moved else "no such dead-lettered job"
 
     def purge(self, *, older_than_ms: int | None = None) -> int:
         return self.broker.purge_dead(self.queue, older_than_ms=older_than_ms)

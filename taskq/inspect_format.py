@@ -61,7 +61,7 @@ def render_queues(queues: Sequence[QueueStats]) -> list[str]:
     lines = table(headers, rows)
     for q in queues:
         due = q.next_scheduled_in_ms
-        when = f" (next due in {fmt_ms(max(0, due))})" if due is not None else ""
+        when = f" (next {due_in(due)})" if due is not None else ""
         lines.append(f"{q.queue}: {q.scheduled} scheduled{when}, {q.dead} dead-lettered")
     return lines
 
@@ -180,7 +180,7 @@ def render_pending(jobs: Sequence[PendingJob]) -> list[str]:
 def _state(j: PendingJob) -> str:
     if j.retry_due_in_ms is None:
         return j.state
-    return f"{j.state} (due in {fmt_ms(max(0, j.retry_due_in_ms))})"
+    return f"{j.state} ({due_in(j.retry_due_in_ms)})"
 
 
 def render_registered(workers: Sequence[WorkerState]) -> list[str]:
@@ -204,3 +204,8 @@ def render_ping(p: Ping) -> list[str]:
     answered = sum(w.answered for w in p.workers)
     lines.append(f"{answered}/{len(p.workers)} worker(s) answered")
     return lines
+
+
+def due_in(ms: int) -> str:
+    """ "due in 3.0s", or "overdue 1.4s" for work that is late (every child busy)."""
+    return f"due in {fmt_ms(ms)}" if ms >= 0 else f"overdue {fmt_ms(-ms)}"

@@ -55,4 +55,6 @@ def load_app(path: str) -> App:
         return module.app  # type: ignore[no-any-return]
     if len(apps) == 1:
         return apps[0]
-    raise ConfigError(f"{module_name!r}: name the App with {module_name}:ATTR")
+    if not apps:
+        raise ConfigError(f"{module_name!r} has no App (taskq.App instance) at module level")
+    raise ConfigError(f"{module_name!r} has several Apps: name one with {module_name}:ATTR")

@@ -64,7 +64,10 @@ def run_server(port: int, data_dir: Path) -> None:
     """Replace this process with a persistent Redis on 127.0.0.1:``port``."""
     if port_in_use(port):
         raise ConfigError(f"port {port} is in use (is a Redis already running there?); use --port")
-    data_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot use {data_dir} for Redis data: {exc.strerror}") from None
     args = server_args(port, data_dir.resolve())
     print(f"taskq: Redis at redis://127.0.0.1:{port}/0 (data in {data_dir}, AOF everysec)")
     print(f"taskq: export TASKQ_REDIS_URL=redis://127.0.0.1:{port}/0", flush=True)

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import time
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, ParamSpec, TypeVar
 
 from taskq.config import check_queue_name
-from taskq.context import JobContext, current_job
+from taskq.context import JobContext, current_job, reset_current, set_current
 from taskq.errors import ConfigError
 from taskq.keys import PRIORITIES
-from taskq.message import Message, now_ms
+from taskq.message import Message, new_job_id, now_ms
 from taskq.retry import RetryPolicy
 
 if TYPE_CHECKING:
@@ -95,7 +95,22 @@ class Task(Generic[P, R]):
         return current_job()
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
-        return self.run(args, kwargs)
+        """Run inline, as attempt 1 of a job of its own (so ``current_job()`` works)."""
+        ctx = JobContext(
+            new_job_id(),
+            self.name,
+            1,
+            1,
+            self.options.queue or "",
+            self.options.priority,
+            now_ms(),
+            None,
+        )
+        token = set_current(ctx)
+        try:
+            return self.run(args, kwargs)
+        finally:
+            reset_current(token)
 
     def run(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
         """Run the function in this process."""
@@ -175,12 +190,25 @@ class Task(Generic[P, R]):
 
 
 def eta_to_ms(countdown: float | None, eta: datetime | float | None) -> int | None:
-    """Absolute due time in ms, or None for "now"."""
+    """Absolute due time in ms, or None for "now".
+
+    A naive ``eta`` datetime is taken as UTC, as Celery does (``datetime.utcnow() + ...``).
+    """
     if countdown is not None and eta is not None:
         raise ConfigError("give countdown or eta, not both")
     if countdown is not None:
-        return now_ms() + int(countdown * 1000) if countdown > 0 else None
-    if eta is None:
+        if isinstance(countdown, bool) or not isinstance(countdown, int | float):
+            raise ConfigError(f"countdown must be a number of seconds, not {countdown!r}")
+        if not math.isfinite(countdown):
+            raise ConfigError(f"countdown must be finite, not {countdown!r}")
+        due_ms = now_ms() + int(countdown * 1000)
+    elif eta is None:
         return None
-    seconds = eta.timestamp() if isinstance(eta, datetime) else float(eta)
-    return int(seconds * 1000) if seconds > time.time() else None
+    elif isinstance(eta, datetime):
+        aware = eta if eta.tzinfo is not None else eta.replace(tzinfo=timezone.utc)
+        due_ms = int(aware.timestamp() * 1000)
+    elif isinstance(eta, int | float) and not isinstance(eta, bool) and math.isfinite(eta):
+        due_ms = int(eta * 1000)
+    else:
+        raise ConfigError(f"eta must be a datetime or a POSIX timestamp, not {eta!r}")
+    return due_ms if due_ms > now_ms() else None

@@ -193,3 +193,55 @@ def test_taskq_server_refuses_a_busy_port(redis_server: Any, tmp_path: Path) -> 
         main, ["server", "--port", str(redis_server.port), "--dir", str(tmp_path)]
     )
     assert out.exit_code == 1 and "is in use" in out.output
+
+
+def test_deadletter_ids_are_checked_and_reported(
+    redis_url: str, three_dead: list[str], r: redis.Redis
+) -> None:
+    bad = taskq(redis_url, "deadletter", "show", "nonsense")
+    assert bad.exit_code == 1 and "no dead-lettered job nonsense" in bad.output
+    out = taskq(redis_url, "deadletter", "retry", three_dead[0], three_dead[0], "1-0", "junk")
+    assert out.exit_code == 1
+    assert "re-enqueued 1 job(s)" in out.output
+    assert "not re-enqueued 1-0: no such dead-lettered job" in out.output
+    assert "not re-enqueued junk: no such dead-lettered job" in out.output
+    assert r.xlen("tasks:normal") == 1 and r.xlen("tasks:deadletter") == 2
+    both = taskq(redis_url, "deadletter", "retry", three_dead[1], "--all")
+    assert both.exit_code == 2 and r.xlen("tasks:deadletter") == 2
+
+
+def test_bad_queue_names_are_refused(redis_url: str) -> None:
+    for args in (
+        ["deadletter", "list", "-Q", "a b"],
+        ["inspect", "-Q", "bad:name"],
+        ["inspect", "-Q", ","],
+    ):
+        out = taskq(redis_url, *args)
+        assert out.exit_code != 0 and "queue" in out.output.lower(), (args, out.output)
+
+
+def test_redis_errors_other_than_outages_are_not_called_unreachable(
+    redis_url: str, r: redis.Redis
+) -> None:
+    r.set("tasks:deadletter", "not a stream")
+    out = taskq(redis_url, "deadletter", "list")
+    assert out.exit_code == 1
+    assert "refused" in out.output and "WRONGTYPE" in out.output
+    assert "cannot reach" not in out.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [(["--port", "99999"], "99999"), (["--port", "0"], "0")],
+)
+def test_taskq_server_checks_its_port(args: list[str], message: str) -> None:
+    out = CliRunner().invoke(main, ["server", *args])
+    assert out.exit_code == 2 and message in out.output
+
+
+def test_taskq_server_reports_an_unusable_data_dir(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    port = free_port()
+    out = CliRunner().invoke(main, ["server", "--port", str(port), "--dir", str(blocker / "d")])
+    assert out.exit_code == 1 and "cannot use" in out.output and "Traceback" not in out.output

@@ -34,6 +34,8 @@ def test_worker_help_lists_the_documented_options() -> None:
         "--soft-time-limit",
         "--loglevel",
         "--log-format",
+        "--connect-timeout",
+        "--metrics-port",
     ):
         assert flag in out.output
 
@@ -79,3 +81,16 @@ def test_missing_redis_server_binary_is_a_clear_error(monkeypatch: pytest.Monkey
         assert str(err.value) == INSTALL_HINT
     else:  # the embedded extra is installed: its binary is used
         assert os.path.exists(find_redis_server())
+
+
+def test_configuration_doc_lists_exactly_the_worker_flags() -> None:
+    """docs/configuration.md's worker table and ``taskq worker --help`` must not drift apart."""
+    import re
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
+    section = doc[doc.index("taskq worker") :]
+    documented = set(re.findall(r"^\| `(--[a-z-]+)`", section, re.MULTILINE))
+    documented |= set(re.findall(r"^\| `-[A-Za-z]`, `(--[a-z-]+)`", section, re.MULTILINE))
+    help_text = CliRunner().invoke(main, ["worker", "--help"]).output
+    offered = set(re.findall(r"(--[a-z][a-z-]+)", help_text)) - {"--help"}
+    assert offered <= documented, offered - documented

@@ -119,3 +119,25 @@ def test_prepared_carries_task_time_limits() -> None:
     prepared = ex.prepare(delivery(Message(add.name, (1, 2))))
     assert isinstance(prepared, Prepared)
     assert (prepared.hard_limit_s, prepared.soft_limit_s) == (9.0, None)
+
+
+@app.task(bind=True)
+def bound(self: object, x: int) -> int:
+    job = current_job()
+    seen.append((self is bound, job.attempt if job else None))
+    return x
+
+
+def test_bound_task_runs_from_a_delivery_and_its_signature_is_checked() -> None:
+    seen.clear()
+    assert run(Message(bound.name, (1,)), deliveries=2).kind == OK
+    assert seen == [(True, 2)]
+    wrong = run(Message(bound.name, (1, 2)))
+    assert wrong.kind == DEAD and wrong.error_type == "TypeError"
+
+
+def test_direct_call_runs_inline_as_a_job_of_its_own() -> None:
+    seen.clear()
+    assert bound(5) == 5
+    assert seen == [(True, 1)]
+    assert current_job() is None
