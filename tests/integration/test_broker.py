@@ -9,6 +9,7 @@ import redis
 
 import taskq
 from taskq import App
+from taskq.app import _shared_tasks as shared_tasks
 from taskq.broker import Broker
 from taskq.executor import Executor
 from taskq.keys import GROUP
@@ -46,27 +47,27 @@ def test_one_fetch_takes_high_before_normal_before_low(
     assert [d.priority for d in broker.fetch("c1", 3).deliveries] == ["low", "low"]
 
 
-shared_runs: list[int] = []
-
-
-@taskq.task(name="shared.double")
-def double(x: int) -> None:
-    """Declared without any app, as a library would."""
-    shared_runs.append(x * 2)
-
-
 def test_shared_task_enqueues_through_the_current_app_and_any_app_runs_it(
     make_app: Callable[..., App], r: redis.Redis
 ) -> None:
-    app = make_app()  # the most recent App is the current one
-    job = double.delay(21)
-    assert job.entry_id is not None and r.xlen("tasks:normal") == 1
-    assert "shared.double" in app.registered()
-    shared_runs.clear()
-    Consumer(
-        app.broker_for(["tasks"]),
-        Executor(app),
-        name="t:1:0:1",
-        options=ConsumerOptions(burst=True),
-    ).run()
-    assert shared_runs == [42]
+    runs: list[int] = []
+
+    @taskq.task(name="shared.double")
+    def double(x: int) -> None:
+        """Declared without any app, as a library would."""
+        runs.append(x * 2)
+
+    try:
+        app = make_app()  # the most recent App is the current one
+        job = double.delay(21)
+        assert job.entry_id is not None and r.xlen("tasks:normal") == 1
+        assert "shared.double" in app.registered()
+        Consumer(
+            app.broker_for(["tasks"]),
+            Executor(app),
+            name="t:1:0:1",
+            options=ConsumerOptions(burst=True),
+        ).run()
+        assert runs == [42]
+    finally:
+        shared_tasks.pop("shared.double")  # keep the registry as other tests expect it
