@@ -101,8 +101,8 @@ class App:
             BrokerError: Redis could not be reached.
         """
         body = msg.encode(max_bytes=self.settings.max_payload_bytes)
-        if self.settings.eager:
-            return self._run_eagerly(msg)
+        if self.settings.eager:  # the task sees what a worker would: the decoded job
+            return self._run_eagerly(Message.decode(body))
         try:
             if msg.eta_ms is not None and msg.eta_ms > now_ms():
                 self.broker.schedule(msg, body)
@@ -122,7 +122,7 @@ class App:
         while batch := list(itertools.islice(iterator, BATCH_SIZE)):
             encoded = [(m, m.encode(max_bytes=self.settings.max_payload_bytes)) for m in batch]
             if self.settings.eager:
-                jobs += [self._run_eagerly(m) for m in batch]
+                jobs += [self._run_eagerly(Message.decode(body)) for _, body in encoded]
                 continue
             try:
                 ids = self.broker.publish_many(encoded)

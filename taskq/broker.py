@@ -356,7 +356,7 @@ class Broker:
 
     def purge_dead(self, queue: str, *, older_than_ms: int | None = None) -> int:
         """Delete dead-letter entries (older than a time, or all); returns how many."""
-        key = self.keys[queue].deadletter if queue in self.keys else QueueKeys(queue).deadletter
+        key = QueueKeys(queue).deadletter
         if older_than_ms is None:
             pipe = self.client.pipeline(transaction=True)
             pipe.xlen(key)

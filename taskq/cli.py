@@ -14,6 +14,7 @@ import redis
 
 from taskq import __version__, log
 from taskq.app import App, redact, unreachable
+from taskq.config import parse_queues
 from taskq.errors import TaskqError
 from taskq.loader import app_path, load_app
 from taskq.pool import PoolOptions, run_pool
@@ -86,9 +87,7 @@ app_option = click.option(
 
 
 def _queues(value: str | None, app: App) -> tuple[str, ...]:
-    return (
-        tuple(q.strip() for q in value.split(",") if q.strip()) if value else (app.settings.queue,)
-    )
+    return tuple(parse_queues(value)) if value else (app.settings.queue,)
 
 
 @main.command()
@@ -193,14 +192,19 @@ def worker(
 ) -> None:
     """Run a prefork worker pool."""
     if metrics_port is not None:
-        from taskq.metrics import Metrics, enable_multiprocess
+        from taskq.metrics import Metrics, enable_multiprocess, remove_created_dir
 
         enable_multiprocess()  # before the app import, which may import prometheus_client
-    log.configure(loglevel, log_format)
-    app = obj.app(required=True)
-    if metrics_port is not None:
-        app.add_middleware(Metrics(port=metrics_port, redis_url=app.settings.redis_url))
-    wait_for_redis(lambda: app.broker.client.ping(), connect_timeout)
+    try:
+        log.configure(loglevel, log_format)
+        app = obj.app(required=True)
+        wait_for_redis(lambda: app.broker.client.ping(), connect_timeout)
+        if metrics_port is not None:
+            app.add_middleware(Metrics(port=metrics_port, redis_url=app.settings.redis_url))
+    except BaseException:
+        if metrics_port is not None:
+            remove_created_dir()  # nothing else will
+        raise
     app.close()  # no connection may cross the fork
     options = PoolOptions(
         concurrency=concurrency,

@@ -16,7 +16,7 @@ import click
 import redis
 
 from taskq.broker import Broker
-from taskq.config import check_queue_name
+from taskq.config import parse_queues
 from taskq.errors import ConfigError
 from taskq.inspect import Inspector, PendingJob, to_json
 from taskq.inspect_format import (
@@ -41,24 +41,14 @@ def _inspector(obj: Any, queues: str | None) -> Callable[[], Inspector]:
     (looked up again at each call, so ``--watch`` sees workers that start later)."""
     app = obj.app()
     if queues:
-        fixed = Inspector(app.broker.client, parse_queues(queues))
+        try:
+            fixed = Inspector(app.broker.client, parse_queues(queues))
+        except ConfigError as exc:
+            raise click.BadParameter(str(exc), param_hint="-Q") from None
         return lambda: fixed
     tasks = [app.get_task(name) for name in app.registered()]
     names = [app.settings.queue, *(t.options.queue for t in tasks if t.options.queue)]
     return Inspector(app.broker.client, names).widened
-
-
-def parse_queues(value: str) -> list[str]:
-    """``-Q a,b`` → ["a", "b"], each name checked."""
-    names = [q.strip() for q in value.split(",") if q.strip()]
-    if not names:
-        raise click.BadParameter(f"no queue name in {value!r}", param_hint="-Q")
-    for name in names:
-        try:
-            check_queue_name(name)
-        except ConfigError as exc:
-            raise click.BadParameter(str(exc), param_hint="-Q") from None
-    return names
 
 
 def _options(**given: Any) -> dict[str, Any]:

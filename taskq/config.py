@@ -113,6 +113,16 @@ def _parse(name: str, raw: str, kind: type) -> Any:
         raise ConfigError(f"TASKQ_{name.upper()}={raw!r} is not a valid {kind.__name__}") from None
 
 
+def parse_queues(value: str) -> list[str]:
+    """``"a, b"`` → ``["a", "b"]``, each name checked (``-Q`` and ``TASKQ_QUEUES``)."""
+    names = [q.strip() for q in value.split(",") if q.strip()]
+    if not names:
+        raise ConfigError(f"no queue name in {value!r}")
+    for name in names:
+        check_queue_name(name)
+    return names
+
+
 @functools.lru_cache(maxsize=256)
 def check_queue_name(queue: str) -> None:
     # A ':' would let one queue's keys collide with another's ("a:retry" vs "a").

@@ -140,7 +140,7 @@ class DeadLetters:
 
         Returns why it could not be moved, or "" if it was.
         """
-        job = self.get(dead_id) if DEAD_ID.fullmatch(dead_id) else None
+        job = self.get(dead_id)
         msg = job.message() if job else None
         if job is None:
             return "no such dead-lettered job"

@@ -20,7 +20,6 @@ import shutil
 import signal
 import tempfile
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -92,6 +91,7 @@ class Metrics(Middleware):
             self._remove_dir()
             raise
         self._server_pid = 0
+        self._lifeline = -1
 
     def _registry(self) -> CollectorRegistry:
         from prometheus_client import CollectorRegistry
@@ -107,15 +107,27 @@ class Metrics(Middleware):
         return int(self._server.server_address[1])
 
     def worker_start(self, queues: Sequence[str]) -> None:
-        """Fork the server process, then drop the master's copy of the listening socket."""
+        """Fork the server process, then drop the master's copy of the listening socket.
+
+        The server holds the read end of a pipe whose write end only the master keeps: when
+        the master is gone (even by SIGKILL) the pipe closes and the server leaves at once,
+        freeing the port and removing the files it served.
+        """
         self.depth.queues = tuple(queues)
-        master = os.getpid()
+        lifeline_r, self._lifeline = os.pipe()
         pid = os.fork()
         if pid == 0:
-            _serve(self._server, master, self.port)
+            os.close(self._lifeline)
+            _serve(self._server, lifeline_r, self.port, self.path if _created_dir else None)
+        os.close(lifeline_r)
         self._server_pid = pid
         self._server.server_close()
         logger.info("metrics on :%d (pid %d, files in %s)", self.port, pid, self.path)
+
+    def child_start(self) -> None:
+        """A child must not keep the server's lifeline open: only the master's death counts."""
+        with contextlib.suppress(OSError):
+            os.close(self._lifeline)
 
     def after_job(self, outcome: Outcome) -> None:
         task = outcome.msg.task if outcome.msg else "(undecodable)"
@@ -136,7 +148,13 @@ class Metrics(Middleware):
 
     def _remove_dir(self) -> None:
         if _created_dir is not None and _created_dir == self.path:
-            shutil.rmtree(self.path, ignore_errors=True)
+            remove_created_dir()
+
+
+def remove_created_dir() -> None:
+    """Remove the multiprocess directory if :func:`enable_multiprocess` created it."""
+    if _created_dir is not None:
+        shutil.rmtree(_created_dir, ignore_errors=True)
 
 
 _COUNTED = {OK: ("processed",), RETRY: ("failed", "retried"), DEAD: ("failed", "dead")}
@@ -252,7 +270,7 @@ def _bind(host: str, port: int, registry: CollectorRegistry) -> WSGIServer:
         raise ConfigError(f"--metrics-port {port}: {exc.strerror or exc}") from None
 
 
-def _serve(server: WSGIServer, master: int, port: int) -> None:
+def _serve(server: WSGIServer, lifeline: int, port: int, owned_dir: Path | None) -> None:
     """Body of the server process; it leaves when stopped or when its master is gone."""
     try:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -261,13 +279,17 @@ def _serve(server: WSGIServer, master: int, port: int) -> None:
             import setproctitle
 
             setproctitle.setproctitle(f"taskq: metrics :{port}")
-        threading.Thread(target=_exit_without, args=(master,), daemon=True).start()
+        watch = threading.Thread(target=_exit_without, args=(lifeline, owned_dir), daemon=True)
+        watch.start()
         server.serve_forever()
     finally:
         os._exit(0)
 
 
-def _exit_without(master: int) -> None:
-    while os.getppid() == master:
-        time.sleep(1.0)
+def _exit_without(lifeline: int, owned_dir: Path | None) -> None:
+    """Wait for the master's end of the pipe to close, then clean up and leave."""
+    while os.read(lifeline, 1):
+        pass
+    if owned_dir is not None:
+        shutil.rmtree(owned_dir, ignore_errors=True)
     os._exit(0)

@@ -25,7 +25,11 @@ class Middleware:
         """In each child, right after the fork."""
 
     def after_job(self, outcome: Outcome) -> None:
-        """In the child, once a job's fate (ok, retry or dead) is settled in Redis."""
+        """Once a job's fate (ok, retry or dead) is settled in Redis.
+
+        In the child that ran the job; in the master for a job whose child died under it
+        (open connections lazily there with care: the master forks again later).
+        """
 
     def worker_stop(self) -> None:
         """In the master, after the last child exited."""

@@ -213,7 +213,8 @@ class Pool:
             if pid == 0:
                 return
             child = next((c for c in self.children.values() if c.pid == pid), None)
-            if child is None:
+            if child is None:  # a process a middleware forked (the metrics server, say)
+                logger.warning("process %d exited: %s", pid, _describe(status, ""))
                 continue
             del self.children[child.index]
             view = self.scoreboard.read(child.index)

@@ -12,7 +12,7 @@ from taskq.executor import DEAD, OK, RETRY, Executor, Outcome, Prepared
 from taskq.message import now_ms, with_retries
 from taskq.middleware import emit
 
-logger = logging.getLogger("taskq.worker")
+logger = logging.getLogger(__name__)
 
 ARROWS = {OK: "←", RETRY: "↻", DEAD: "✗"}
 

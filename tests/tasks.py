@@ -42,7 +42,12 @@ def urgent(value: object) -> None:
 
 @app.task
 def sleepy(seconds: float, tag: str = "") -> None:
+    """Sleeps; pushes its tag to the list ``started`` first, so tests can see it running."""
     start = time.time()
+    global _client
+    if _client is None:
+        _client = redis.Redis.from_url(app.settings.redis_url)
+    _client.rpush("started", tag)
     time.sleep(seconds)
     record(tag=tag, start=start, end=time.time())
 

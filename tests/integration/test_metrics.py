@@ -130,3 +130,23 @@ def test_missing_prometheus_client_is_a_one_line_error(monkeypatch: pytest.Monke
     assert result.output == (
         "Error: --metrics-port needs prometheus-client: pip install 'taskq[metrics]'\n"
     )
+
+
+@pytest.mark.integration
+def test_metrics_server_leaves_with_its_master(start_worker: StartWorker, task_app: App) -> None:
+    port = free_port()
+    w = start_worker("-A", "tests.tasks", "-c", "1", "--metrics-port", str(port))
+    wait_until(lambda: _answers(port), message="the metrics endpoint")
+    # SIGKILL of the master alone (as systemd's KillMode=process would): the port must free
+    # up at once so that a restart can bind it again.
+    w.proc.kill()
+    w.proc.wait(10)
+    wait_until(lambda: not _answers(port), timeout_s=3, message="the metrics server to leave")
+
+
+def _answers(port: int) -> bool:
+    try:
+        scrape(port)
+    except (OSError, urllib.error.URLError):
+        return False
+    return True

@@ -57,7 +57,7 @@ def test_four_children_run_four_jobs_at_once(
     start_worker: StartWorker, r: redis.Redis, task_app: App
 ) -> None:
     for i in range(4):
-        tasks.sleepy.delay(1.0, tag=str(i))
+        tasks.sleepy.delay(2.0, tag=str(i))
     start_worker("-A", "tests.tasks", "-c", "4")
     wait_until(lambda: r.llen("runs") == 4, timeout_s=20, message="4 sleepy jobs")
     spans = [(x["start"], x["end"]) for x in runs(r)]
@@ -92,7 +92,7 @@ def test_warm_shutdown_finishes_the_running_job_and_exits_0(
 ) -> None:
     w = start_worker("-A", "tests.tasks", "-c", "1")
     tasks.sleepy.delay(1.5, tag="warm")
-    wait_until(lambda: _busy(r), message="the job to start")
+    wait_until(lambda: r.llen("started") == 1, message="the job to start")
     w.signal(signal.SIGTERM)
     assert w.wait(20) == 0
     assert [x["tag"] for x in runs(r)] == ["warm"]
@@ -109,7 +109,7 @@ def test_cold_shutdown_hands_the_job_back_without_using_an_attempt(
 ) -> None:
     w = start_worker("-A", "tests.tasks", "-c", "1", "--grace", "0.5")
     tasks.sleepy.delay(30, tag="cold")
-    wait_until(lambda: _busy(r), message="the job to start")
+    wait_until(lambda: r.llen("started") == 1, message="the job to start")
     w.signal(signal.SIGTERM)
     w.wait(20)
     # The job is waiting again at once (not pending), with its attempt not used up.
@@ -125,7 +125,7 @@ def test_second_signal_is_a_cold_shutdown(
 ) -> None:
     w = start_worker("-A", "tests.tasks", "-c", "1", "--grace", "60")
     tasks.sleepy.delay(30, tag="cold")
-    wait_until(lambda: _busy(r), message="the job to start")
+    wait_until(lambda: r.llen("started") == 1, message="the job to start")
     w.signal(signal.SIGINT)
     wait_until(lambda: "warm shutdown" in w.output(), message="warm shutdown log")
     w.signal(signal.SIGINT)
@@ -133,18 +133,19 @@ def test_second_signal_is_a_cold_shutdown(
     assert r.xlen("tasks:normal") == 1 and r.xinfo_groups("tasks:normal")[0]["pending"] == 0
 
 
+@pytest.mark.slow
 def test_long_cpu_bound_job_keeps_its_lease_and_runs_once(
     start_worker: StartWorker, r: redis.Redis, task_app: App
 ) -> None:
-    # Visibility timeout 1 s, a job that holds the GIL for 3.5 s, and a second worker whose
+    # Visibility timeout 2 s, a job that holds the GIL for 6.5 s, and a second worker whose
     # sweep would steal the job if its lease lapsed.
-    env = {"TASKQ_VISIBILITY_TIMEOUT_MS": "1000", "TASKQ_SWEEP_INTERVAL_MS": "200"}
-    tasks.spin.delay(3.5)
+    env = {"TASKQ_VISIBILITY_TIMEOUT_MS": "2000", "TASKQ_SWEEP_INTERVAL_MS": "200"}
+    tasks.spin.delay(6.5)
     start_worker("-A", "tests.tasks", "-c", "1", **env)
     wait_until(lambda: _busy(r), message="the job to start")
     start_worker("-A", "tests.tasks", "-c", "1", **env)
     wait_until(lambda: r.llen("runs") >= 1, timeout_s=20, message="the spin job")
-    time.sleep(1.5)  # a duplicate run, if the lease had lapsed, would now be recorded
+    time.sleep(2.5)  # a duplicate run, if the lease had lapsed, would now be recorded
     assert r.llen("runs") == 1
     assert r.xlen("tasks:normal") == 0
 
