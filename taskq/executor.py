@@ -17,6 +17,15 @@ from taskq.task import Task
 
 OK, RETRY, DEAD = "ok", "retry", "dead"
 
+COUNTERS = ("processed", "failed", "retried", "dead")
+"""The job counters a worker keeps (scoreboard, heartbeat record, metrics)."""
+COUNTED: dict[str, tuple[str, ...]] = {
+    OK: ("processed",),
+    RETRY: ("failed", "retried"),
+    DEAD: ("failed", "dead"),
+}
+"""Which counters an outcome bumps."""
+
 
 class Prepared(NamedTuple):
     """A delivery that decoded and names a known task: ready to run."""

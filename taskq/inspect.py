@@ -18,7 +18,7 @@ from typing import Any
 
 import redis
 
-from taskq.keys import GROUP, PRIORITIES, RETRY_CONSUMER, QueueKeys
+from taskq.keys import GROUP, PRIORITIES, RETRY_CONSUMER, QueueKeys, worker_of
 
 
 @dataclass(frozen=True)
@@ -189,12 +189,6 @@ def to_json(view: Any) -> Any:
 def entry_ms(entry_id: str) -> int:
     """The time (ms, Redis clock) at which a stream entry was added, from its id."""
     return int(entry_id.split("-", 1)[0])
-
-
-def worker_of(consumer: str) -> str | None:
-    """``host:pid`` of a child consumer named ``host:pid:index:child_pid``."""
-    parts = consumer.rsplit(":", 2)
-    return parts[0] if len(parts) == 3 and consumer != RETRY_CONSUMER else None
 
 
 class Inspector:

@@ -20,6 +20,17 @@ RETRY_CONSUMER = "taskq:retry"
 """Pseudo-consumer that owns failed entries while they wait out their backoff."""
 
 
+def consumer_name(worker_id: str, index: int, pid: int) -> str:
+    """A child's consumer name: ``<host>:<master pid>:<child index>:<child pid>``."""
+    return f"{worker_id}:{index}:{pid}"
+
+
+def worker_of(consumer: str) -> str | None:
+    """The worker id (``<host>:<master pid>``) a child consumer belongs to, if it is one."""
+    parts = consumer.rsplit(":", 2)
+    return parts[0] if len(parts) == 3 and consumer != RETRY_CONSUMER else None
+
+
 @functools.lru_cache(maxsize=1024)
 def stream_key(queue: str, priority: str) -> str:
     """``<queue>:<priority>``, cached: the producer asks for it once per job."""

@@ -28,7 +28,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 import redis
 
 from taskq.errors import ConfigError
-from taskq.executor import DEAD, OK, RETRY
+from taskq.executor import COUNTED
 from taskq.middleware import Middleware
 
 if TYPE_CHECKING:
@@ -132,7 +132,7 @@ class Metrics(Middleware):
     def after_job(self, outcome: Outcome) -> None:
         task = outcome.msg.task if outcome.msg else "(undecodable)"
         labels = (outcome.delivery.queue, task)
-        for name in _COUNTED[outcome.kind]:
+        for name in COUNTED[outcome.kind]:
             self._jobs[name].labels(*labels).inc()
         if outcome.duration_s > 0:
             self._jobs["duration"].labels(*labels).observe(outcome.duration_s)
@@ -155,9 +155,6 @@ def remove_created_dir() -> None:
     """Remove the multiprocess directory if :func:`enable_multiprocess` created it."""
     if _created_dir is not None:
         shutil.rmtree(_created_dir, ignore_errors=True)
-
-
-_COUNTED = {OK: ("processed",), RETRY: ("failed", "retried"), DEAD: ("failed", "dead")}
 
 
 def _job_metrics() -> dict[str, Any]:

@@ -29,7 +29,8 @@ from taskq import __version__
 from taskq.app import App
 from taskq.broker import Broker
 from taskq.errors import TaskqError
-from taskq.executor import RETRY, Executor
+from taskq.executor import COUNTED, COUNTERS, Executor
+from taskq.keys import consumer_name
 from taskq.message import now_ms
 from taskq.middleware import emit
 from taskq.scoreboard import Scoreboard, SlotView
@@ -39,7 +40,6 @@ from taskq.worker import Consumer, ConsumerOptions
 logger = logging.getLogger(__name__)
 
 TICK_S = 0.1
-COUNTERS = ("processed", "failed", "retried", "dead")
 FORGET_CONSUMERS_AFTER_MS = 3_600_000
 
 
@@ -85,7 +85,8 @@ class Pool:
     cold: bool = False
 
     def __post_init__(self) -> None:
-        self.worker_id = f"{socket.gethostname()}:{os.getpid()}"
+        self.pid = os.getpid()
+        self.worker_id = f"{socket.gethostname()}:{self.pid}"
         self.scoreboard = Scoreboard(self.options.concurrency)
         self.executor = Executor(
             self.app,
@@ -175,7 +176,7 @@ class Pool:
             return
         if pid == 0:
             os._exit(self._child_main(index))
-        consumer = f"{self.worker_id}:{index}:{pid}"
+        consumer = consumer_name(self.worker_id, index, pid)
         self.children[index] = _Child(index, pid, consumer, time.monotonic())
         self.scoreboard.reset(index, pid)
 
@@ -186,12 +187,12 @@ class Pool:
             consumer = Consumer(
                 self.app.broker_for(self.options.queues),
                 self.executor,
-                name=f"{self.worker_id}:{index}:{os.getpid()}",
+                name=consumer_name(self.worker_id, index, os.getpid()),
                 options=ConsumerOptions(
                     prefetch=self.options.prefetch,
                     max_tasks=self.options.max_tasks_per_child,
                     max_memory_kb=self.options.max_memory_per_child_kb,
-                    parent_pid=int(self.worker_id.rsplit(":", 1)[1]),
+                    parent_pid=self.pid,
                 ),
                 slot=self.scoreboard.slot(index),
                 set_title=lambda state: setproctitle.setproctitle(f"{prefix} {state}"),
@@ -282,7 +283,7 @@ class Pool:
         # shutdown killed it.
         running = (view.stream, view.entry_id) if view.busy and not self.cold else None
         for kind in settle_exited(broker, self.executor, child.consumer, running, cause):
-            self._settled.update(("failed", "retried" if kind == RETRY else "dead"))
+            self._settled.update(COUNTED[kind])
 
     # -- periodic maintenance --------------------------------------------------------------
 

@@ -11,6 +11,8 @@ import struct
 import time
 from dataclasses import dataclass
 
+from taskq.executor import COUNTED, COUNTERS
+
 _JOB = struct.Struct("<ddd64s48s160s40s")  # started, soft deadline, hard deadline, ids
 _COUNTS = struct.Struct("<qqqq")  # processed, failed, retried, dead
 _PID = struct.Struct("<q")
@@ -104,10 +106,10 @@ class Slot:
             job_id.encode()[:40],
         )
 
-    def finish(self, counter: int, *more: int) -> None:
-        """Mark the child idle and count the outcome (0 processed, 1 failed, 2 retried, 3 dead)."""
-        for c in (counter, *more):
-            self.counts[c] += 1
+    def finish(self, kind: str) -> None:
+        """Mark the child idle and count the outcome (``ok``, ``retry`` or ``dead``)."""
+        for name in COUNTED[kind]:
+            self.counts[COUNTERS.index(name)] += 1
         _JOB.pack_into(self._mem, self._base, 0.0, 0.0, 0.0, b"", b"", b"", b"")
         _COUNTS.pack_into(self._mem, self._base + _COUNTS_AT, *self.counts)
 

@@ -22,16 +22,13 @@ import redis
 
 from taskq.broker import Broker, Delivery, Fetched
 from taskq.errors import SoftTimeLimitExceeded
-from taskq.executor import DEAD, OK, RETRY, Executor, Outcome, Prepared
+from taskq.executor import OK, Executor, Outcome, Prepared
 from taskq.message import now_ms
 from taskq.scoreboard import Slot
 from taskq.settle import hand_back, settle
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
-
-COUNTERS = {OK: (0,), RETRY: (1, 2), DEAD: (1, 3)}
-"""Scoreboard counters an outcome bumps: processed, failed, retried, dead."""
 
 OUTAGE_ERRORS = (
     redis.ConnectionError,
@@ -212,7 +209,7 @@ class Consumer:
         """Record the job's fate (a success is acked by the next fetch) and count it."""
         self._retrying(functools.partial(settle, self.broker, self.executor, o, owner=self.name))
         if self.slot is not None:
-            self.slot.finish(*COUNTERS[o.kind])
+            self.slot.finish(o.kind)
         self._done += 1
 
     def _hand_back(self, rest: list[Delivery]) -> None:

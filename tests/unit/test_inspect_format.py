@@ -17,7 +17,6 @@ from taskq.inspect import (
     WorkerPing,
     WorkerState,
     to_json,
-    worker_of,
 )
 from taskq.inspect_format import (
     fmt_ms,
@@ -28,6 +27,7 @@ from taskq.inspect_format import (
     render_workers,
     table,
 )
+from taskq.keys import worker_of
 
 
 @pytest.mark.parametrize(
