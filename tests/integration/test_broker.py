@@ -11,9 +11,8 @@ import taskq
 from taskq import App
 from taskq.app import _shared_tasks as shared_tasks
 from taskq.broker import Broker
-from taskq.executor import Executor
 from taskq.keys import GROUP
-from taskq.worker import Consumer, ConsumerOptions
+from taskq.testing import drain
 
 pytestmark = pytest.mark.integration
 
@@ -62,12 +61,7 @@ def test_shared_task_enqueues_through_the_current_app_and_any_app_runs_it(
         job = double.delay(21)
         assert job.entry_id is not None and r.xlen("tasks:normal") == 1
         assert "shared.double" in app.registered()
-        Consumer(
-            app.broker_for(["tasks"]),
-            Executor(app),
-            name="t:1:0:1",
-            options=ConsumerOptions(burst=True),
-        ).run()
+        drain(app)
         assert runs == [42]
     finally:
         shared_tasks.pop("shared.double")  # keep the registry as other tests expect it

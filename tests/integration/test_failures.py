@@ -13,9 +13,8 @@ from hypothesis import strategies as st
 
 from taskq import App
 from taskq.broker import Broker
-from taskq.executor import Executor
 from taskq.keys import GROUP, RETRY_CONSUMER
-from taskq.worker import Consumer, ConsumerOptions
+from taskq.testing import drain
 from tests import tasks
 from tests.conftest import WorkerProcess, runs, wait_until
 
@@ -193,12 +192,7 @@ def test_garbage_is_dead_lettered_while_good_jobs_keep_flowing(
     for i, (priority, body) in enumerate(entries):
         echo.delay(i)
         ids.add(r.xadd(f"tasks:{priority}", {"task": "junk", "body": body}).decode())
-    Consumer(
-        app.broker_for(["tasks"]),
-        Executor(app),
-        name="t:1:0:1",
-        options=ConsumerOptions(burst=True),
-    ).run()
+    drain(app)
     assert sorted(good) == list(range(len(entries)))
     dead = dead_entries(r)
     assert {d["entry_id"] for d in dead} == ids
@@ -216,12 +210,7 @@ def test_retry_pseudo_consumer_owns_parked_jobs(
         raise RuntimeError("x")
 
     job = fail.delay()
-    Consumer(
-        app.broker_for(["tasks"]),
-        Executor(app),
-        name="t:1:0:1",
-        options=ConsumerOptions(burst=True),
-    ).run()
+    drain(app)
     [p] = r.xpending_range("tasks:normal", GROUP, "-", "+", 10)
     assert p["consumer"].decode() == RETRY_CONSUMER and p["times_delivered"] == 1
     assert p["message_id"].decode() == job.entry_id

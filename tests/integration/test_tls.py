@@ -11,9 +11,8 @@ import pytest
 import redis
 
 from taskq import App
-from taskq.executor import Executor
 from taskq.server import find_redis_server
-from taskq.worker import Consumer, ConsumerOptions
+from taskq.testing import drain
 from tests.conftest import wait_until
 from tests.redis_server import free_port
 
@@ -102,11 +101,6 @@ def test_jobs_flow_over_tls(tls_url: str) -> None:
         done.append(a + b)
 
     add.delay(1, 2)
-    Consumer(
-        app.broker_for(["tasks"]),
-        Executor(app),
-        name="tls:1:0:1",
-        options=ConsumerOptions(burst=True),
-    ).run()
+    drain(app)
     assert done == [3]
     app.close()
