@@ -126,8 +126,27 @@ class Message(_MessageFields):
             raise DecodeError(
                 f"protocol version {version} is newer than this worker's {PROTOCOL_VERSION}", body
             )
-        values = [_field(data, key, kind, default, body) for key, kind, default in _SCHEMA]
-        task, msg_id, args, kwargs, queue, priority, created_ms, retries, eta_ms = values
+        get = data.get
+        task: Any = get("task")
+        msg_id, args, kwargs = get("id"), get("args", ()), get("kwargs", {})
+        queue, priority = get("queue", "tasks"), get("priority", "normal")
+        created_ms, retries, eta_ms = get("created_ms", 0), get("retries", 0), get("eta_ms")
+        # Fast path for what producers write; anything else is checked field by field below,
+        # which also names the field that is wrong.
+        well_formed = (
+            type(task) is str
+            and type(msg_id) is str
+            and type(args) in (list, tuple)
+            and type(kwargs) is dict
+            and type(queue) is str
+            and type(priority) is str
+            and type(created_ms) is int
+            and type(retries) is int
+            and (eta_ms is None or type(eta_ms) is int)
+        )
+        if not well_formed:
+            values = [_field(data, key, kind, default, body) for key, kind, default in _SCHEMA]
+            task, msg_id, args, kwargs, queue, priority, created_ms, retries, eta_ms = values
         if priority not in PRIORITIES:
             raise DecodeError(f"unknown priority {priority!r}", body)
         if any(type(k) is not str for k in kwargs):
