@@ -93,8 +93,12 @@ class App:
         """A new broker (and connection) for reading ``queues``."""
         return Broker(connect(self.settings.redis_url), list(queues))
 
-    def enqueue(self, msg: Message) -> Job:
+    def enqueue(self, msg: Message, *, in_ms: int | None = None) -> Job:
         """Send one job (one round trip), or run it at once in eager mode.
+
+        Args:
+            msg: the job; one with a future ``eta_ms`` waits in the schedule until then.
+            in_ms: a countdown: due this long after Redis receives it (by the Redis clock).
 
         Raises:
             EnqueueError: arguments not msgpack-serializable, or payload too large.
@@ -104,8 +108,8 @@ class App:
         if self.settings.eager:  # the task sees what a worker would: the decoded job
             return self._run_eagerly(Message.decode(body))
         try:
-            if msg.eta_ms is not None and msg.eta_ms > now_ms():
-                self.broker.schedule(msg, body)
+            if in_ms is not None or (msg.eta_ms is not None and msg.eta_ms > now_ms()):
+                self.broker.schedule(msg, body, in_ms=in_ms)
                 return _job(msg, None)
             return _job(msg, self.broker.publish(msg, body))
         except redis.RedisError as exc:

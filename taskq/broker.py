@@ -14,12 +14,14 @@ starve its lease. Only an entry whose whole worker died stays idle long enough f
 from __future__ import annotations
 
 import functools
+import hashlib
 from collections.abc import Iterable, Sequence
 from importlib import resources
 from typing import Any, NamedTuple
 
 import redis
 from redis.commands.core import Script
+from redis.exceptions import NoScriptError
 
 from taskq.errors import BrokerError
 from taskq.keys import GROUP, PRIORITIES, RETRY_CONSUMER, QueueKeys, stream_key
@@ -27,8 +29,10 @@ from taskq.message import Message, now_ms
 
 KEYS_PER_QUEUE = 9
 """Keys ``fetch.lua`` takes per queue (see the script's header)."""
-FENCED = ("park", "dead_letter", "requeue")
-"""Scripts that move one pending entry, and so start with the ownership fence."""
+PROLOGUES = ("_fence", "_now")
+"""Helper functions every script starts with: the ownership fence and the Redis clock."""
+SWEEP_BUDGET = 1000
+"""Entries one sweep script call may recover; the sweep calls it again while it is used up."""
 
 
 class Delivery(NamedTuple):
@@ -43,24 +47,31 @@ class Delivery(NamedTuple):
 
 
 class Fetched(NamedTuple):
-    """What one fetch returned: deliveries, or when the next delayed job or retry is due."""
+    """What one fetch returned: deliveries, or how long until the next delayed job or retry
+    is due (ms by the Redis clock; -1 if none)."""
 
     deliveries: list[Delivery]
-    next_due_ms: int
+    next_due_in_ms: int
 
 
 @functools.cache
 def _lua(name: str) -> str:
     folder = resources.files("taskq.lua")
-    text = folder.joinpath(f"{name}.lua").read_text()
-    return folder.joinpath("_fence.lua").read_text() + text if name in FENCED else text
+    prologue = "".join(folder.joinpath(f"{p}.lua").read_text() for p in PROLOGUES)
+    return prologue + folder.joinpath(f"{name}.lua").read_text()
 
 
 def connect(redis_url: str) -> redis.Redis:
     """A client for ``redis://``, ``rediss://`` or ``unix://`` URLs, credentials included."""
     try:
+        # backslashreplace: a str that is not valid UTF-8 (a task's error message with lone
+        # surrogates, from os.fsdecode) is stored readably instead of failing the write.
         return redis.Redis.from_url(
-            redis_url, socket_connect_timeout=5, socket_timeout=30, socket_keepalive=True
+            redis_url,
+            socket_connect_timeout=5,
+            socket_timeout=30,
+            socket_keepalive=True,
+            encoding_errors="backslashreplace",
         )
     except ValueError as exc:
         raise BrokerError(f"invalid Redis URL {redis_url!r}: {exc}") from None
@@ -92,6 +103,8 @@ class Broker:
         self._scripts: dict[str, Script] = {}
         self._shas: dict[str, str] = {}
         self.streams = [s for k in self.keys.values() for s in k.streams]
+        self.stream_position = {s: i for i, s in enumerate(self.streams)}
+        """Stream → its index in ``streams``: how the scoreboard names a stream."""
         self._conn: Any = None
 
     def _direct(self, *args: Any) -> Any:
@@ -115,7 +128,7 @@ class Broker:
         if sha is not None:
             try:
                 return self._direct("EVALSHA", sha, len(keys), *keys, *args)
-            except redis.exceptions.NoScriptError:
+            except NoScriptError:
                 pass
         sha = self._shas[name] = self._direct("SCRIPT", "LOAD", _lua(name)).decode()
         return self._direct("EVALSHA", sha, len(keys), *keys, *args)
@@ -136,32 +149,69 @@ class Broker:
 
     def publish(self, msg: Message, body: bytes) -> str:
         """XADD one job to its priority stream; returns the entry id."""
-        [entry_id] = self._pipelined([_enqueue_command(msg, body)])
+        [entry_id] = self._pipelined([_xadd_command(msg, body)])
         return str(entry_id.decode())
 
-    def schedule(self, msg: Message, body: bytes) -> None:
-        """Park a delayed job in the queue's schedule until ``msg.eta_ms``."""
-        self._pipelined([_enqueue_command(msg, body)])
+    def schedule(self, msg: Message, body: bytes, *, in_ms: int | None = None) -> None:
+        """Park a delayed job in the queue's schedule: due ``in_ms`` from now by the Redis
+        clock (a countdown), or at ``msg.eta_ms`` (an absolute eta)."""
+        self._pipelined([self._schedule_command(msg, body, in_ms)])
 
     def publish_many(self, jobs: Iterable[tuple[Message, bytes]]) -> list[str | None]:
-        """Enqueue many jobs in one round trip; delayed ones go to the schedule.
+        """Enqueue many jobs in one round trip; those with a future ``eta_ms`` go to the
+        schedule.
 
         Returns the entry ids (None for delayed jobs).
         """
-        replies = self._pipelined([_enqueue_command(msg, body) for msg, body in jobs])
+        now = now_ms()
+        commands = [
+            self._schedule_command(msg, body, None)
+            if msg.eta_ms is not None and msg.eta_ms > now
+            else _xadd_command(msg, body)
+            for msg, body in jobs
+        ]
+        replies = self._pipelined(commands)
         return [r.decode() if isinstance(r, bytes) else None for r in replies]
+
+    def _schedule_command(self, msg: Message, body: bytes, in_ms: int | None) -> tuple[Any, ...]:
+        member = b"%d\n%s\n%s" % (PRIORITIES.index(msg.priority), msg.task.encode(), body)
+        at = "" if in_ms is not None else msg.eta_ms
+        key = QueueKeys(msg.queue).schedule
+        return ("EVALSHA", _sha("schedule"), 1, key, at, in_ms or 0, member)
 
     def _pipelined(self, commands: list[tuple[Any, ...]]) -> list[Any]:
         """Send commands in one write on a pooled connection and read every reply.
 
         Thread-safe like the pool; lighter than a redis-py pipeline, which matters on the
-        producer's hot path. A reply that is an error raises after the connection is dropped.
+        producer's hot path. Scripts are sent as EVALSHA; those Redis does not know yet (a
+        new or restarted server) are loaded and sent again, alone. Any other error reply
+        raises once every reply has been read.
         """
+        replies = self._send(commands)
+        missing = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
+        if missing:
+            names = {_SCRIPT_OF_SHA[str(commands[i][1])] for i in missing}
+            self._send([("SCRIPT", "LOAD", _lua(name)) for name in names])
+            for i, reply in zip(missing, self._send([commands[i] for i in missing]), strict=True):
+                replies[i] = reply
+        for reply in replies:
+            if isinstance(reply, redis.ResponseError):
+                raise reply
+        return replies
+
+    def _send(self, commands: list[tuple[Any, ...]]) -> list[Any]:
+        """One write, every reply read (an error reply is returned, not raised)."""
         pool = self.client.connection_pool
         conn = pool.get_connection()
         try:
             conn.send_packed_command(conn.pack_commands(commands))
-            return [conn.read_response() for _ in commands]
+            replies: list[Any] = []
+            for _ in commands:
+                try:
+                    replies.append(conn.read_response())
+                except redis.ResponseError as exc:  # the reply was read whole: still in step
+                    replies.append(exc)
+            return replies
         except BaseException:
             conn.disconnect()
             raise
@@ -198,7 +248,7 @@ class Broker:
             fence_acks: ack only entries still pending under ``consumer``. The caller may skip
                 this for jobs it fetched less than half a visibility timeout ago.
         """
-        argv: list[Any] = [GROUP, consumer, count, now_ms(), int(fence_acks), len(acks)]
+        argv: list[Any] = [GROUP, consumer, count, int(fence_acks), len(acks)]
         for d, failed_before in acks:
             index = self._index[d.stream]
             failures = (index - 1) // KEYS_PER_QUEUE * KEYS_PER_QUEUE + 8
@@ -241,20 +291,24 @@ class Broker:
         out.sort(key=lambda d: self._index[d.stream])
         return out
 
-    def next_due_ms(self) -> int | None:
-        """When the earliest retry or delayed job of these queues is due (ms), if any."""
+    def next_due_in_ms(self) -> int | None:
+        """How long until the earliest retry or delayed job of these queues is due (ms, by
+        the Redis clock), if there is one."""
         pipe = self.client.pipeline(transaction=False)
+        pipe.time()
         for k in self.keys.values():
             for key in (*(k.retry(p) for p in PRIORITIES), k.schedule):
                 pipe.zrange(key, 0, 0, withscores=True)
-        due = [score for first in pipe.execute() for _member, score in first]
-        return int(min(due)) if due else None
+        (seconds, micros), *firsts = pipe.execute()
+        due = [score for first in firsts for _member, score in first]
+        now = int(seconds) * 1000 + int(micros) // 1000
+        return max(0, int(min(due)) - now) if due else None
 
-    def park(self, d: Delivery, *, owner: str, due_ms: int) -> bool:
-        """Leave a failed job pending, owned by the retry pseudo-consumer until ``due_ms``."""
+    def park(self, d: Delivery, *, owner: str, delay_ms: int) -> bool:
+        """Leave a failed job pending, owned by the retry pseudo-consumer for ``delay_ms``."""
         k = self.keys[d.queue]
         keys = [d.stream, k.retry(d.priority), k.failures]
-        args = [GROUP, d.entry_id, owner, RETRY_CONSUMER, due_ms, now_ms()]
+        args = [GROUP, d.entry_id, owner, RETRY_CONSUMER, delay_ms]
         return bool(self._script("park")(keys=keys, args=args))
 
     def dead_letter(self, d: Delivery, *, owner: str, fields: dict[str, Any]) -> str | None:
@@ -266,9 +320,7 @@ class Broker:
         k = self.keys[d.queue]
         keys = [d.stream, k.retry(d.priority), k.failures, k.deadletter]
         flat: list[Any] = [x for kv in fields.items() for x in kv]
-        reply = self._script("dead_letter")(
-            keys=keys, args=[GROUP, d.entry_id, owner, now_ms(), *flat]
-        )
+        reply = self._script("dead_letter")(keys=keys, args=[GROUP, d.entry_id, owner, *flat])
         return reply.decode() if isinstance(reply, bytes) else None
 
     def requeue(self, d: Delivery, *, task: str, body: bytes, owner: str) -> str | None:
@@ -282,16 +334,26 @@ class Broker:
         out = []
         for q, k in self.keys.items():
             for p, stream in zip(PRIORITIES, k.streams, strict=True):
-                try:
-                    rows = self.client.xpending_range(stream, GROUP, "-", "+", 1000, consumer)
-                except redis.ResponseError:
-                    continue
-                for row in rows:
+                for row in self._pending_rows(stream, consumer):
                     eid = row["message_id"].decode()
                     entries = self.client.xrange(stream, eid, eid)
                     body = entries[0][1].get(b"body") if entries else None
                     out.append(Delivery(stream, q, p, eid, int(row["times_delivered"]), body))
         return out
+
+    def _pending_rows(self, stream: str, consumer: str, page: int = 1000) -> list[Any]:
+        """XPENDING rows of one consumer on one stream, every page of them."""
+        rows: list[Any] = []
+        start = "-"
+        while True:
+            try:
+                got = self.client.xpending_range(stream, GROUP, start, "+", page, consumer)
+            except redis.ResponseError:  # no stream or no group: nothing is pending
+                return rows
+            rows += got
+            if len(got) < page:
+                return rows
+            start = "(" + got[-1]["message_id"].decode()
 
     # -- maintenance (run by worker masters) ---------------------------------------------
 
@@ -306,20 +368,25 @@ class Broker:
         """Take this interval's fleet-wide sweep lease; it expires by itself (no stale lock)."""
         return bool(self.client.set(self.keys[queue].sweeper, worker_id, nx=True, px=lease_ms))
 
-    def sweep(
-        self, queue: str, *, min_idle_ms: int, batch: int = 100, max_batches: int = 10
-    ) -> int:
-        """Recover entries idle past ``min_idle_ms`` in a queue; returns how many were recovered."""
+    def sweep(self, queue: str, *, min_idle_ms: int, max_calls: int = 10) -> int:
+        """Recover entries idle past ``min_idle_ms`` in a queue; returns how many were recovered.
+
+        Each script call recovers at most ``SWEEP_BUDGET`` entries of a stream, so Redis never
+        stalls on a big pending list; a stream with more waits for the next interval after
+        ``max_calls`` calls.
+        """
         k = self.keys[queue]
         recovered = 0
         for p in PRIORITIES:
-            keys = [k.stream(p), k.retry(p), k.cursor(p)]
-            for _ in range(max_batches):
-                n, wrapped = self._script("sweep")(
-                    keys=keys, args=[GROUP, RETRY_CONSUMER, min_idle_ms, batch, now_ms()]
+            keys = [k.stream(p), k.retry(p)]
+            for _ in range(max_calls):
+                n = int(
+                    self._script("sweep")(
+                        keys=keys, args=[GROUP, RETRY_CONSUMER, min_idle_ms, SWEEP_BUDGET]
+                    )
                 )
-                recovered += int(n)
-                if wrapped:
+                recovered += n
+                if n < SWEEP_BUDGET:
                     break
         return recovered
 
@@ -336,16 +403,27 @@ class Broker:
         args = [GROUP, idle_ms, only, RETRY_CONSUMER, *keep]
         return int(self._script("forget_consumers")(keys=streams, args=args))
 
-    def heartbeat(self, worker_id: str, record: dict[str, Any], *, ttl_ms: int) -> None:
-        """Write a worker's registry record; it expires unless refreshed within ``ttl_ms``."""
-        pipe = self.client.pipeline(transaction=True)
-        for k in self.keys.values():
-            pipe.delete(k.worker(worker_id))
-            pipe.hset(k.worker(worker_id), mapping=record)
-            pipe.pexpire(k.worker(worker_id), ttl_ms)
-            pipe.zadd(k.workers, {worker_id: now_ms()})
-            pipe.zremrangebyscore(k.workers, "-inf", now_ms() - ttl_ms)
-        pipe.execute()
+    def heartbeat(
+        self, worker_id: str, record: dict[str, Any], *, ttl_ms: int, visibility_timeout_ms: int
+    ) -> tuple[str, int] | None:
+        """Write a worker's registry record (``heartbeat_ms`` is the Redis clock's); it
+        expires unless refreshed within ``ttl_ms``.
+
+        Also claims ``visibility_timeout_ms`` as the setting of each queue, which every live
+        worker of a queue must share. Returns the first queue whose live workers use another
+        value, with that value, or None.
+        """
+        keys = [
+            key
+            for k in self.keys.values()
+            for key in (k.worker(worker_id), k.workers, k.visibility)
+        ]
+        flat = [x for kv in record.items() for x in kv]
+        args = [worker_id, ttl_ms, visibility_timeout_ms, *flat]
+        conflict = self._script("heartbeat")(keys=keys, args=args)
+        if not conflict:
+            return None
+        return self.queues[int(conflict[0]) - 1], int(conflict[1])
 
     def unregister(self, worker_id: str) -> None:
         pipe = self.client.pipeline(transaction=True)
@@ -406,12 +484,19 @@ class Broker:
         return out
 
 
-def _enqueue_command(msg: Message, body: bytes) -> tuple[Any, ...]:
-    """XADD to the job's stream, or ZADD to the schedule when it is due later."""
-    if msg.eta_ms is not None and msg.eta_ms > now_ms():
-        member = b"%d\n%s\n%s" % (PRIORITIES.index(msg.priority), msg.task.encode(), body)
-        return ("ZADD", QueueKeys(msg.queue).schedule, msg.eta_ms, member)
+def _xadd_command(msg: Message, body: bytes) -> tuple[Any, ...]:
     return ("XADD", stream_key(msg.queue, msg.priority), "*", "task", msg.task, "body", body)
+
+
+_SCRIPT_OF_SHA: dict[str, str] = {}
+
+
+@functools.cache
+def _sha(name: str) -> str:
+    """The SHA1 Redis knows a script by (computed here: no round trip)."""
+    sha = hashlib.sha1(_lua(name).encode()).hexdigest()
+    _SCRIPT_OF_SHA[sha] = name
+    return sha
 
 
 def _body(fields: Any) -> bytes | None:

@@ -11,7 +11,6 @@ import click
 
 from taskq.config import check_queue_name
 from taskq.deadletters import DeadJob, DeadLetters
-from taskq.message import now_ms
 
 _UNITS_MS = {"s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
@@ -46,14 +45,16 @@ _json = click.option("--json", "as_json", is_flag=True, help="Machine-readable o
 @click.pass_obj
 def list_(obj: Any, queue: str | None, as_json: bool, limit: int) -> None:
     """List the newest dead-lettered jobs."""
-    jobs = _store(obj, queue).newest(limit=limit)
+    store = _store(obj, queue)
+    jobs = store.newest(limit=limit)
     if as_json:
         click.echo(json.dumps([j.summary() for j in jobs], indent=2))
         return
     if not jobs:
         click.echo("no dead-lettered jobs")
+    now = store.now_ms() if jobs else 0
     for j in jobs:
-        age_s = (now_ms() - j.last_failure_ms) / 1000
+        age_s = (now - j.last_failure_ms) / 1000
         click.echo(
             f"{j.dead_id}  {j.task}  attempts={j.attempts}  {j.error_type}: "
             f"{j.error[:80]}  ({age_s:.0f}s ago)"
@@ -103,7 +104,7 @@ def retry(obj: Any, queue: str | None, dead_ids: tuple[str, ...], all_: bool) ->
 def purge_(obj: Any, queue: str | None, older_than: str | None, yes: bool) -> None:
     """Delete dead-lettered jobs for good."""
     store = _store(obj, queue)
-    cutoff = now_ms() - parse_duration_ms(older_than) if older_than else None
+    cutoff = store.now_ms() - parse_duration_ms(older_than) if older_than else None
     count = store.count(older_than_ms=cutoff)
     if not count:
         click.echo("nothing to purge")

@@ -69,6 +69,10 @@ class Settings:
         for name in ("max_payload_bytes", "retry_backoff_ms", "visibility_timeout_ms", "block_ms"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0")
+        if not self.retry_backoff_factor >= 1.0:
+            raise ConfigError("retry_backoff_factor must be >= 1")
+        if self.retry_backoff_max_ms < self.retry_backoff_ms:
+            raise ConfigError("retry_backoff_max_ms must be >= retry_backoff_ms")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:

@@ -102,6 +102,11 @@ class DeadLetters:
         """The dead letters of ``queue`` (default: the app's queue)."""
         return cls(app.broker.client, queue or app.settings.queue, app.broker)
 
+    def now_ms(self) -> int:
+        """The Redis clock (ms): the clock dead-letter ids and failure times are on."""
+        seconds, micros = self.client.time()
+        return int(seconds) * 1000 + int(micros) // 1000
+
     def newest(self, *, limit: int = 50) -> list[DeadJob]:
         """Newest first."""
         return [DeadJob.from_entry(i, f) for i, f in self.client.xrevrange(self.key, count=limit)]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 
 class TaskqError(Exception):
     """Root of every error taskq raises."""
@@ -44,6 +46,17 @@ class Retry(Exception):
     """
 
     def __init__(self, countdown: float | None = None, *, reason: str = "") -> None:
+        if countdown is not None and (
+            isinstance(countdown, bool)
+            or not isinstance(countdown, int | float)
+            or not math.isfinite(countdown)
+            or countdown < 0
+        ):
+            # Raised from the task's own `raise Retry(...)`: the run fails with this error
+            # and takes the task's normal retry path, instead of a half-made retry.
+            raise ConfigError(
+                f"Retry(countdown={countdown!r}): countdown must be a finite number of seconds >= 0"
+            )
         super().__init__(reason or "retry requested")
         self.countdown = countdown
 

@@ -93,6 +93,11 @@ class Executor:
         if policy is None:
             policy = self._policies[task.name] = task.retry_policy(self.app.settings)
         attempt = msg.retries + d.deliveries
+        if attempt > policy.max_attempts and d.deliveries == 1:
+            # Never delivered before: its body alone claims the attempts (a foreign producer,
+            # or max_retries lowered since it was handed back).
+            reason = f"the body's retries ({msg.retries}) use up max_retries ({policy.max_retries})"
+            return dead(d, reason, msg, msg.retries)
         if attempt > policy.max_attempts:
             reason = f"worker lost: the job's runs ended without a result {attempt - 1} times"
             return Outcome(DEAD, d, msg, attempt - 1, error_type="WorkerLost", error=reason)
@@ -132,8 +137,8 @@ class Executor:
             p.attempt,
             delay_ms,
             error_type=type(exc).__name__,
-            error=str(exc),
-            traceback="".join(traceback.format_exception(exc)),
+            error=_text_of(exc),
+            traceback=_traceback_of(exc),
             duration_s=duration_s,
         )
 
@@ -147,6 +152,34 @@ class Executor:
         if isinstance(exc, Retry) and exc.countdown is not None:
             return RETRY, int(exc.countdown * 1000)
         return RETRY, p.policy.delay_ms(p.attempt)
+
+
+MAX_ERROR_CHARS = 4_096
+MAX_TRACEBACK_CHARS = 65_536
+"""Longer error texts are cut (keeping the end of a traceback, where the error is): they
+are stored with every dead letter and failure record."""
+
+
+def _text_of(exc: BaseException) -> str:
+    """``str(exc)``, even for an exception whose ``__str__`` itself fails."""
+    try:
+        text = str(exc)
+    except Exception as inner:
+        return f"<str() of the exception failed: {type(inner).__name__}>"
+    if len(text) <= MAX_ERROR_CHARS:
+        return text
+    return text[:MAX_ERROR_CHARS] + f"... ({len(text) - MAX_ERROR_CHARS} more characters)"
+
+
+def _traceback_of(exc: BaseException) -> str:
+    try:
+        text = "".join(traceback.format_exception(exc))
+    except Exception as inner:
+        return f"<the traceback could not be formatted: {type(inner).__name__}>"
+    if len(text) <= MAX_TRACEBACK_CHARS:
+        return text
+    cut = len(text) - MAX_TRACEBACK_CHARS
+    return f"({cut} characters cut)...\n" + text[cut:]
 
 
 def _fits(task: Task[..., Any], msg: Message) -> bool:

@@ -451,8 +451,8 @@ def _queue(
 
 def _worker(record: dict[bytes, bytes], ttl_ms: int, now: int) -> WorkerState:
     f = {_text(k): _text(v) for k, v in record.items()}
-    children = tuple(_child(c, now) for c in _json_list(f.get("children")))
     heartbeat_ms = _int(f.get("heartbeat_ms"))
+    children = tuple(_child(c, heartbeat_ms, now) for c in _json_list(f.get("children")))
     busy = sum(1 for c in children if c.task is not None)
     return WorkerState(
         id=f.get("id", ""),
@@ -465,7 +465,7 @@ def _worker(record: dict[bytes, bytes], ttl_ms: int, now: int) -> WorkerState:
         concurrency=_int(f.get("concurrency")),
         busy=busy,
         idle=len(children) - busy,
-        started_ms=_int(f.get("started_ms")),
+        started_ms=heartbeat_ms - _int(f.get("uptime_ms")),
         heartbeat_ms=heartbeat_ms,
         heartbeat_age_ms=max(0, now - heartbeat_ms),
         expires_in_ms=max(0, ttl_ms),
@@ -478,9 +478,13 @@ def _worker(record: dict[bytes, bytes], ttl_ms: int, now: int) -> WorkerState:
     )
 
 
-def _child(c: Any, now: int) -> ChildState:
+def _child(c: Any, heartbeat_ms: int, now: int) -> ChildState:
+    """A child of the record. Its master measures how long a job has run on its own
+    monotonic clock; the start is placed on the Redis clock from the record's beat, so a
+    worker whose clock is off does not skew it."""
     c = c if isinstance(c, dict) else {}
-    started = c.get("started_ms")
+    running = c.get("running_ms")
+    started = heartbeat_ms - int(running) if isinstance(running, int) else None
     return ChildState(
         index=_int(c.get("index")),
         pid=_int(c.get("pid")),

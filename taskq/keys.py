@@ -8,6 +8,7 @@ Every key of queue ``tasks`` starts with ``tasks:``. A queue named with a hash t
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
 
 PRIORITIES: tuple[str, ...] = ("high", "normal", "low")
@@ -20,13 +21,22 @@ RETRY_CONSUMER = "taskq:retry"
 """Pseudo-consumer that owns failed entries while they wait out their backoff."""
 
 
+def worker_id(host: str, pid: int) -> str:
+    """A worker's id: ``<host>:<master pid>:<random>``.
+
+    The random part keeps ids apart where hosts share a name and pids repeat (containers
+    with their own PID namespace): two masters with one id would hand back each other's jobs.
+    """
+    return f"{host}:{pid}:{os.urandom(3).hex()}"
+
+
 def consumer_name(worker_id: str, index: int, pid: int) -> str:
-    """A child's consumer name: ``<host>:<master pid>:<child index>:<child pid>``."""
+    """A child's consumer name: ``<worker id>:<child index>:<child pid>``."""
     return f"{worker_id}:{index}:{pid}"
 
 
 def worker_of(consumer: str) -> str | None:
-    """The worker id (``<host>:<master pid>``) a child consumer belongs to, if it is one."""
+    """The worker id a child consumer belongs to, if it is one."""
     parts = consumer.rsplit(":", 2)
     return parts[0] if len(parts) == 3 and consumer != RETRY_CONSUMER else None
 
@@ -56,10 +66,6 @@ class QueueKeys:
         """Sorted set of failed entry ids of one stream, scored by when they are due again."""
         return f"{self.queue}:retry:{priority}"
 
-    def cursor(self, priority: str) -> str:
-        """Where the crash-recovery sweep of one stream resumes its XAUTOCLAIM scan."""
-        return f"{self.queue}:cursor:{priority}"
-
     @property
     def deadletter(self) -> str:
         """Stream of jobs that failed for good."""
@@ -79,6 +85,11 @@ class QueueKeys:
     def sweeper(self) -> str:
         """Short lease naming the worker that runs this interval's sweep."""
         return f"{self.queue}:sweeper"
+
+    @property
+    def visibility(self) -> str:
+        """The visibility timeout (ms) the queue's live workers share; expires with them."""
+        return f"{self.queue}:visibility"
 
     @property
     def workers(self) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import sys
@@ -29,6 +30,10 @@ class JsonFormatter(logging.Formatter):
 
 def configure(level: str = "info", fmt: str = "text") -> None:
     """Send taskq's logs to stderr at ``level`` in ``fmt`` ("text" or "json")."""
+    if isinstance(sys.stderr, io.TextIOWrapper):
+        # A task's error text may hold lone surrogates; print them escaped, not as a
+        # logging error in place of the line.
+        sys.stderr.reconfigure(errors="backslashreplace")
     handler = logging.StreamHandler(sys.stderr)
     if fmt == "json":
         handler.setFormatter(JsonFormatter())

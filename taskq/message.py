@@ -149,6 +149,10 @@ class Message(_MessageFields):
             task, msg_id, args, kwargs, queue, priority, created_ms, retries, eta_ms = values
         if priority not in PRIORITIES:
             raise DecodeError(f"unknown priority {priority!r}", body)
+        if retries < 0:  # a negative count would buy runs past max_retries
+            raise DecodeError(f"body field 'retries' must be >= 0, not {retries}", body)
+        if not msg_id or not task:
+            raise DecodeError(f"body field {'id' if not msg_id else 'task'!r} is empty", body)
         if any(type(k) is not str for k in kwargs):
             raise DecodeError("body field 'kwargs' must have string keys", body)
         return cls(task, tuple(args), kwargs, msg_id, queue, priority, created_ms, retries, eta_ms)

@@ -28,12 +28,13 @@ import setproctitle
 from taskq import __version__
 from taskq.app import App
 from taskq.broker import Broker
-from taskq.errors import TaskqError
+from taskq.errors import BrokerError, ConfigError
 from taskq.executor import COUNTED, COUNTERS, Executor
-from taskq.keys import consumer_name
-from taskq.message import now_ms
+from taskq.keys import consumer_name, worker_id
+from taskq.lifeline import die_with_parent
 from taskq.middleware import emit
-from taskq.scoreboard import Scoreboard, SlotView
+from taskq.retry import capped_exponential
+from taskq.scoreboard import LOCK_TIMEOUT_S, Scoreboard, SlotView
 from taskq.settle import settle_exited
 from taskq.worker import Consumer, ConsumerOptions
 
@@ -65,13 +66,29 @@ class _Child:
     consumer: str = ""
     started: float = 0.0
     killed_for: str = ""
-    soft_signalled_at: float = 0.0
 
 
 @dataclass
 class _Backoff:
+    """Respawn backoff while children die young or forks fail: 0.5 s, doubling, up to 30 s."""
+
     failures: int = 0
     not_before: float = 0.0
+
+    def failed(self) -> None:
+        self.failures += 1
+        delay_s = capped_exponential(0.5, 2.0, 30.0, self.failures - 1)
+        self.not_before = time.monotonic() + delay_s
+
+
+@dataclass
+class _Orphan:
+    """A child that exited, whose pending entries the master still has to settle."""
+
+    child: _Child
+    view: SlotView
+    cause: str
+    backoff: _Backoff = field(default_factory=_Backoff)
 
 
 @dataclass
@@ -86,7 +103,8 @@ class Pool:
 
     def __post_init__(self) -> None:
         self.pid = os.getpid()
-        self.worker_id = f"{socket.gethostname()}:{self.pid}"
+        self.host = socket.gethostname()
+        self.worker_id = worker_id(self.host, self.pid)
         self.scoreboard = Scoreboard(self.options.concurrency)
         self.executor = Executor(
             self.app,
@@ -95,10 +113,11 @@ class Pool:
         )
         self._broker: Broker | None = None
         self._backoff = _Backoff()
-        self._orphans: list[tuple[_Child, SlotView, str]] = []
+        self._orphans: list[_Orphan] = []
+        self._visibility_conflict = False
         self._deadline = 0.0
         self._due: dict[str, float] = {}
-        self._started_ms = now_ms()
+        self._started_mono = time.monotonic()
         self._settled: collections.Counter[str] = collections.Counter()  # exited children, master
         self._last_processed = (0, time.monotonic())
 
@@ -108,11 +127,12 @@ class Pool:
         """Serve until a shutdown completes; returns the process exit code."""
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
+        self._claim_queues()
         emit(self.app.middleware, "worker_start", self.options.queues)
         self._title()
         for i in range(self.options.concurrency):
             self._spawn(i)
-        self._maintain(lambda b: b.ensure_groups())  # connects only now: after the forks
+        self._maintain(lambda b: b.ensure_groups())
         logger.info(
             "worker %s: %d children on %s",
             self.worker_id,
@@ -130,29 +150,36 @@ class Pool:
         return 0
 
     def _tick(self) -> None:
-        self._reap()
-        self._enforce_time_limits()
-        if self.stopping and not self.cold and time.monotonic() > self._deadline:
-            logger.warning("grace period over: cold shutdown")
-            self._go_cold()
+        # Each step is guarded: the supervisor must outlive a bug in any one of them.
+        for step in (self._reap, self._enforce_time_limits, self._check_grace):
+            self._guarded(step)
         self._settle_orphans()
         s = self.app.settings
         # Leases and the heartbeat go on while children finish their jobs in a warm shutdown.
         self._periodic("renew", s.visibility_timeout_ms / 3000, self._renew)
         self._periodic("heartbeat", s.heartbeat_interval_ms / 1000, self._beat)
         if not self.stopping:
-            self._respawn()
+            self._guarded(self._respawn)
             self._periodic("sweep", s.sweep_interval_ms / 1000, self._sweep)
-        self._title()
+        self._guarded(self._title)
+
+    def _guarded(self, step: Callable[[], object]) -> None:
+        try:
+            step()
+        except Exception:
+            logger.exception("supervisor step %s failed; carrying on", step.__name__)
+
+    def _check_grace(self) -> None:
+        if self.stopping and not self.cold and time.monotonic() > self._deadline:
+            logger.warning("grace period over: cold shutdown")
+            self._go_cold()
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         if self.stopping:
             logger.warning("second signal: cold shutdown")
             self._go_cold()
             return
-        logger.info(
-            "%s: warm shutdown (grace %.0fs)", signal.Signals(signum).name, self.options.grace_s
-        )
+        logger.info("%s: warm shutdown (grace %.0fs)", signal_name(signum), self.options.grace_s)
         self.stopping = True
         self._deadline = time.monotonic() + self.options.grace_s
         for child in self.children.values():
@@ -166,21 +193,21 @@ class Pool:
     # -- children ------------------------------------------------------------------------
 
     def _spawn(self, index: int) -> None:
-        self.scoreboard.reset(index, 0)
+        self.scoreboard.prepare(index)  # before the fork: the child may write at once
         try:
             pid = os.fork()
         except OSError as exc:  # EAGAIN/ENOMEM under a pid or memory limit: try again later
             logger.error("cannot fork child %d: %s", index + 1, exc)
-            self._backoff.failures += 1
-            self._backoff.not_before = time.monotonic() + min(30.0, 2.0**self._backoff.failures)
+            self._backoff.failed()
             return
         if pid == 0:
             os._exit(self._child_main(index))
         consumer = consumer_name(self.worker_id, index, pid)
         self.children[index] = _Child(index, pid, consumer, time.monotonic())
-        self.scoreboard.reset(index, pid)
+        self.scoreboard.set_pid(index, pid)
 
     def _child_main(self, index: int) -> int:
+        die_with_parent(self.pid)  # nobody would renew its jobs' leases
         try:
             n, queues = self.options.concurrency, ",".join(self.options.queues)
             prefix = f"taskq: child {index + 1}/{n} [{queues}]"
@@ -192,7 +219,7 @@ class Pool:
                     prefetch=self.options.prefetch,
                     max_tasks=self.options.max_tasks_per_child,
                     max_memory_kb=self.options.max_memory_per_child_kb,
-                    parent_pid=self.pid,
+                    soft_time_limits=True,
                 ),
                 slot=self.scoreboard.slot(index),
                 set_title=lambda state: setproctitle.setproctitle(f"{prefix} {state}"),
@@ -217,27 +244,21 @@ class Pool:
             if child is None:  # a process a middleware forked (the metrics server, say)
                 logger.warning("process %d exited: %s", pid, _describe(status, ""))
                 continue
-            del self.children[child.index]
             view = self.scoreboard.read(child.index)
+            cause = _describe(status, child.killed_for)
+            self._orphans.append(_Orphan(child, view, cause))
+            del self.children[child.index]
             for name in COUNTERS:
                 self._settled[name] += getattr(view, name)
-            self._orphans.append((child, view, _describe(status, child.killed_for)))
-            self._note_exit(child, status)
+            self._note_exit(child, status, cause)
 
-    def _note_exit(self, child: _Child, status: int) -> None:
+    def _note_exit(self, child: _Child, status: int, cause: str) -> None:
         lived = time.monotonic() - child.started
         clean = os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
         if not clean and not self.stopping:
-            logger.warning(
-                "child %d (pid %d) died: %s",
-                child.index + 1,
-                child.pid,
-                _describe(status, child.killed_for),
-            )
+            logger.warning("child %d (pid %d) died: %s", child.index + 1, child.pid, cause)
         if not clean and lived < 5:
-            self._backoff.failures += 1
-            delay = min(30.0, 0.5 * 2 ** (self._backoff.failures - 1))
-            self._backoff.not_before = time.monotonic() + delay
+            self._backoff.failed()
         elif lived >= 5:
             self._backoff.failures = 0
 
@@ -249,40 +270,64 @@ class Pool:
                 self._spawn(i)
 
     def _enforce_time_limits(self) -> None:
-        now = time.time()
+        """Kill children whose job ran past its hard limit (soft limits: the child's timer).
+
+        The kill happens under the slot's lock after checking that the slot still shows the
+        same job, so a child that has just moved on to its next job is not killed for the
+        last one.
+        """
+        now = time.monotonic()
         for child in self.children.values():
             view = self.scoreboard.read(child.index)
-            if not view.busy or child.killed_for:
+            if child.killed_for or not (view.busy and view.hard_deadline):
                 continue
-            if view.hard_deadline and now > view.hard_deadline:
-                logger.warning(
-                    "%s[%s] exceeded its hard time limit; killing child %d",
-                    view.task,
-                    view.job_id,
-                    child.index + 1,
-                )
+            if now <= view.hard_deadline:
+                continue
+            lock = self.scoreboard.lock(child.index)
+            if not lock.acquire(timeout=LOCK_TIMEOUT_S):
+                continue  # next tick
+            try:
+                again = self.scoreboard.read(child.index)
+                if again.seq != view.seq or not again.busy:
+                    continue
                 child.killed_for = "hard time limit exceeded"
                 _kill(child.pid, signal.SIGKILL)
-            elif view.soft_deadline and now > view.soft_deadline != child.soft_signalled_at:
-                child.soft_signalled_at = view.soft_deadline
-                _kill(child.pid, signal.SIGUSR1)
+            finally:
+                lock.release()
+            logger.warning(
+                "%s[%s] exceeded its hard time limit; killed child %d",
+                view.task,
+                view.job_id,
+                child.index + 1,
+            )
 
     # -- jobs of children that exited ------------------------------------------------------
 
     def _settle_orphans(self) -> None:
-        """Deal with every entry still pending under children that exited."""
-        while self._orphans:
-            child, view, cause = self._orphans[0]
-            settle = functools.partial(self._settle_child, child=child, view=view, cause=cause)
-            if not self._maintain(settle):
-                return
-            self._orphans.pop(0)
+        """Deal with every entry still pending under children that exited.
 
-    def _settle_child(self, broker: Broker, *, child: _Child, view: SlotView, cause: str) -> None:
+        Each exited child is settled on its own: one that fails (Redis is down, or a bug) is
+        tried again after a backoff and holds up no other.
+        """
+        left = []
+        now = time.monotonic()
+        for orphan in self._orphans:
+            if now < orphan.backoff.not_before:
+                left.append(orphan)
+            elif not self._maintain(functools.partial(self._settle_child, orphan=orphan)):
+                orphan.backoff.failed()
+                left.append(orphan)
+        self._orphans = left
+
+    def _settle_child(self, broker: Broker, *, orphan: _Orphan) -> None:
         # A job running when its child died counts as a failed attempt, unless a cold
         # shutdown killed it.
-        running = (view.stream, view.entry_id) if view.busy and not self.cold else None
-        for kind in settle_exited(broker, self.executor, child.consumer, running, cause):
+        view = orphan.view
+        running = None
+        if view.busy and not self.cold and 0 <= view.stream_index < len(broker.streams):
+            running = (broker.streams[view.stream_index], view.entry_id)
+        consumer = orphan.child.consumer
+        for kind in settle_exited(broker, self.executor, consumer, running, orphan.cause):
             self._settled.update(COUNTED[kind])
 
     # -- periodic maintenance --------------------------------------------------------------
@@ -303,7 +348,7 @@ class Pool:
         """Run one maintenance step; a Redis outage is logged and retried on a later tick."""
         try:
             action(self.broker)
-        except (redis.RedisError, TaskqError) as exc:
+        except (redis.RedisError, BrokerError) as exc:
             logger.warning("maintenance step failed (%s); will retry", exc)
             return False
         except Exception:  # the supervisor must outlive any bug in one step
@@ -324,8 +369,42 @@ class Pool:
         live = [c.consumer for c in self.children.values()]
         broker.forget_consumers(idle_ms=FORGET_CONSUMERS_AFTER_MS, keep=live)
 
-    def _beat(self, broker: Broker) -> None:
-        broker.heartbeat(self.worker_id, self._record(), ttl_ms=self.app.settings.worker_ttl_ms)
+    def _claim_queues(self) -> None:
+        """The first heartbeat, before any child exists: refuse to serve queues whose live
+        workers use another visibility timeout.
+
+        Raises:
+            ConfigError: they do.
+        """
+        try:
+            conflict = self._beat(self.broker)
+        except (redis.RedisError, BrokerError) as exc:
+            logger.warning("first heartbeat failed (%s); will retry", exc)
+            return
+        if conflict is not None:
+            raise ConfigError(conflict)
+
+    def _beat(self, broker: Broker) -> str | None:
+        """Write the heartbeat record; returns (and logs once) a visibility-timeout conflict."""
+        s = self.app.settings
+        conflict = broker.heartbeat(
+            self.worker_id,
+            self._record(),
+            ttl_ms=s.worker_ttl_ms,
+            visibility_timeout_ms=s.visibility_timeout_ms,
+        )
+        if conflict is None:
+            return None
+        queue, theirs = conflict
+        message = (
+            f"queue {queue}: its live workers use visibility_timeout_ms={theirs}, this worker "
+            f"{s.visibility_timeout_ms}; every worker of a queue must use the same (leases, "
+            "fences and crash recovery depend on it)"
+        )
+        if not self._visibility_conflict:
+            self._visibility_conflict = True
+            logger.error("%s", message)
+        return message
 
     def _record(self) -> dict[str, str | int]:
         views = [self.scoreboard.read(c.index) for c in self.children.values()]
@@ -342,20 +421,19 @@ class Pool:
                 "task": v.task if v.busy else None,
                 "job_id": v.job_id if v.busy else None,
                 "entry_id": v.entry_id if v.busy else None,
-                "stream": v.stream if v.busy else None,
-                "started_ms": int(v.started * 1000) if v.busy else None,
+                "stream": self._stream_name(v) if v.busy else None,
+                "running_ms": int((now - v.started_mono) * 1000) if v.busy else None,
             }
             for c, v in zip(self.children.values(), views, strict=True)
         ]
-        host, pid = self.worker_id.rsplit(":", 1)
         return {
             "id": self.worker_id,
-            "host": host,
-            "pid": int(pid),
+            "host": self.host,
+            "pid": self.pid,
             "version": __version__,
             "app": self.options.app_name,
-            "started_ms": self._started_ms,
-            "heartbeat_ms": now_ms(),
+            "uptime_ms": int((now - self._started_mono) * 1000),
+            "visibility_timeout_ms": self.app.settings.visibility_timeout_ms,
             "concurrency": self.options.concurrency,
             "queues": ",".join(self.options.queues),
             "tasks": json.dumps(self.app.registered()),
@@ -366,6 +444,10 @@ class Pool:
             "rate_per_s": round(rate, 1),
             "children": json.dumps(children),
         }
+
+    def _stream_name(self, view: SlotView) -> str:
+        streams = self.broker.streams
+        return streams[view.stream_index] if 0 <= view.stream_index < len(streams) else "?"
 
     def _title(self) -> None:
         state = "stopping" if self.stopping else "running"
@@ -389,5 +471,13 @@ def _describe(status: int, killed_for: str) -> str:
     if killed_for:
         return killed_for
     if os.WIFSIGNALED(status):
-        return f"killed by {signal.Signals(os.WTERMSIG(status)).name}"
+        return f"killed by {signal_name(os.WTERMSIG(status))}"
     return f"exited with code {os.WEXITSTATUS(status)}"
+
+
+def signal_name(signum: int) -> str:
+    """``SIGKILL``, or ``signal 40`` for a number Python has no name for (real-time ones)."""
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"

@@ -2,8 +2,20 @@
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
+
+
+def capped_exponential(first: float, factor: float, cap: float, n: int) -> float:
+    """``first * factor**n``, capped at ``cap``, for any ``n`` (no overflow: a job may be at
+    attempt 10,000 with "retry for ever, capped")."""
+    if n <= 0 or factor <= 1.0 or first <= 0:
+        return min(cap, first)
+    if first >= cap:
+        return cap
+    steps_to_cap = math.log(cap / first) / math.log(factor)
+    return cap if n >= steps_to_cap else min(cap, first * factor**n)
 
 
 @dataclass(frozen=True)
@@ -30,7 +42,9 @@ class RetryPolicy:
 
     def delay_ms(self, attempt: int, *, rng: random.Random | None = None) -> int:
         """Backoff after the ``attempt``-th failure: 1 s, 4 s, 16 s, ... capped, +/-25% jitter."""
-        base = min(self.backoff_max_ms, self.backoff_ms * self.backoff_factor ** (attempt - 1))
+        base = capped_exponential(
+            self.backoff_ms, self.backoff_factor, self.backoff_max_ms, attempt - 1
+        )
         if self.jitter:
             base *= (rng or random).uniform(0.75, 1.25)
         return max(0, int(base))

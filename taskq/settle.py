@@ -9,7 +9,7 @@ import logging
 
 from taskq.broker import Broker, Delivery
 from taskq.executor import DEAD, OK, RETRY, Executor, Outcome, Prepared
-from taskq.message import now_ms, with_retries
+from taskq.message import with_retries
 from taskq.middleware import emit
 
 logger = logging.getLogger(__name__)
@@ -21,7 +21,7 @@ def settle(broker: Broker, executor: Executor, o: Outcome, *, owner: str) -> Non
     """Record a failure's fate in Redis (fenced by ``owner``), then log it and tell middleware."""
     d = o.delivery
     if o.kind == RETRY:
-        broker.park(d, owner=owner, due_ms=now_ms() + o.delay_ms)
+        broker.park(d, owner=owner, delay_ms=o.delay_ms)
     elif o.kind == DEAD:
         broker.dead_letter(d, owner=owner, fields=dead_letter_fields(o, worker=owner))
     log_outcome(o)

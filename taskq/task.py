@@ -140,14 +140,9 @@ class Task(Generic[P, R]):
             eta: run no sooner than this time (an aware ``datetime`` or a POSIX timestamp).
             queue: queue name, overriding the task's.
         """
-        msg = self.message(
-            tuple(args),
-            kwargs or {},
-            priority=priority,
-            eta_ms=eta_to_ms(countdown, eta),
-            queue=queue,
-        )
-        return self.app.enqueue(msg)
+        eta_ms, in_ms = due_time(countdown, eta)
+        msg = self.message(tuple(args), kwargs or {}, priority=priority, eta_ms=eta_ms, queue=queue)
+        return self.app.enqueue(msg, in_ms=in_ms)
 
     def map(self, items: Iterable[Any]) -> list[Job]:
         """Enqueue one job per item (the item is the single argument), pipelined in batches."""
@@ -189,10 +184,16 @@ class Task(Generic[P, R]):
         )
 
 
-def eta_to_ms(countdown: float | None, eta: datetime | float | None) -> int | None:
-    """Absolute due time in ms, or None for "now".
+def due_time(
+    countdown: float | None, eta: datetime | float | None
+) -> tuple[int | None, int | None]:
+    """``(eta_ms, in_ms)`` for a delayed job, or ``(None, None)`` for "now".
 
-    A naive ``eta`` datetime is taken as UTC, as Celery does (``datetime.utcnow() + ...``).
+    A countdown is relative: ``in_ms`` is counted from when Redis receives the job, by the
+    Redis clock, so a producer with a wrong clock cannot shift it (``eta_ms`` is then this
+    machine's estimate, for the handle and the body). An ``eta`` is an absolute time
+    (``in_ms`` None). A naive ``eta`` datetime is taken as UTC, as Celery does
+    (``datetime.utcnow() + ...``).
     """
     if countdown is not None and eta is not None:
         raise ConfigError("give countdown or eta, not both")
@@ -201,14 +202,15 @@ def eta_to_ms(countdown: float | None, eta: datetime | float | None) -> int | No
             raise ConfigError(f"countdown must be a number of seconds, not {countdown!r}")
         if not math.isfinite(countdown):
             raise ConfigError(f"countdown must be finite, not {countdown!r}")
-        due_ms = now_ms() + int(countdown * 1000)
-    elif eta is None:
-        return None
-    elif isinstance(eta, datetime):
+        in_ms = int(countdown * 1000)
+        return (now_ms() + in_ms, in_ms) if in_ms > 0 else (None, None)
+    if eta is None:
+        return None, None
+    if isinstance(eta, datetime):
         aware = eta if eta.tzinfo is not None else eta.replace(tzinfo=timezone.utc)
         due_ms = int(aware.timestamp() * 1000)
     elif isinstance(eta, int | float) and not isinstance(eta, bool) and math.isfinite(eta):
         due_ms = int(eta * 1000)
     else:
         raise ConfigError(f"eta must be a datetime or a POSIX timestamp, not {eta!r}")
-    return due_ms if due_ms > now_ms() else None
+    return (due_ms, None) if due_ms > now_ms() else (None, None)

@@ -26,7 +26,6 @@ from taskq.broker import Broker
 from taskq.config import Settings
 from taskq.errors import TaskqError
 from taskq.executor import DEAD, OK, RETRY, Executor, Outcome
-from taskq.message import now_ms
 from taskq.middleware import Middleware
 from taskq.worker import Consumer, ConsumerOptions
 
@@ -147,10 +146,10 @@ def drain(
                 return result
             if recorder.timed_out:
                 raise DrainTimeout(f"drain timed out after {timeout_s}s; {result}", result)
-            due_ms = broker.next_due_ms() if wait_for_retries else None
-            if due_ms is None:
+            due_in_ms = broker.next_due_in_ms() if wait_for_retries else None
+            if due_in_ms is None:
                 return result
-            wait_s = max(0.0, (due_ms - now_ms()) / 1000)
+            wait_s = due_in_ms / 1000
             if time.monotonic() + wait_s > deadline:
                 raise DrainTimeout(
                     f"drain timed out after {timeout_s}s: a job is due in {wait_s:.1f}s; {result}",

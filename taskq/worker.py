@@ -8,24 +8,23 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import random
 import resource
 import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import FrameType
-from typing import TypeVar
+from types import CodeType, FrameType
+from typing import Any, TypeVar
 
 import redis
 
 from taskq.broker import Broker, Delivery, Fetched
 from taskq.errors import SoftTimeLimitExceeded
 from taskq.executor import OK, Executor, Outcome, Prepared
-from taskq.message import now_ms
 from taskq.scoreboard import Slot
 from taskq.settle import hand_back, settle
+from taskq.task import Task
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -55,13 +54,17 @@ class _Interrupted(Exception):
 
 @dataclass(frozen=True)
 class ConsumerOptions:
-    """How one consumer behaves (see ``taskq worker --help``)."""
+    """How one consumer behaves (see ``taskq worker --help``).
+
+    ``soft_time_limits``: raise :class:`SoftTimeLimitExceeded` in tasks that run past their
+    soft limit (a SIGALRM timer: only in a worker's child, which owns its signals).
+    """
 
     prefetch: int = 1
     max_tasks: int = 0
     max_memory_kb: int = 0
     burst: bool = False
-    parent_pid: int = 0
+    soft_time_limits: bool = False
 
 
 class Consumer:
@@ -91,19 +94,19 @@ class Consumer:
         self.set_title = set_title or (lambda _state: None)
         self.stopping = False
         self._idle = False
-        self._running = False
         self._done = 0
         self._outage_since = 0.0
         self._reconcile_due = False
         self._fetched_at = time.monotonic()
+        self._task_code: CodeType | None = None
 
     # -- signals -------------------------------------------------------------------------
 
     def install_signal_handlers(self) -> None:
-        """SIGTERM/SIGINT: finish the current job, then stop. SIGUSR1: soft time limit."""
+        """SIGTERM/SIGINT: finish the current job, then stop. SIGALRM: soft time limit."""
         signal.signal(signal.SIGTERM, self._on_stop)
         signal.signal(signal.SIGINT, self._on_stop)
-        signal.signal(signal.SIGUSR1, self._on_soft_limit)
+        signal.signal(signal.SIGALRM, self._on_soft_limit)
 
     def _on_stop(self, signum: int, frame: FrameType | None) -> None:
         self.stopping = True
@@ -112,7 +115,9 @@ class Consumer:
             raise _Interrupted()
 
     def _on_soft_limit(self, signum: int, frame: FrameType | None) -> None:
-        if self._running:
+        # Only inside the task's own code: a timer that fires as the task returns must not
+        # turn its success into a failure, nor hit taskq's bookkeeping after it.
+        if self._task_code is not None and _runs(frame, self._task_code):
             raise SoftTimeLimitExceeded("soft time limit exceeded")
 
     # -- main loop -----------------------------------------------------------------------
@@ -144,11 +149,12 @@ class Consumer:
         fetched = self._retrying(functools.partial(self._fetch, self.options.prefetch, acks))
         if fetched.deliveries or self.stopping:
             return fetched.deliveries
-        if self.options.burst and (fetched.next_due_ms < 0 or fetched.next_due_ms > now_ms() + 50):
+        due_in_ms = fetched.next_due_in_ms
+        if self.options.burst and (due_in_ms < 0 or due_in_ms > 50):
             return None
         block_ms = self.executor.app.settings.block_ms
-        if fetched.next_due_ms >= 0:
-            block_ms = max(1, min(block_ms, fetched.next_due_ms - now_ms()))
+        if due_in_ms >= 0:
+            block_ms = max(1, min(block_ms, due_in_ms))
         return self._read_blocking(block_ms)
 
     def _fetch(self, count: int, acks: list[tuple[Delivery, bool]]) -> Fetched:
@@ -169,7 +175,6 @@ class Consumer:
                 lambda: self.broker.read_blocking(self.name, self.options.prefetch, block_ms)
             )
             self._fetched_at = time.monotonic()
-            return batch
         except _Interrupted:
             # The read was cut off mid-reply: drop that connection. Entries it may have
             # delivered stay pending under this consumer and are handed back by the master.
@@ -177,6 +182,12 @@ class Consumer:
             return []
         finally:
             self._idle = False
+        # XREADGROUP's COUNT is per stream: a read that woke on several streams at once
+        # brought up to `prefetch` jobs from each. Keep the best `prefetch` (the batch is in
+        # priority order) and hand the others back at once, for any idle child to take.
+        keep, extra = batch[: self.options.prefetch], batch[self.options.prefetch :]
+        self._hand_back(extra)
+        return keep
 
     def _process(self, d: Delivery) -> Outcome:
         prepared = self.executor.prepare(d)
@@ -190,19 +201,18 @@ class Consumer:
     def _run(self, p: Prepared) -> Outcome:
         self.set_title(f"running {p.msg.task} {p.delivery.entry_id}")
         if self.slot is not None:
-            self.slot.start(
-                p.delivery.stream,
-                p.delivery.entry_id,
-                p.msg.task,
-                p.msg.id,
-                p.soft_limit_s,
-                p.hard_limit_s,
-            )
-        self._running = True
+            index = self.broker.stream_position[p.delivery.stream]
+            self.slot.start(index, p.delivery.entry_id, p.msg.task, p.msg.id, p.hard_limit_s)
+        soft_s = p.soft_limit_s if self.options.soft_time_limits else None
+        self._task_code = _code_of(p.task)
+        if soft_s:
+            signal.setitimer(signal.ITIMER_REAL, soft_s)
         try:
             return self.executor.execute(p)
         finally:
-            self._running = False
+            if soft_s:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+            self._task_code = None
             self.set_title("idle")
 
     def _settle(self, o: Outcome) -> None:
@@ -241,9 +251,6 @@ class Consumer:
         elif o.max_memory_kb and _peak_rss_kb() > o.max_memory_kb:
             logger.info("recycling: memory above %d KiB (--max-memory-per-child)", o.max_memory_kb)
             self.stopping = True
-        elif o.parent_pid and os.getppid() != o.parent_pid:
-            logger.warning("master process is gone; stopping")
-            self.stopping = True
 
     # -- Redis outages -------------------------------------------------------------------
 
@@ -272,6 +279,21 @@ class Consumer:
         if not self._outage_since:
             self._outage_since = time.monotonic()
             logger.warning("Redis unavailable (%s); retrying with backoff", exc)
+
+
+def _code_of(task: Task[..., Any]) -> CodeType:
+    """The code object whose frame marks "inside the task" (the function's, else Task.run's)."""
+    code = getattr(task.fn, "__code__", None)
+    return code if isinstance(code, CodeType) else Task.run.__code__
+
+
+def _runs(frame: FrameType | None, code: CodeType) -> bool:
+    """Whether ``code`` is running in ``frame`` or one of its callers."""
+    while frame is not None:
+        if frame.f_code is code:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _peak_rss_kb() -> int:

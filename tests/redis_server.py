@@ -23,9 +23,12 @@ def free_port() -> int:
 class RedisServer:
     """One redis-server child process; ``kill()`` + ``start()`` restarts it on the same data."""
 
-    def __init__(self, data_dir: Path, *, appendonly: bool = False) -> None:
+    def __init__(
+        self, data_dir: Path, *, appendonly: bool = False, appendfsync: str = "everysec"
+    ) -> None:
         self.data_dir = data_dir
         self.appendonly = appendonly
+        self.appendfsync = appendfsync
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -39,6 +42,8 @@ class RedisServer:
     def start(self, timeout_s: float = 10.0) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         args = server_args(self.port, self.data_dir, appendonly=self.appendonly)
+        if self.appendonly:
+            args += ["--appendfsync", self.appendfsync]
         with open(self.data_dir / "redis.log", "ab") as log:
             self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout_s

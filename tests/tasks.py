@@ -115,3 +115,61 @@ def mark(n: int, seconds: float = 0.0) -> None:
         os.write(fd, f"{job.id} {job.attempt}\n".encode())
     finally:
         os.close(fd)
+
+
+# -- tasks for tests/integration/test_review_findings.py ----------------------------------------
+
+UNDECODABLE = b"bad \xff\xfe bytes".decode("utf-8", "surrogateescape")
+"""An exception message with lone surrogates (what os.fsdecode makes of non-UTF-8 bytes)."""
+
+
+@app.task
+def sleepy_traced(seconds: float, tag: str = "") -> None:
+    """Like ``sleepy``, but pushes a run record (pid, start time) to the list ``starts`` first."""
+    global _client
+    if _client is None:
+        _client = redis.Redis.from_url(app.settings.redis_url)
+    job = current_job()
+    start = time.time()
+    entry = {"job": job.id if job else None, "pid": os.getpid(), "start": start, "tag": tag}
+    _client.rpush("starts", msgpack.packb(entry))
+    time.sleep(seconds)
+    record(tag=tag, start=start, end=time.time())
+
+
+@app.task(max_retries=1)
+def signals_itself(signum: int) -> None:
+    """Kills its own process with ``signum`` (e.g. a real-time signal, outside signal.Signals)."""
+    record(tag=f"signal {signum}")
+    os.kill(os.getpid(), signum)
+
+
+@app.task(max_retries=10_000)
+def fails_with_many_retries(tag: str = "") -> None:
+    record(tag=tag)
+    raise RuntimeError(f"boom {tag}")
+
+
+@app.task
+def retries_with_countdown(countdown: object) -> None:
+    """Raises Retry with whatever ``countdown`` it is given (even a str or inf)."""
+    record(tag=repr(countdown))
+    raise Retry(countdown=countdown)  # type: ignore[arg-type]
+
+
+@app.task(dont_autoretry_for=(ValueError,))
+def rejects_undecodable() -> None:
+    record(tag="rejects_undecodable")
+    raise ValueError(UNDECODABLE)
+
+
+@app.task
+def fails_undecodable() -> None:
+    record(tag="fails_undecodable")
+    raise RuntimeError(UNDECODABLE)
+
+
+@app.task
+def bad_retry() -> None:
+    record(tag="bad_retry")
+    raise Retry(countdown="5")  # type: ignore[arg-type]

@@ -2,20 +2,22 @@
 -- priority order (due retries, then new entries, per stream), all in one round trip.
 -- KEYS: per queue, 9 keys: stream high/normal/low, retry zset high/normal/low, schedule,
 --       failures, dead-letter stream.
--- ARGV: group, consumer, count, now_ms, fence acks (0/1), n_acks, then n_acks triples
+-- ARGV: group, consumer, count, fence acks (0/1), n_acks, then n_acks triples
 --       (stream key index, entry id, failures key index or 0).
--- Returns {next_due_ms or -1, then per delivery: stream key index, entry id, deliveries, fields}.
+-- Returns {ms until the next retry or delayed job is due, or -1 if none; then per delivery:
+--          stream key index, entry id, deliveries, fields}.
 local group, consumer = ARGV[1], ARGV[2]
-local count, now, nacks = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[6])
-local fence = ARGV[5] == '1' 
+local count, nacks = tonumber(ARGV[3]), tonumber(ARGV[5])
+local fence = ARGV[4] == '1'
 local PER_QUEUE = 9
+local PAGE = 1000
 
 -- Acks, fenced like every other move: only entries still pending under this consumer (one
 -- that lost a job to the sweep must not delete it under its new owner). The caller skips the
 -- fence for jobs it fetched less than half a visibility timeout ago: the sweep only takes
 -- entries idle for a whole one. One XACK and one XDEL per stream for the whole batch.
 local acked, order = {}, {}
-local a = 7
+local a = 6
 for _ = 1, nacks do
   local k = tonumber(ARGV[a])
   if not acked[k] then
@@ -25,11 +27,21 @@ for _ = 1, nacks do
   acked[k][#acked[k] + 1] = {ARGV[a + 1], tonumber(ARGV[a + 2])}
   a = a + 3
 end
-for _, k in ipairs(order) do
-  local p = fence and redis.pcall('XPENDING', KEYS[k], group, '-', '+', 1000, consumer) or {}
-  if type(p) == 'table' and not p.err then
-    local mine, ids = {}, {}
+-- The entries pending under this consumer, read in pages (there may be more than a page).
+local function pending_here(key)
+  local mine, start = {}, '-'
+  while true do
+    local p = redis.pcall('XPENDING', key, group, start, '+', PAGE, consumer)
+    if type(p) ~= 'table' or p.err then return nil end
     for _, e in ipairs(p) do mine[e[1]] = true end
+    if #p < PAGE then return mine end
+    start = '(' .. p[#p][1]
+  end
+end
+for _, k in ipairs(order) do
+  local mine = fence and pending_here(KEYS[k]) or {}
+  if mine then
+    local ids = {}
     for _, ack in ipairs(acked[k]) do
       if mine[ack[1]] or not fence then
         ids[#ids + 1] = ack[1]
@@ -43,6 +55,7 @@ for _, k in ipairs(order) do
   end
 end
 if count == 0 then return {-1} end
+local now = now_ms()
 
 -- Promote due delayed jobs. A member is "<priority index 0-2>\n<task>\n<body>"; anything else
 -- goes to the dead-letter stream with the reason instead of stopping every fetch.
@@ -126,6 +139,6 @@ if got == 0 then
       end
     end
   end
-  out[1] = nxt
+  out[1] = nxt < 0 and -1 or math.max(0, nxt - now)
 end
 return out

@@ -1,16 +1,24 @@
 -- Keep the leases of running jobs: reset the idle time of every entry pending under each
 -- consumer, without bumping delivery counts (JUSTID). Entries owned by anyone else are untouched.
+-- The pending list is read in pages, so a consumer may hold any number of entries.
 -- KEYS: streams.  ARGV: group, consumer names...
 -- Returns the number of entries renewed.
+local PAGE = 1000
 local n = 0
 for _, key in ipairs(KEYS) do
   for c = 2, #ARGV do
-    local p = redis.pcall('XPENDING', key, ARGV[1], '-', '+', 1000, ARGV[c])
-    if type(p) == 'table' and not p.err and #p > 0 then
-      local ids = {}
-      for i, e in ipairs(p) do ids[i] = e[1] end
-      redis.call('XCLAIM', key, ARGV[1], ARGV[c], 0, unpack(ids, 1, #ids), 'JUSTID')
-      n = n + #ids
+    local start = '-'
+    while true do
+      local p = redis.pcall('XPENDING', key, ARGV[1], start, '+', PAGE, ARGV[c])
+      if type(p) ~= 'table' or p.err or #p == 0 then break end
+      -- (unpack() only spreads as the last argument, so JUSTID goes in the table too.)
+      local claim = {'XCLAIM', key, ARGV[1], ARGV[c], 0}
+      for _, e in ipairs(p) do claim[#claim + 1] = e[1] end
+      claim[#claim + 1] = 'JUSTID'
+      redis.call(unpack(claim))
+      n = n + #p
+      if #p < PAGE then break end
+      start = '(' .. p[#p][1]
     end
   end
 end

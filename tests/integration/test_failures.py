@@ -46,7 +46,7 @@ def test_always_failing_job_runs_three_times_with_growing_gaps_then_dead_letters
     assert "Traceback" in dead["traceback"] and dead["attempts"] == "3"
     assert dead["stream"] == "tasks:normal" and dead["entry_id"] == job.entry_id
     assert int(dead["first_failure_ms"]) < int(dead["last_failure_ms"])
-    assert dead["worker"].count(":") == 3
+    assert dead["worker"].count(":") == 4  # host:pid:random:child index:child pid
     assert msgpack.unpackb(r.xrange("tasks:deadletter")[0][1][b"body"], raw=False)["id"] == job.id
     # Gone from the source stream, its pending list, the retry set and the failure records.
     assert r.xlen("tasks:normal") == 0 and r.xinfo_groups("tasks:normal")[0]["pending"] == 0

@@ -10,7 +10,9 @@ import msgpack
 import pytest
 import redis
 
-from taskq import App
+from taskq import App, keys
+from taskq.broker import Broker
+from taskq.message import Message
 from tests import tasks
 from tests.conftest import WorkerProcess, runs, wait_until
 
@@ -102,3 +104,84 @@ def test_a_redis_out_of_memory_makes_workers_wait_not_crash(
         message="the job to be parked or dead-lettered",
     )
     assert "crashed" not in w.output() and "died" not in w.output()
+
+
+# -- found in the hardening review (issue 10): the suspected faults, each confirmed or ruled
+# -- out by a test -------------------------------------------------------------------------
+
+
+def test_a_worker_with_another_visibility_timeout_is_refused_at_start(
+    task_app: App, start_worker: StartWorker, r: redis.Redis
+) -> None:
+    """Workers that disagree about the lease length could sweep (and then ack, unfenced)
+    each other's running jobs. The first worker claims its timeout for the queue."""
+    start_worker("-A", "tests.tasks", "-c", "1")
+    wait_until(lambda: r.get("tasks:visibility") == b"3000", message="the claimed timeout")
+    other = start_worker("-A", "tests.tasks", "-c", "1", TASKQ_VISIBILITY_TIMEOUT_MS="9000")
+    assert other.wait(20) == 1
+    assert "visibility_timeout_ms=3000" in other.output()
+    assert "Traceback" not in other.output()
+
+
+def test_renew_and_fenced_acks_cover_more_than_a_thousand_pending_entries(
+    make_app: Callable[..., App], r: redis.Redis
+) -> None:
+    """Suspected: only the first 1,000 pending entries of a consumer were renewed and
+    fenced. Also caught: renewal XCLAIMed only the first entry of each page at all."""
+    app = make_app()
+    broker = Broker(app.broker.client, ["tasks"])
+    broker.ensure_groups()
+    app.enqueue_many(Message("tests.tasks.echo", (i,)) for i in range(1500))
+    held = broker.fetch("w:1:a:0:1", 1000).deliveries + broker.fetch("w:1:a:0:1", 500).deliveries
+    assert len(held) == 1500
+    # Given: every entry has been idle for a while.
+    wait_until(
+        lambda: min(p["time_since_delivered"] for p in _pending(r)) >= 300,
+        message="the entries to be idle",
+    )
+    # When: the master renews the consumer's leases.
+    assert broker.renew(["w:1:a:0:1"]) == 1500
+    # Then: all of them were renewed, the 1,001st and the last included.
+    assert max(p["time_since_delivered"] for p in _pending(r)) < 300
+    # And a fenced ack of all of them acks all of them.
+    broker.fetch("w:1:a:0:1", 0, [(d, False) for d in held], fence_acks=True)
+    assert r.xlen("tasks:normal") == 0
+
+
+def _pending(r: redis.Redis) -> list[dict[str, object]]:
+    return list(r.xpending_range("tasks:normal", "taskq", "-", "+", 5000))
+
+
+def test_a_script_refuses_bad_arguments_before_writing_anything(
+    make_app: Callable[..., App], r: redis.Redis
+) -> None:
+    """Suspected: park.lua XCLAIMed, then failed on a non-numeric due time, leaving the job
+    owned by the retry consumer with no due time. Scripts validate before they write."""
+    app = make_app()
+    broker = Broker(app.broker.client, ["tasks"])
+    broker.ensure_groups()
+    app.enqueue(Message("tests.tasks.echo", (1,)))
+    [d] = broker.fetch("w:1:a:0:1", 1).deliveries
+    with pytest.raises(redis.ResponseError, match="delay_ms"):
+        broker.park(d, owner="w:1:a:0:1", delay_ms="soon")  # type: ignore[arg-type]
+    [p] = _pending(r)
+    assert p["consumer"] == b"w:1:a:0:1" and r.zcard("tasks:retry:normal") == 0
+
+
+def test_retry_with_a_bad_countdown_is_an_ordinary_failure(
+    task_app: App, start_worker: StartWorker, r: redis.Redis
+) -> None:
+    tasks.bad_retry.delay()
+    start_worker("-A", "tests.tasks", "-c", "1")
+    wait_until(lambda: r.xlen("tasks:deadletter") == 1, message="the dead letter")
+    [(_, dead)] = r.xrange("tasks:deadletter")
+    assert dead[b"error_type"] == b"ConfigError" and b"countdown" in dead[b"error"]
+    assert [x["attempt"] for x in runs(r)] == [1, 2, 3]
+
+
+def test_worker_ids_differ_for_the_same_host_and_pid() -> None:
+    """Suspected: ``host:pid`` collided across containers with their own PID namespace and
+    the same host name, so one master handed back another's live jobs."""
+    ids = {keys.worker_id("web", 1) for _ in range(50)}
+    assert len(ids) == 50
+    assert all(keys.worker_of(keys.consumer_name(i, 0, 7)) == i for i in ids)

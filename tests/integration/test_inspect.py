@@ -7,6 +7,7 @@ XPENDING, XLEN, ZCARD) and against the jobs the test put there.
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -82,7 +83,10 @@ def running(redis_url: str, n: int) -> list[dict[str, Any]]:
 
 
 def host_id(w: WorkerProcess) -> str:
-    return f"{socket.gethostname()}:{w.pid}"
+    """The worker's id, ``<host>:<pid>:<random>``, as its start-up log line gives it."""
+    found = re.search(rf"worker ({re.escape(socket.gethostname())}:{w.pid}:[0-9a-f]+):", w.output())
+    assert found, w.output()
+    return found.group(1)
 
 
 # -- the overview ------------------------------------------------------------------------------
@@ -341,7 +345,7 @@ def test_pending_shows_jobs_parked_for_retry(make_app: Callable[..., App], redis
     broker = Broker(app.broker.client, ["tasks"])
     broker.ensure_groups()
     [d] = broker.fetch("host:1:0:2", 1).deliveries
-    assert broker.park(d, owner="host:1:0:2", due_ms=d_ms(d.entry_id) + 3_600_000)
+    assert broker.park(d, owner="host:1:0:2", delay_ms=3_600_000)
 
     # Then
     [p] = cli_json(redis_url, "inspect", "pending")

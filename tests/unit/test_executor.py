@@ -141,3 +141,34 @@ def test_direct_call_runs_inline_as_a_job_of_its_own() -> None:
     assert bound(5) == 5
     assert seen == [(True, 1)]
     assert current_job() is None
+
+
+def test_a_fresh_entry_whose_body_uses_up_the_retries_is_rejected_not_lost() -> None:
+    outcome = run(Message(add.name, (1, 2), retries=5))
+    assert (outcome.kind, outcome.error_type) == (DEAD, "Rejected")
+    assert "use up max_retries" in outcome.error
+    lost = run(Message(add.name, (1, 2), retries=1), deliveries=3)
+    assert (lost.kind, lost.error_type) == (DEAD, "WorkerLost")
+
+
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no")
+
+
+@app.task
+def raises_unprintable() -> None:
+    raise Unprintable()
+
+
+@app.task
+def raises_huge() -> None:
+    raise ValueError("x" * 100_000)
+
+
+def test_error_text_is_always_storable_and_bounded() -> None:
+    odd = run(Message(raises_unprintable.name))
+    assert odd.kind == RETRY and "str() of the exception failed" in odd.error
+    huge = run(Message(raises_huge.name))
+    assert len(huge.error) < 5_000 and huge.error.endswith("more characters)")
+    assert len(huge.traceback) < 70_000 and huge.traceback.rstrip().endswith("x")

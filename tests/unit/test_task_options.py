@@ -8,22 +8,27 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from taskq.errors import ConfigError
-from taskq.task import eta_to_ms
+from taskq.task import due_time
 
 
 def test_naive_eta_is_utc() -> None:
     naive = datetime.now(timezone.utc).replace(tzinfo=None) + timedelta(seconds=60)
-    due = eta_to_ms(None, naive)
-    assert due is not None and abs(due - (time.time() + 60) * 1000) < 2000
+    due, in_ms = due_time(None, naive)
+    assert in_ms is None and due is not None and abs(due - (time.time() + 60) * 1000) < 2000
 
 
 def test_aware_eta_and_timestamp() -> None:
     later = datetime.now(timezone(timedelta(hours=-5))) + timedelta(seconds=30)
-    due = eta_to_ms(None, later)
+    due, _ = due_time(None, later)
     assert due is not None and abs(due - (time.time() + 30) * 1000) < 2000
-    assert eta_to_ms(None, time.time() + 10) is not None
-    assert eta_to_ms(None, time.time() - 10) is None
-    assert eta_to_ms(-5, None) is None
+    assert due_time(None, time.time() + 10)[0] is not None
+    assert due_time(None, time.time() - 10) == (None, None)
+    assert due_time(-5, None) == (None, None)
+
+
+def test_countdown_is_relative() -> None:
+    due, in_ms = due_time(2.5, None)
+    assert in_ms == 2500 and due is not None and abs(due - (time.time() + 2.5) * 1000) < 2000
 
 
 @pytest.mark.parametrize(
@@ -39,4 +44,4 @@ def test_aware_eta_and_timestamp() -> None:
 )
 def test_bad_countdown_or_eta_is_refused(countdown: object, eta: object) -> None:
     with pytest.raises(ConfigError):
-        eta_to_ms(countdown, eta)  # type: ignore[arg-type]
+        due_time(countdown, eta)  # type: ignore[arg-type]
