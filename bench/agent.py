@@ -4,7 +4,12 @@ Phases: ``enqueue`` (single-call enqueue rate); ``drain`` (bulk enqueue of N
 jobs, then start the worker and time it until all N ran), optionally followed
 by ``latency`` and ``idle`` on the same, now idle, worker. The harness runs
 ``enqueue`` and ``drain`` in separate agent processes so that no client-side
-cache outlives the FLUSHALL between them.
+cache outlives the FLUSHALL between them. Every enqueue loop and every drain
+is bracketed by a commandstats window (:class:`bench.redistime.Window`).
+
+``account`` is the untimed accounting pass: the same single-call enqueues,
+bulk enqueue and drain, with ``MONITOR`` on instead of the windows, to learn
+which commands run inside scripts and MULTI/EXEC (:class:`bench.redistime.CommandLog`).
 
 Started by ``bench/run.py`` as ``python -m bench.agent --module celery_app ...``
 with the interpreter of the venv that has the system installed. Prints one
@@ -33,7 +38,7 @@ from redis import Redis
 from redis.exceptions import RedisError
 from redis.utils import HIREDIS_AVAILABLE
 
-from bench import record
+from bench import job, record, redistime
 from bench.peers.base import System
 from bench.procs import descendants, pin_self, rss_kb, stop_tree, tree_cpu_seconds, unpin_self
 
@@ -41,10 +46,40 @@ REPO = Path(__file__).resolve().parent.parent
 LATENCY_BASE = 1 << 40  # job indices of latency probes, apart from drain jobs
 POLL_S = 0.005
 STALL_S = 30.0  # a drain with no new job for this long has failed
+SETTLE_S = 0.5  # after the last job starts, for its ack to reach Redis before the window closes
 
 
 class BenchError(RuntimeError):
     """A phase could not complete (worker died, deadline passed, ...)."""
+
+
+class Meter:
+    """Brackets phases with a commandstats window, or with a MONITOR segment when accounting."""
+
+    def __init__(self, url: str, account: bool) -> None:
+        self.log = redistime.CommandLog(url) if account else None
+        self.window = redistime.Window(url)
+        self.windows: dict[str, Any] = {}
+
+    def start(self, phase: str) -> None:
+        """The phase starts now."""
+        if self.log is not None:
+            self.log.mark(phase)
+        else:
+            self.window.start()
+
+    def stop(self, phase: str, jobs: int) -> None:
+        """The phase, which handled ``jobs`` jobs, ended."""
+        if self.log is not None:
+            self.log.mark(f"after-{phase}")
+        else:
+            self.windows[phase] = self.window.stop(jobs)
+
+    def result(self) -> dict[str, Any]:
+        """``{"redis": windows}``, or ``{"accounting": MONITOR tallies}`` when accounting."""
+        if self.log is None:
+            return {"redis": self.windows}
+        return {"accounting": self.log.collect()}
 
 
 def timed_loop(total: int, deadline_s: float, step: Callable[[int], int]) -> dict[str, Any]:
@@ -223,7 +258,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--phases",
         default="drain,latency,idle",
-        help="enqueue, or drain[,latency][,idle] (bulk enqueue first)",
+        help="enqueue, or drain[,latency][,idle] (bulk enqueue first), or account",
     )
     p.add_argument("--jobs", type=int, default=20_000, help="jobs to drain")
     p.add_argument("--enqueue-jobs", type=int, default=10_000, help="single-call enqueues")
@@ -237,38 +272,32 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--worker-args", default="", help="extra worker CLI arguments")
     p.add_argument("--deadline", type=float, default=300.0, help="bound of each phase, seconds")
     p.add_argument("--producer-cpu", type=int, default=-1, help="pin the producer (not workers)")
+    p.add_argument("--no-incr", action="store_true", help="tasks skip their Redis INCR")
     return p.parse_args(argv)
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    """All requested phases for one system; returns the figures."""
-    os.environ["BENCH_REDIS_URL"] = args.redis_url
-    os.environ[record.ENV_DIR] = args.record_dir
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        filter(None, [str(REPO), os.environ.get("PYTHONPATH")])
-    )
-    pin_self(args.producer_cpu)
-    system: System = importlib.import_module(f"bench.peers.{args.module}").SYSTEM
-    phases = set(args.phases.split(","))
-    redis = Redis.from_url(args.redis_url)
-    out: dict[str, Any] = {"system": system.name, "versions": versions(system)}
-
-    redis.flushall()
-    system.setup()
+def enqueue_phases(
+    system: System, args: argparse.Namespace, phases: set[str], meter: Meter
+) -> dict[str, Any]:
+    """Single-call enqueue (``enqueue``), then bulk enqueue of the jobs to drain (``drain``)."""
+    out: dict[str, Any] = {}
     if "enqueue" in phases:
         system.enqueue_one(-1, time.time_ns())  # warm-up: connect, declare, load scripts
+        meter.start("enqueue_one")
         out["enqueue_one"] = enqueue_one_rate(system, args.enqueue_jobs, args.deadline)
-    if "drain" not in phases:
-        redis.flushall()
-        return out
-    out["enqueue_bulk"] = enqueue_bulk_rate(system, args.jobs, args.batch, args.deadline)
-    if not out["enqueue_bulk"]["complete"]:
-        raise BenchError("bulk enqueue did not finish in time")
+        meter.stop("enqueue_one", out["enqueue_one"]["jobs"])
+    if "drain" in phases:
+        meter.start("enqueue_bulk")
+        out["enqueue_bulk"] = enqueue_bulk_rate(system, args.jobs, args.batch, args.deadline)
+        meter.stop("enqueue_bulk", out["enqueue_bulk"]["jobs"])
+        if not out["enqueue_bulk"]["complete"]:
+            raise BenchError("bulk enqueue did not finish in time")
+    return out
 
-    record.clear(args.record_dir)
-    argv = system.worker_argv(args.procs, shlex.split(args.worker_args))
-    out["worker_argv"] = [Path(argv[0]).name, *argv[1:]]
-    with open(args.worker_log, "ab") as log:
+
+def start_worker(argv: list[str], log_path: str) -> tuple[subprocess.Popen[bytes], int]:
+    """Spawn the worker CLI in its own session; returns it and the time just before."""
+    with open(log_path, "ab") as log:
         t_start = time.time_ns()
         worker = subprocess.Popen(
             argv,
@@ -278,10 +307,24 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             start_new_session=True,
             preexec_fn=unpin_self,  # workers may use every CPU
         )
+    return worker, t_start
+
+
+def worker_phases(
+    system: System, args: argparse.Namespace, phases: set[str], meter: Meter
+) -> dict[str, Any]:
+    """Drain the waiting jobs with a fresh worker, then latency and idle on it."""
+    out: dict[str, Any] = {}
+    record.clear(args.record_dir)
+    argv = system.worker_argv(args.procs, shlex.split(args.worker_args))
+    out["worker_argv"] = [Path(argv[0]).name, *argv[1:]]
+    meter.start("drain")
+    worker, t_start = start_worker(argv, args.worker_log)
     try:
         out["drain"] = drain(worker, t_start, args.record_dir, args.jobs, args.deadline)
+        time.sleep(SETTLE_S)  # the last acks; the worker is idle by now
+        meter.stop("drain", args.jobs)
         if "latency" in phases:
-            time.sleep(0.5)
             out["latency"] = latency(
                 system,
                 worker,
@@ -295,9 +338,37 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             out["idle"] = idle(worker, args.idle_seconds)
     finally:
         stop_tree(worker)
+    return out
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """All requested phases for one system; returns the figures."""
+    os.environ["BENCH_REDIS_URL"] = args.redis_url
+    os.environ[record.ENV_DIR] = args.record_dir
+    os.environ[job.ENV_INCR] = "0" if args.no_incr else "1"
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(REPO), os.environ.get("PYTHONPATH")])
+    )
+    pin_self(args.producer_cpu)
+    system: System = importlib.import_module(f"bench.peers.{args.module}").SYSTEM
+    phases = set(args.phases.split(","))
+    account = "account" in phases
+    # The accounting pass does what an enqueue round and then a drain round do, under MONITOR.
+    rounds = [{"enqueue"}, {"drain"}] if account else [phases]
+    meter = Meter(args.redis_url, account)
+    redis = Redis.from_url(args.redis_url)
+    out: dict[str, Any] = {"system": system.name, "versions": versions(system)}
+    try:
+        for round_phases in rounds:
+            redis.flushall()
+            system.setup()
+            out |= enqueue_phases(system, args, round_phases, meter)
+            if "drain" in round_phases:
+                out |= worker_phases(system, args, round_phases, meter)
+    finally:
         with contextlib.suppress(RedisError):
             redis.flushall()
-    return out
+    return out | meter.result()
 
 
 def _exit_on_sigterm(signum: int, frame: object) -> None:

@@ -4,11 +4,15 @@
 * ``xadd_pipelined``: XADD in pipelines of ``--batch`` (single producer).
 * ``consume_batched``: N messages waiting; 2 processes loop XREADGROUP
   COUNT 100 then one pipelined XACK+XDEL per batch.
-* ``consume_single``: the same with COUNT 1 and one XACK+XDEL round trip per
-  message.
+* ``consume_floor``: the drain's raw floor: ``consume_batched`` plus, per
+  message, the benchmark task's one ``INCR`` round trip (:mod:`bench.job`).
+* ``consume_single``: the same as ``consume_batched`` with COUNT 1 and one
+  XACK+XDEL round trip per message.
 
 Consumers are started and connected first, then released together; the time
-runs from the release to the last acknowledgement. Prints one JSON object.
+runs from the release to the last acknowledgement. Every loop is bracketed by
+a commandstats window (:class:`bench.redistime.Window`), so each ceiling also
+reports its Redis time per message. Prints one JSON object.
 Run as ``python -m bench.raw --redis-url URL`` (run.py does this).
 """
 
@@ -26,7 +30,9 @@ from typing import Any
 from redis import Redis
 from redis.utils import HIREDIS_AVAILABLE
 
+from bench.job import COUNTER
 from bench.procs import pin_self, unpin_self
+from bench.redistime import Window
 
 STREAM = "raw:stream"
 GROUP = "raw"
@@ -68,15 +74,17 @@ def _consumer(
     url: str,
     name: str,
     count: int,
+    incr: bool,
     barrier: Barrier,
     out: Queue[tuple[int, int]],
     deadline_s: float,
 ) -> None:
-    """Read/ack/delete until the stream has nothing new; report (n, end_ns)."""
+    """Read/(INCR)/ack/delete until the stream has nothing new; report (n, end_ns)."""
     unpin_self()  # consumers, like workers, may use every CPU
     r = Redis.from_url(url)
     r.ping()
-    barrier.wait()
+    barrier.wait()  # connected
+    barrier.wait()  # released
     done = 0
     stop = time.monotonic() + deadline_s
     while time.monotonic() < stop:
@@ -84,6 +92,9 @@ def _consumer(
         if not resp:
             break
         ids = [msg_id for msg_id, _ in resp[0][1]]
+        if incr:
+            for _ in ids:
+                r.execute_command("INCR", COUNTER)  # the benchmark task's one Redis call
         pipe = r.pipeline(transaction=False)
         pipe.xack(STREAM, GROUP, *ids)
         pipe.xdel(STREAM, *ids)
@@ -93,32 +104,34 @@ def _consumer(
 
 
 def consume(
-    url: str, r: Redis, jobs: int, count: int, procs: int, deadline_s: float
+    url: str, r: Redis, window: Window, jobs: int, count: int, incr: bool, args: argparse.Namespace
 ) -> dict[str, Any]:
-    """``procs`` consumer processes drain ``jobs`` waiting messages."""
-    xadd_pipelined(r, jobs, 1000, deadline_s)
+    """``args.procs`` consumer processes drain ``jobs`` waiting messages."""
+    xadd_pipelined(r, jobs, 1000, args.deadline)
     r.xgroup_create(STREAM, GROUP, id="0")
     ctx = mp.get_context("fork")
-    barrier = ctx.Barrier(procs + 1)
+    barrier = ctx.Barrier(args.procs + 1)
     out: Queue[tuple[int, int]] = ctx.Queue()
     workers = [
-        ctx.Process(target=_consumer, args=(url, f"c{k}", count, barrier, out, deadline_s))
-        for k in range(procs)
+        ctx.Process(target=_consumer, args=(url, f"c{k}", count, incr, barrier, out, args.deadline))
+        for k in range(args.procs)
     ]
     for w in workers:
         w.start()
+    barrier.wait(timeout=30)  # all connected
+    window.start()
     barrier.wait(timeout=30)
     t0 = time.time_ns()
-    results = [out.get(timeout=deadline_s + 30) for _ in workers]
+    results = [out.get(timeout=args.deadline + 30) for _ in workers]
     for w in workers:
         w.join(timeout=10)
     done = sum(n for n, _ in results)
     seconds = (max(end for _, end in results) - t0) / 1e9
-    return {**rate(done, seconds), "complete": done == jobs}
+    return {**rate(done, seconds), "complete": done == jobs, "redis": window.stop(done)}
 
 
-def main() -> None:
-    """Run every ceiling once, each on an empty Redis; print JSON."""
+def parse_args() -> argparse.Namespace:
+    """Command-line options (all set by run.py)."""
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -133,19 +146,31 @@ def main() -> None:
     p.add_argument("--procs", type=int, default=2)
     p.add_argument("--deadline", type=float, default=120.0, help="bound of each loop, seconds")
     p.add_argument("--producer-cpu", type=int, default=-1, help="pin the producer (not consumers)")
-    args = p.parse_args()
+    return p.parse_args()
+
+
+def main() -> None:
+    """Run every ceiling once, each on an empty Redis; print JSON."""
+    args = parse_args()
     pin_self(args.producer_cpu)
-    r = Redis.from_url(args.redis_url)
+    url = args.redis_url
+    r = Redis.from_url(url)
+    window = Window(url)
     out: dict[str, Any] = {"hiredis_in_use": HIREDIS_AVAILABLE}
+
+    def enqueue(loop: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        window.start()
+        res = loop()
+        return {**res, "redis": window.stop(res["jobs"])}
+
     steps: dict[str, Callable[[], dict[str, Any]]] = {
-        "xadd_one": lambda: xadd_one(r, args.enqueue_jobs, args.deadline),
-        "xadd_pipelined": lambda: xadd_pipelined(r, args.jobs, args.batch, args.deadline),
-        "consume_batched": lambda: consume(
-            args.redis_url, r, args.jobs, 100, args.procs, args.deadline
+        "xadd_one": lambda: enqueue(lambda: xadd_one(r, args.enqueue_jobs, args.deadline)),
+        "xadd_pipelined": lambda: enqueue(
+            lambda: xadd_pipelined(r, args.jobs, args.batch, args.deadline)
         ),
-        "consume_single": lambda: consume(
-            args.redis_url, r, args.jobs, 1, args.procs, args.deadline
-        ),
+        "consume_batched": lambda: consume(url, r, window, args.jobs, 100, False, args),
+        "consume_floor": lambda: consume(url, r, window, args.jobs, 100, True, args),
+        "consume_single": lambda: consume(url, r, window, args.jobs, 1, False, args),
     }
     for name, step in steps.items():
         r.flushall()

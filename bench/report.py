@@ -1,4 +1,4 @@
-"""Medians, target ratios and the Markdown report (bench/RESULTS.md)."""
+"""Medians, target ratios, Redis budgets and the Markdown report (bench/RESULTS.md)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,22 @@ import shlex
 import statistics
 from collections.abc import Sequence
 from typing import Any
+
+from bench.redistime import cost, median_cost
+
+# ---- pass/fail thresholds (issue 12); bench/README.md "Targets" explains each one
+DRAIN_VS_BEST_PEER = 2.5  # drain at default settings, times the best peer's drain
+FLOOR_PREFETCH = "64"  # the --prefetch value held to the raw floor
+DRAIN_VS_FLOOR = 0.85  # drain at --prefetch FLOOR_PREFETCH, share of the raw floor
+ENQUEUE_ONE_VS_XADD = 0.95  # single-call enqueue, share of the raw one-XADD-per-call loop
+BULK_VS_PIPELINED = 0.70  # bulk enqueue, share of pipelined XADD
+P50_VS_BEST_PEER = 0.8  # enqueue->start p50, times the best peer's p50
+P99_VS_BEST_PEER = 1.0  # enqueue->start p99, times the best peer's p99
+IDLE_CPU_PCT = 1.0  # idle worker tree, % of one core (strictly below)
+# Redis budget: queue-side Redis µs per job in the drain (INFO commandstats, the task's INCR
+# left out, nothing counted twice), per taskq configuration. run.py exits non-zero, with a
+# BUDGET EXCEEDED line, when one is exceeded.
+REDIS_BUDGET_US: dict[str, float] = {"default": 15.0, "--prefetch 1": 15.0, "--prefetch 64": 5.0}
 
 BUSY_LOAD = 0.5
 BUSY = " (**busy machine**: other processes were running, figures are noisier)"
@@ -17,9 +33,24 @@ Summary = dict[str, Any]
 RAW_CEILINGS = [
     ("xadd_one", "XADD, one per call"),
     ("xadd_pipelined", "XADD, pipelined x1000"),
+    ("consume_floor", "raw floor: 2 procs: XREADGROUP COUNT 100 + INCR per message + "
+     "pipelined XACK+XDEL"),
     ("consume_batched", "2 procs: XREADGROUP COUNT 100 + pipelined XACK+XDEL"),
     ("consume_single", "2 procs: XREADGROUP COUNT 1 + XACK+XDEL per message"),
-]
+]  # fmt: skip
+ENQUEUE_WINDOWS = ("enqueue_one",)  # measured in the enqueue round; the rest in the drain round
+DRAIN_WINDOWS = ("enqueue_bulk", "drain")
+
+
+def prefetch_config(value: str) -> str:
+    """Configuration name of a --prefetch value (REDIS_BUDGET_US keys, accounting passes)."""
+    return f"--prefetch {value}"
+
+
+def budget_prefetch_values() -> list[str]:
+    """The --prefetch values that the budgets and the floor target need measured."""
+    values = [k.split()[1] for k in REDIS_BUDGET_US if k.startswith("--prefetch ")]
+    return sorted({*values, FLOOR_PREFETCH}, key=int)
 
 
 def med(values: Sequence[float | None]) -> float | None:
@@ -49,7 +80,23 @@ def _children_mb(runs: Sequence[Run]) -> list[float]:
     return [statistics.median(col) / 1024 for col in zip(*lists, strict=True)]
 
 
-def summarize_system(enqueue_runs: Sequence[Run], drain_runs: Sequence[Run]) -> Summary:
+def redis_costs(
+    runs: Sequence[Run], windows: Sequence[str], accounting: Run | None
+) -> dict[str, Any]:
+    """Median Redis cost per job of each window over ``runs``, split with ``accounting``."""
+    acc = (accounting or {}).get("accounting")
+    out = {}
+    for w in windows:
+        costs = [
+            cost(r["redis"][w], acc.get(w) if acc else None) for r in runs if dig(r, "redis", w)
+        ]
+        out[w] = median_cost(costs)
+    return out
+
+
+def summarize_system(
+    enqueue_runs: Sequence[Run], drain_runs: Sequence[Run], accounting: Run | None = None
+) -> Summary:
     """Median figures of one system over its runs (failed runs left out)."""
     enq = [r for r in enqueue_runs if "error" not in r]
     dr = [r for r in drain_runs if "error" not in r]
@@ -69,26 +116,34 @@ def summarize_system(enqueue_runs: Sequence[Run], drain_runs: Sequence[Run]) -> 
         "rss_master_mb": rss / 1024 if rss is not None else None,
         "rss_children_mb": _children_mb(dr),
         "idle_cpu_pct": m("idle", "cpu_pct"),
+        "redis": redis_costs(enq, ENQUEUE_WINDOWS, accounting)
+        | redis_costs(dr, DRAIN_WINDOWS, accounting),
         "runs_ok": f"{len(enq)}+{len(dr)} of {len(enqueue_runs)}+{len(drain_runs)}",
         "errors": [r["error"] for r in [*enqueue_runs, *drain_runs] if "error" in r],
     }
 
 
-def summarize_raw(runs: Sequence[Run]) -> dict[str, float | None]:
-    """Median rate of each raw ceiling."""
+def summarize_raw(runs: Sequence[Run]) -> dict[str, Any]:
+    """Median rate of each raw ceiling, and its Redis cost per message."""
     ok = [r for r in runs if "error" not in r]
-    return {key: med([dig(r, key, "rate") for r in ok]) for key, _ in RAW_CEILINGS}
-
-
-def summarize_prefetch(by_value: dict[str, list[Run]]) -> Summary:
-    """Median drain per --prefetch value, and the best value."""
-    rows = {
-        value: {
-            "drain": med([dig(r, "drain", "rate") for r in runs]),
-            "drain_steady": med([dig(r, "drain", "steady_rate") for r in runs]),
-        }
-        for value, runs in by_value.items()
+    out: dict[str, Any] = {key: med([dig(r, key, "rate") for r in ok]) for key, _ in RAW_CEILINGS}
+    out["redis"] = {
+        key: median_cost([cost(r[key]["redis"], None) for r in ok if dig(r, key, "redis")])
+        for key, _ in RAW_CEILINGS
     }
+    return out
+
+
+def summarize_prefetch(by_value: dict[str, list[Run]], accounting: dict[str, Run]) -> Summary:
+    """Median drain and Redis cost per --prefetch value, and the best value."""
+    rows = {}
+    for value, runs in by_value.items():
+        ok = [r for r in runs if "error" not in r]
+        rows[value] = {
+            "drain": med([dig(r, "drain", "rate") for r in ok]),
+            "drain_steady": med([dig(r, "drain", "steady_rate") for r in ok]),
+            "redis": redis_costs(ok, DRAIN_WINDOWS, accounting.get(prefetch_config(value))),
+        }
     scored = [(row["drain"], value) for value, row in rows.items() if row["drain"] is not None]
     best = max(scored)[1] if scored else None
     return {
@@ -125,61 +180,105 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
+def _us(v: float | None) -> str:
+    """Microseconds for humans."""
+    return "n/a" if v is None else f"{v:.1f}"
+
+
+def _judge(kind: str, limit: float, value: float | None) -> bool | None:
+    if value is None:
+        return None
+    if kind == "min":
+        return value >= limit
+    return value < limit if kind == "cpu" else value <= limit
+
+
 def targets(
     variant: str,
     me: Summary,
     prefetch: Summary | None,
-    raw: dict[str, float | None],
+    raw: dict[str, Any],
     peers: dict[str, Summary],
+    floor_key: str = "consume_floor",
 ) -> list[dict[str, Any]]:
-    """The issue's targets for one taskq variant, as ratios from this run.
+    """The issue's targets for one taskq variant, as ratios from this run, then its budgets.
 
-    Each row: target, need (shown), kind ("min" ratio / "max" ratio /
-    "cpu" absolute), limit, value, pass, and what was compared.
+    Each row: target, need (shown), kind ("min" ratio / "max" ratio / "cpu" absolute /
+    "budget" µs per job), limit, value, pass, and what was compared.
     """
     drain_peer, drain_best = _best_peer(peers, "drain", highest=True)
-    celery = peers.get("celery", {}).get("drain")
     p50_peer, p50_best = _best_peer(peers, "p50_ms", highest=False)
     p99_peer, p99_best = _best_peer(peers, "p99_ms", highest=False)
-    pf = prefetch or {"best_drain": None, "best_prefetch": None, "best_drain_steady": None}
-    batched = raw.get("consume_batched")
-    steady = _ratio(pf["best_drain_steady"], batched)
+    pf = dig(prefetch or {}, "by_prefetch", FLOOR_PREFETCH) or {}
+    floor = raw.get(floor_key)
+    steady = _ratio(pf.get("drain_steady"), floor)
     steady_note = "n/a" if steady is None else f"{100 * steady:.0f} %"
     d, one, bulk = me.get("drain"), me.get("enqueue_one"), me.get("enqueue_bulk")
     rows: list[tuple[str, str, str, float, float | None, str]] = [
-        ("drain, default settings, vs best peer", ">= 1.5x", "min", 1.5,
-         _ratio(d, drain_best), f"{rate(d)} vs {drain_peer} {rate(drain_best)} jobs/s"),
-        ("drain, default settings, vs Celery", ">= 4x", "min", 4.0,
-         _ratio(d, celery), f"{rate(d)} vs celery {rate(celery)} jobs/s"),
-        ("drain, tuned --prefetch, vs batched raw ceiling", ">= 20%", "min", 0.20,
-         _ratio(pf["best_drain"], batched),
-         f"--prefetch {pf['best_prefetch']}: {rate(pf['best_drain'])} vs {rate(batched)} msgs/s "
-         f"(after the 1st job: {rate(pf['best_drain_steady'])}, {steady_note})"),
-        ("single-call enqueue vs raw XADD per call", ">= 90%", "min", 0.90,
-         _ratio(one, raw.get("xadd_one")), f"{rate(one)} vs {rate(raw.get('xadd_one'))} jobs/s"),
-        ("bulk enqueue vs pipelined XADD", ">= 50%", "min", 0.50,
-         _ratio(bulk, raw.get("xadd_pipelined")),
+        ("drain, default settings, vs best peer", f">= {DRAIN_VS_BEST_PEER:g}x", "min",
+         DRAIN_VS_BEST_PEER, _ratio(d, drain_best),
+         f"{rate(d)} vs {drain_peer} {rate(drain_best)} jobs/s"),
+        (f"drain, --prefetch {FLOOR_PREFETCH}, vs raw floor", f">= {DRAIN_VS_FLOOR:.0%}", "min",
+         DRAIN_VS_FLOOR, _ratio(pf.get("drain"), floor),
+         f"{rate(pf.get('drain'))} vs {rate(floor)} jobs/s "
+         f"(after the 1st job: {rate(pf.get('drain_steady'))}, {steady_note})"),
+        ("single-call enqueue vs raw XADD per call", f">= {ENQUEUE_ONE_VS_XADD:.0%}", "min",
+         ENQUEUE_ONE_VS_XADD, _ratio(one, raw.get("xadd_one")),
+         f"{rate(one)} vs {rate(raw.get('xadd_one'))} jobs/s"),
+        ("bulk enqueue vs pipelined XADD", f">= {BULK_VS_PIPELINED:.0%}", "min",
+         BULK_VS_PIPELINED, _ratio(bulk, raw.get("xadd_pipelined")),
          f"{rate(bulk)} vs {rate(raw.get('xadd_pipelined'))} jobs/s"),
-        ("enqueue->start p50 vs best peer p50", "<= 1x", "max", 1.0,
-         _ratio(me.get("p50_ms"), p50_best),
+        ("enqueue->start p50 vs best peer p50", f"<= {P50_VS_BEST_PEER:g}x", "max",
+         P50_VS_BEST_PEER, _ratio(me.get("p50_ms"), p50_best),
          f"{ms(me.get('p50_ms'))} vs {p50_peer} {ms(p50_best)} ms"),
-        ("enqueue->start p99 vs best peer p99", "<= 2x", "max", 2.0,
-         _ratio(me.get("p99_ms"), p99_best),
+        ("enqueue->start p99 vs best peer p99", f"<= {P99_VS_BEST_PEER:g}x", "max",
+         P99_VS_BEST_PEER, _ratio(me.get("p99_ms"), p99_best),
          f"{ms(me.get('p99_ms'))} vs {p99_peer} {ms(p99_best)} ms"),
-        ("idle worker CPU, % of one core", "< 1%", "cpu", 1.0,
+        ("idle worker CPU, % of one core", f"< {IDLE_CPU_PCT:g}%", "cpu", IDLE_CPU_PCT,
          me.get("idle_cpu_pct"), "whole worker tree over the idle window"),
     ]  # fmt: skip
-    out = []
-    for name, need, kind, limit, value, detail in rows:
-        if value is None:
-            passed = None
-        elif kind == "min":
-            passed = value >= limit
-        else:
-            passed = value <= limit if kind == "max" else value < limit
-        out.append({"target": name, "need": need, "kind": kind, "value": value, "pass": passed,
-                    "detail": f"{variant}: {detail}"})  # fmt: skip
-    return out
+    rows += _budget_rows(me, prefetch)
+    return [
+        {"target": name, "need": need, "kind": kind, "limit": limit, "value": value,
+         "pass": _judge(kind, limit, value), "detail": f"{variant}: {detail}"}
+        for name, need, kind, limit, value, detail in rows
+    ]  # fmt: skip
+
+
+def config_cost(config: str, me: Summary, prefetch: Summary | None) -> dict[str, Any] | None:
+    """Median drain Redis cost of one taskq configuration ("default" or "--prefetch N")."""
+    found: dict[str, Any] | None
+    if config == "default":
+        found = dig(me, "redis", "drain")
+    else:
+        value = config.removeprefix("--prefetch ")
+        found = dig(prefetch or {}, "by_prefetch", value, "redis", "drain")
+    return found
+
+
+def _budget_rows(
+    me: Summary, prefetch: Summary | None
+) -> list[tuple[str, str, str, float, float | None, str]]:
+    rows = []
+    for config, limit in REDIS_BUDGET_US.items():
+        c = config_cost(config, me, prefetch) or {}
+        detail = (
+            f"{config}: {_us(c.get('us_per_job'))} µs/job, scripts {_us(c.get('script_us'))} "
+            f"of which commands inside {_us(c.get('inside_scripts_us'))} ({c.get('split', 'n/a')})"
+        )
+        rows.append((f"Redis time per job, {config}", f"<= {limit:g} µs", "budget", limit,
+                     c.get("us_per_job"), detail))  # fmt: skip
+    return rows
+
+
+def exceeded_budgets(by_variant: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """One line per exceeded Redis budget (empty when every budget holds)."""
+    return [
+        f"BUDGET EXCEEDED: {t['target']}: {t['value']:.1f} µs > {t['limit']:g} µs ({t['detail']})"
+        for rows in by_variant.values()
+        for t in rows
+        if t["kind"] == "budget" and t["pass"] is False
+    ]
 
 
 # ----------------------------------------------------------------- markdown
@@ -212,7 +311,7 @@ def figures_table(labels: dict[str, str], summary: dict[str, Summary]) -> str:
     return md_table(header, rows)
 
 
-def raw_table(raw: dict[str, dict[str, float | None]]) -> str:
+def raw_table(raw: dict[str, dict[str, Any]]) -> str:
     """Raw redis-py ceilings, one column per client variant."""
     header = ["raw ceiling (msgs/s)", *raw.keys()]
     rows = [[label, *(rate(raw[v].get(key)) for v in raw)] for key, label in RAW_CEILINGS]
@@ -225,9 +324,96 @@ def prefetch_table(labels: dict[str, str], prefetch: dict[str, Summary]) -> str:
     for name, pf in prefetch.items():
         for value, row in pf["by_prefetch"].items():
             mark = " (best)" if value == pf["best_prefetch"] else ""
+            us = dig(row, "redis", "drain", "us_per_job")
             rows.append([labels.get(name, name), f"`--prefetch {value}`{mark}",
-                         rate(row["drain"]), rate(row["drain_steady"])])  # fmt: skip
-    header = ["system", "worker option", "drain (jobs/s)", "drain after 1st job (jobs/s)"]
+                         rate(row["drain"]), rate(row["drain_steady"]), _us(us)])  # fmt: skip
+    header = ["system", "worker option", "drain (jobs/s)", "drain after 1st job (jobs/s)",
+              "Redis µs/job"]  # fmt: skip
+    return md_table(header, rows)
+
+
+def _top(values: dict[str, float], n: int = 6) -> str:
+    """The ``n`` largest per-command figures (0.01 µs or more), the rest summed."""
+    items = [(k, v) for k, v in values.items() if v >= 0.005]
+    shown = [f"{k.replace('|', ' ').upper()} {v:.2f}" for k, v in items[:n]]
+    rest = sum(values.values()) - sum(v for _, v in items[:n])
+    return ", ".join(shown + ([f"other {rest:.2f}"] if rest >= 0.005 else [])) or "none"
+
+
+def breakdown(c: dict[str, Any]) -> str:
+    """Top-level commands, then what scripts and MULTI/EXEC blocks ran (µs per job)."""
+    parts = [_top(c["top_us"])]
+    for key, label in (("in_scripts_us", "inside scripts: "), ("in_exec_us", "inside EXEC: ")):
+        if sum(c[key].values()) >= 0.005:
+            parts.append(label + _top(c[key]))
+    return "; ".join(parts)
+
+
+def _cost_cells(c: dict[str, Any] | None) -> list[str]:
+    if not c:
+        return ["n/a"] * 9
+    total = _us(c["us_per_job"]) + (" (upper bound)" if c["split"] == "upper bound" else "")
+    return [
+        total, rate(c["per_core"]), _us(c["script_us"]), _us(c["inside_scripts_us"]),
+        _us(c["exec_us"]), _us(c["inside_exec_us"]), breakdown(c), _us(c["cpu_us"]),
+        _us(c["task_incr_us"]),
+    ]  # fmt: skip
+
+
+def redis_rows(
+    labels: dict[str, str], summary: dict[str, Any]
+) -> list[tuple[str, str, Any, Any, Any]]:
+    """(system, configuration, drain, enqueue 1/call, bulk) costs, for the Redis-time table."""
+    rows = []
+    for name, s in summary["systems"].items():
+        r = s["redis"]
+        rows.append((labels.get(name, name), "default", r.get("drain"), r.get("enqueue_one"),
+                     r.get("enqueue_bulk")))  # fmt: skip
+        for value, row in (dig(summary, "prefetch", name, "by_prefetch") or {}).items():
+            r = row["redis"]
+            rows.append((labels.get(name, name), f"`--prefetch {value}`", r.get("drain"), None,
+                         r.get("enqueue_bulk")))  # fmt: skip
+    floor = summary.get("floor", "consume_floor")
+    for name, raw in summary["raw"].items():
+        r = raw["redis"]
+        config = "raw floor" if floor == "consume_floor" else "raw batched consume (no INCR)"
+        rows.append(
+            (
+                labels.get(name, name),
+                config,
+                r.get(floor),
+                r.get("xadd_one"),
+                r.get("xadd_pipelined"),
+            )
+        )
+    return rows
+
+
+REDIS_NOTE = (
+    "From `INFO commandstats` deltas around each phase: the time Redis spent executing the "
+    "queue's commands, per job, start-up and the last acks included; the task's own `INCR` is "
+    "left out (its column). Scripts and `EXEC` rows include the commands they ran; those "
+    "commands, which Redis also counts under their own names, are counted once (split found "
+    'with `MONITOR` in an untimed pass; "upper bound" where that pass is missing). '
+    '"jobs/s per Redis core" = 1e6 / drain µs per job: the fleet\'s ceiling if command execution '
+    "were Redis's only work. \"Redis CPU\" is the server's main-thread CPU time per job, "
+    "network I/O and the task's `INCR` included."
+)
+
+
+def redis_table(labels: dict[str, str], summary: dict[str, Any]) -> str:
+    """Redis time per job: drain cost with breakdown, fleet ceiling, enqueue costs."""
+    header = [
+        "system", "configuration", "drain: Redis µs/job", "jobs/s per Redis core",
+        "scripts µs/job (incl. inside)", "commands inside scripts", "EXEC µs/job (incl. inside)",
+        "commands inside EXEC", "per command (µs/job)", "Redis CPU µs/job", "task INCR µs/job",
+        "enqueue 1/call: Redis µs/job", "bulk enqueue: Redis µs/job",
+    ]  # fmt: skip
+    rows = []
+    for label, config, drain, one, bulk in redis_rows(labels, summary):
+        one_us = _us(one["us_per_job"]) if one else "n/a"
+        bulk_us = _us(bulk["us_per_job"]) if bulk else "n/a"
+        rows.append([label, config, *_cost_cells(drain), one_us, bulk_us])
     return md_table(header, rows)
 
 
@@ -237,6 +423,8 @@ def _shown(t: dict[str, Any]) -> str:
         return "n/a"
     if t["kind"] == "cpu":
         return f"{value:.2f} %"
+    if t["kind"] == "budget":
+        return f"{value:.1f} µs"
     return f"{100 * value:.0f} %" if "%" in t["need"] else f"{value:.2f}x"
 
 
@@ -253,7 +441,8 @@ def targets_table(by_variant: dict[str, list[dict[str, Any]]], labels: dict[str,
         details = []
         for v in variants:
             t = by_variant[v][i]
-            row += [_shown(t), {True: "**PASS**", False: "**FAIL**", None: "n/a"}[t["pass"]]]
+            fail = "**BUDGET EXCEEDED**" if t["kind"] == "budget" else "**FAIL**"
+            row += [_shown(t), {True: "**PASS**", False: fail, None: "n/a"}[t["pass"]]]
             details.append(t["detail"])
         rows.append([*row, "; ".join(details)])
     return md_table(header, rows)
@@ -327,7 +516,11 @@ def render(data: dict[str, Any], labels: dict[str, str]) -> str:
     if summary["raw"]:
         raw = {labels.get(k, k): v for k, v in summary["raw"].items()}
         out += ["", "## Raw redis-py ceilings (medians)", "", raw_table(raw)]
+    out += ["", "## Redis time per job (medians)", "", REDIS_NOTE, "", redis_table(labels, summary)]
     out += ["", "## Versions and worker commands", "", _versions_table(meta, labels)]
+    exceeded = exceeded_budgets(summary["targets"])
+    if exceeded:
+        out += ["", "## Redis budget exceeded", "", *(f"- {line}" for line in exceeded)]
     errors = {k: v["errors"] for k, v in summary["systems"].items() if v["errors"]}
     if errors:
         out += ["", "## Errors", ""]

@@ -90,7 +90,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--idle-seconds", type=float, help="idle CPU window (10)")
     p.add_argument("--procs", type=int, default=2, help="worker processes per system (2)")
     p.add_argument("--batch", type=int, default=1_000, help="jobs per bulk enqueue call (1000)")
-    p.add_argument("--prefetch", default="10,100,1000", help="taskq --prefetch values to try")
+    p.add_argument(
+        "--prefetch",
+        default="1,64",
+        help="taskq --prefetch values to drain with (1,64; the budgets' values are always added)",
+    )
+    p.add_argument(
+        "--account-jobs",
+        type=int,
+        default=2_000,
+        help="jobs of the untimed MONITOR accounting pass per configuration (2000; 0: none)",
+    )
+    p.add_argument(
+        "--no-incr",
+        dest="incr",
+        action="store_false",
+        help="tasks skip their one Redis INCR (the older pure no-op shape)",
+    )
     p.add_argument("--deadline", type=float, default=300.0, help="bound of each phase, s (300)")
     p.add_argument("--redis-server", default=shutil.which("redis-server") or "redis-server")
     p.add_argument(
@@ -211,9 +227,20 @@ class Runner:
             print(f"    ! {result['error']}" + "".join(f"\n    | {t}" for t in tail), flush=True)
         return result
 
-    def agent(self, entry: Entry, run: int, phases: str, worker_args: str = "") -> dict[str, Any]:
-        """One agent round for ``entry``, from an empty Redis."""
+    def agent(
+        self,
+        entry: Entry,
+        run: int,
+        phases: str,
+        worker_args: str = "",
+        sizes: tuple[int, int] | None = None,
+    ) -> dict[str, Any]:
+        """One agent round for ``entry``, from an empty Redis.
+
+        ``sizes``: (jobs, single-call enqueues), instead of --jobs and --enqueue-jobs.
+        """
         a = self.args
+        jobs, enqueue_jobs = sizes or (a.jobs, a.enqueue_jobs)
         tag = f"{entry.name}-{phases.split(',')[0]}{worker_args.replace(' ', '')}-{run}"
         rec = self.workdir / "records" / tag
         rec.mkdir(parents=True, exist_ok=True)
@@ -221,11 +248,11 @@ class Runner:
             str(envs.python_of(entry.venv)), "-m", "bench.agent", "--module", entry.module,
             "--redis-url", self.server.url, "--record-dir", str(rec),
             "--worker-log", str(self.workdir / "logs" / f"{tag}.worker.log"),
-            "--phases", phases, "--jobs", str(a.jobs), "--enqueue-jobs", str(a.enqueue_jobs),
+            "--phases", phases, "--jobs", str(jobs), "--enqueue-jobs", str(enqueue_jobs),
             "--batch", str(a.batch), "--latency-samples", str(a.latency_samples),
             "--idle-seconds", str(a.idle_seconds), "--procs", str(a.procs),
             "--worker-args", worker_args, "--deadline", str(a.deadline),
-            "--producer-cpu", str(self.producer_cpu),
+            "--producer-cpu", str(self.producer_cpu), *([] if a.incr else ["--no-incr"]),
         ]  # fmt: skip
         self.server.flush()
         log = self.workdir / "logs" / f"{tag}.agent.log"
@@ -285,7 +312,7 @@ def brief(res: dict[str, Any]) -> str:
 
 def new_data(args: argparse.Namespace, systems: list[Entry], raws: list[str]) -> dict[str, Any]:
     """The results document, before any measurement."""
-    sizes = (*SIZES, "procs", "batch", "prefetch", "deadline", "pin")
+    sizes = (*SIZES, "procs", "batch", "prefetch", "account_jobs", "incr", "deadline", "pin")
     return {
         "meta": {
             "started": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
@@ -299,13 +326,51 @@ def new_data(args: argparse.Namespace, systems: list[Entry], raws: list[str]) ->
         "raw": {name: [] for name in raws},
         "systems": {e.name: {"enqueue": [], "drain": []} for e in systems},
         "prefetch": {e.name: {} for e in systems if e.is_taskq},
+        "accounting": {e.name: {} for e in systems},
     }
 
 
+def prefetch_values(args: argparse.Namespace) -> list[str]:
+    """--prefetch values to drain with: the given ones plus those the budgets and targets need."""
+    given = {p.strip() for p in args.prefetch.split(",") if p.strip()}
+    return sorted(given | set(report.budget_prefetch_values()), key=int)
+
+
+def account(
+    runner: Runner, data: dict[str, Any], entry: Entry, config: str, worker_args: str = ""
+) -> None:
+    """The untimed MONITOR pass of one configuration: which commands run inside scripts/EXEC."""
+    a = runner.args
+    if a.account_jobs <= 0:
+        return
+    sizes = (min(a.jobs, a.account_jobs), min(a.enqueue_jobs, max(1, a.account_jobs // 4)))
+    res = runner.agent(entry, 0, "account", worker_args, sizes)
+    data["accounting"][entry.name][config] = {
+        k: res[k] for k in ("accounting", "error") if k in res
+    }
+    done = "ERROR" if "error" in res else "done"
+    print(f"        {entry.name:<14} {config}: accounting pass (MONITOR) {done}", flush=True)
+
+
+def measure_system(runner: Runner, data: dict[str, Any], entry: Entry, run: int) -> None:
+    """One run of one system: the enqueue round and the drain round (accounting in run 1)."""
+    head = f"run {run}/{runner.args.runs}"
+    for phases, key in (("enqueue", "enqueue"), ("drain,latency,idle", "drain")):
+        res = runner.agent(entry, run, phases)
+        data["systems"][entry.name][key].append(res)
+        if "versions" in res:
+            info = data["meta"]["systems"].setdefault(entry.name, {})
+            info["versions"] = res["versions"]
+            if res.get("worker_argv"):
+                info["worker_argv"] = res["worker_argv"]
+        print(f"{head}  {entry.name:<14} {brief(res)}", flush=True)
+    if run == 1:
+        account(runner, data, entry, "default")
+
+
 def measure(runner: Runner, data: dict[str, Any], systems: list[Entry], raws: list[str]) -> None:
-    """All runs: raw ceilings, every system, then taskq's --prefetch sweep."""
+    """All runs: raw ceilings, every system, then taskq's --prefetch configurations."""
     args = runner.args
-    prefetch = [p.strip() for p in args.prefetch.split(",") if p.strip()]
     for run in range(1, args.runs + 1):
         head = f"run {run}/{args.runs}"
         for name in raws:
@@ -313,38 +378,49 @@ def measure(runner: Runner, data: dict[str, Any], systems: list[Entry], raws: li
             data["raw"][name].append(res)
             print(f"{head}  {name:<14} {brief(res)}", flush=True)
         for entry in systems:
-            for phases, key in (("enqueue", "enqueue"), ("drain,latency,idle", "drain")):
-                res = runner.agent(entry, run, phases)
-                data["systems"][entry.name][key].append(res)
-                if "versions" in res:
-                    info = data["meta"]["systems"].setdefault(entry.name, {})
-                    info["versions"] = res["versions"]
-                    if res.get("worker_argv"):
-                        info["worker_argv"] = res["worker_argv"]
-                print(f"{head}  {entry.name:<14} {brief(res)}", flush=True)
+            measure_system(runner, data, entry, run)
         for entry in (e for e in systems if e.is_taskq):
-            for value in prefetch:
-                res = runner.agent(entry, run, "drain", f"--prefetch {value}")
+            for value in prefetch_values(args):
+                config = report.prefetch_config(value)
+                res = runner.agent(entry, run, "drain", config)
                 data["prefetch"][entry.name].setdefault(value, []).append(res)
-                print(f"{head}  {entry.name:<14} --prefetch {value}: {brief(res)}", flush=True)
+                print(f"{head}  {entry.name:<14} {config}: {brief(res)}", flush=True)
+                if run == 1:
+                    account(runner, data, entry, config, config)
 
 
 def summarize(data: dict[str, Any], systems: list[Entry]) -> dict[str, Any]:
-    """Medians per system, raw ceilings, the prefetch sweep and the targets."""
+    """Medians per system, raw ceilings, the prefetch configurations, targets and budgets."""
+    acc = data["accounting"]
     sys_sum = {
-        n: report.summarize_system(d["enqueue"], d["drain"]) for n, d in data["systems"].items()
+        n: report.summarize_system(d["enqueue"], d["drain"], acc.get(n, {}).get("default"))
+        for n, d in data["systems"].items()
     }
     raw_sum = {n: report.summarize_raw(runs) for n, runs in data["raw"].items()}
-    pf_sum = {n: report.summarize_prefetch(by) for n, by in data["prefetch"].items()}
+    pf_sum = {
+        n: report.summarize_prefetch(by, acc.get(n, {})) for n, by in data["prefetch"].items()
+    }
     peers = {e.name: sys_sum[e.name] for e in systems if not e.is_taskq}
+    floor = "consume_floor" if data["meta"]["params"]["incr"] else "consume_batched"
     targets = {
         e.name: report.targets(
-            e.name, sys_sum[e.name], pf_sum.get(e.name), raw_sum.get(RAW_FOR[e.name], {}), peers
+            e.name,
+            sys_sum[e.name],
+            pf_sum.get(e.name),
+            raw_sum.get(RAW_FOR[e.name], {}),
+            peers,
+            floor,
         )
         for e in systems
         if e.is_taskq
     }
-    return {"systems": sys_sum, "raw": raw_sum, "prefetch": pf_sum, "targets": targets}
+    return {
+        "systems": sys_sum,
+        "raw": raw_sum,
+        "prefetch": pf_sum,
+        "targets": targets,
+        "floor": floor,
+    }
 
 
 def prepare(args: argparse.Namespace) -> tuple[list[Entry], list[str], dict[str, str]]:
@@ -365,7 +441,7 @@ def prepare(args: argparse.Namespace) -> tuple[list[Entry], list[str], dict[str,
 
 
 def main() -> int:
-    """Run the bench; exit status 1 if any measurement failed."""
+    """Run the bench; exit status 1 if a measurement failed, 2 if a Redis budget was exceeded."""
     args = parse_args()
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     started = time.monotonic()
@@ -395,7 +471,12 @@ def main() -> int:
         print(f"logs kept in {workdir}")
     else:
         shutil.rmtree(workdir, ignore_errors=True)
-    return 1 if runner.failures else 0
+    exceeded = report.exceeded_budgets(data["summary"]["targets"])
+    for line in exceeded:
+        print(f"\n!!! {line}", file=sys.stderr, flush=True)
+    if runner.failures:
+        print(f"\n!!! {runner.failures} measurement(s) failed", file=sys.stderr, flush=True)
+    return 1 if runner.failures else 2 if exceeded else 0
 
 
 if __name__ == "__main__":

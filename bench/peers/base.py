@@ -41,8 +41,8 @@ class System(ABC):
 
     @abstractmethod
     def enqueue_one(self, i: int, t_ns: int) -> None:
-        """Enqueue one no-op job with a single-call API."""
+        """Enqueue one benchmark job with a single-call API."""
 
     @abstractmethod
     def enqueue_bulk(self, items: Sequence[Item]) -> None:
-        """Enqueue a batch of no-op jobs with the system's bulk API."""
+        """Enqueue a batch of benchmark jobs with the system's bulk API."""

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 
 from celery import Celery, group
 
+from bench.job import job
 from bench.peers.base import Item, System, cli, redis_url
-from bench.record import record
 
 app = Celery("bench", broker=redis_url())
 app.conf.update(task_ignore_result=True, broker_connection_retry_on_startup=True)
@@ -15,8 +15,8 @@ app.conf.update(task_ignore_result=True, broker_connection_retry_on_startup=True
 
 @app.task
 def noop(i: int, t_ns: int) -> None:
-    """No-op benchmark task."""
-    record(i)
+    """Benchmark task: one record and one Redis INCR (bench.job)."""
+    job(i)
 
 
 class CelerySystem(System):

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 import dramatiq
 from dramatiq.brokers.redis import RedisBroker
 
+from bench.job import job
 from bench.peers.base import Item, System, cli, redis_url
-from bench.record import record
 
 broker = RedisBroker(url=redis_url())
 dramatiq.set_broker(broker)
@@ -19,8 +19,8 @@ logging.getLogger("dramatiq").setLevel(logging.WARNING)
 
 @dramatiq.actor
 def noop(i: int, t_ns: int) -> None:
-    """No-op benchmark task."""
-    record(i)
+    """Benchmark task: one record and one Redis INCR (bench.job)."""
+    job(i)
 
 
 class DramatiqSystem(System):

@@ -6,16 +6,16 @@ from collections.abc import Sequence
 
 from huey import RedisHuey
 
+from bench.job import job
 from bench.peers.base import Item, System, cli, redis_url
-from bench.record import record
 
 huey = RedisHuey("bench", url=redis_url())
 
 
 @huey.task()
 def noop(i: int, t_ns: int) -> None:
-    """No-op benchmark task."""
-    record(i)
+    """Benchmark task: one record and one Redis INCR (bench.job)."""
+    job(i)
 
 
 class HueySystem(System):

@@ -11,13 +11,13 @@ from collections.abc import Sequence
 from redis import Redis
 from rq import Queue
 
+from bench.job import job
 from bench.peers.base import Item, System, cli, redis_url
-from bench.record import record
 
 
 def noop(i: int, t_ns: int) -> None:
-    """No-op benchmark task."""
-    record(i)
+    """Benchmark task: one record and one Redis INCR (bench.job)."""
+    job(i)
 
 
 class RQSystem(System):

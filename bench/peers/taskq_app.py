@@ -6,8 +6,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from bench.job import job
 from bench.peers.base import Item, System, redis_url
-from bench.record import record
 from taskq import App
 
 app = App(redis_url=redis_url(), queue="tasks")
@@ -15,8 +15,8 @@ app = App(redis_url=redis_url(), queue="tasks")
 
 @app.task
 def noop(i: int, t_ns: int) -> None:
-    """No-op benchmark task."""
-    record(i)
+    """Benchmark task: one record and one Redis INCR (bench.job)."""
+    job(i)
 
 
 def _taskq_cli() -> list[str]:
