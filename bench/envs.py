@@ -3,6 +3,8 @@
 * project venv (``.venv``): taskq with hiredis (it is installed there).
 * ``bench/.venv-taskq-nohiredis``: taskq with redis-py's pure-Python parser.
 * ``bench/.venv-peers``: the peer queues from ``requirements-peers.txt``.
+* ``bench/.venv-arq``: arq from ``requirements-arq.txt`` (arq needs redis-py < 6, the other
+  peers are pinned to a newer one, so it cannot share ``.venv-peers``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ PROJECT_VENV = REPO / ".venv"
 PEERS_VENV = BENCH / ".venv-peers"
 NOHIREDIS_VENV = BENCH / ".venv-taskq-nohiredis"
 PEER_REQUIREMENTS = BENCH / "requirements-peers.txt"
+ARQ_VENV = BENCH / ".venv-arq"
+ARQ_REQUIREMENTS = BENCH / "requirements-arq.txt"
 STAMP = ".bench-stamp"
 
 
@@ -61,17 +65,27 @@ def pip_version(venv: Path, dist: str) -> str | None:
     return out.stdout.strip() or None
 
 
+def _ensure_requirements(venv: Path, requirements: Path) -> None:
+    """Create/update ``venv`` from ``requirements``, without hiredis."""
+    digest = _digest(requirements.read_text())
+    if _fresh(venv, digest):
+        return
+    print(f"setting up {venv} ...", flush=True)
+    _create(venv)
+    _sh(python_of(venv), "-m", "pip", "install", "-q", "-r", requirements)
+    if pip_version(venv, "hiredis"):
+        _sh(python_of(venv), "-m", "pip", "uninstall", "-q", "-y", "hiredis")
+    (venv / STAMP).write_text(digest)
+
+
 def ensure_peers() -> None:
     """Create/update the peers venv from requirements-peers.txt."""
-    digest = _digest(PEER_REQUIREMENTS.read_text())
-    if _fresh(PEERS_VENV, digest):
-        return
-    print(f"setting up {PEERS_VENV} ...", flush=True)
-    _create(PEERS_VENV)
-    _sh(python_of(PEERS_VENV), "-m", "pip", "install", "-q", "-r", PEER_REQUIREMENTS)
-    if pip_version(PEERS_VENV, "hiredis"):
-        _sh(python_of(PEERS_VENV), "-m", "pip", "uninstall", "-q", "-y", "hiredis")
-    (PEERS_VENV / STAMP).write_text(digest)
+    _ensure_requirements(PEERS_VENV, PEER_REQUIREMENTS)
+
+
+def ensure_arq() -> None:
+    """Create/update the arq venv from requirements-arq.txt (arq's hiredis extra removed)."""
+    _ensure_requirements(ARQ_VENV, ARQ_REQUIREMENTS)
 
 
 def taskq_present() -> bool:

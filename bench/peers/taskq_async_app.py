@@ -1,0 +1,59 @@
+"""taskq with async tasks (async family), written against the planned API.
+
+Planned: ``@app.task async def nap(): await asyncio.sleep(0.05)``; the worker
+``taskq worker -A ... -c 2 --async-concurrency 500``; the producer ``await nap.adelay()``.
+Until taskq has them, :func:`problem` says which is missing and the bench reports
+"not available yet".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+from typing import Any
+
+from bench.peers.base import redis_url
+from bench.peers.featurebase import NAP_S, Async, taskq_cli
+from bench.record import record
+from taskq import App
+
+app = App(redis_url=redis_url(), queue="tasks")
+
+
+@app.task
+async def nap(i: int) -> None:
+    """Async task: sleep, then record completion (no Redis round trip)."""
+    await asyncio.sleep(NAP_S)
+    record(i)
+
+
+def problem(family: str) -> str | None:
+    """Why the async family cannot run on this taskq yet, or None."""
+    if not callable(getattr(nap, "adelay", None)):
+        return "Task has no adelay() (async enqueue)"
+    help_text = subprocess.run(
+        [*taskq_cli(), "worker", "--help"], capture_output=True, text=True, timeout=60
+    ).stdout
+    if "--async-concurrency" not in help_text:
+        return "taskq worker has no --async-concurrency option"
+    return None
+
+
+class TaskqAsync(Async):
+    """``await nap.adelay(i)``; ``taskq worker -c N --async-concurrency C``."""
+
+    name = "taskq"
+    packages = ("taskq", "redis", "hiredis", "msgpack")
+
+    def worker_argvs(self, procs: int, concurrency: int = 0) -> list[list[str]]:
+        return [[
+            *taskq_cli(), "worker", "-A", "bench.peers.taskq_async_app:app", "-c", str(procs),
+            "--async-concurrency", str(concurrency), "--loglevel", "warning",
+        ]]  # fmt: skip
+
+    async def enqueue(self, i: int) -> None:
+        adelay: Any = nap.adelay  # type: ignore[attr-defined]
+        await adelay(i)
+
+
+ASYNC = TaskqAsync()
