@@ -24,9 +24,9 @@ import logging
 import time
 from collections.abc import Sequence
 
-from taskq.deadletters import DeadJob, DeadLetters
-from taskq.executor import DEAD, Outcome
+from taskq import Deadletter, Deadletters
 from taskq.middleware import Middleware
+from taskq.worker.outcome import DEAD, Outcome
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def describe(job: DeadJob) -> str:
+def describe(job: Deadletter) -> str:
     """One line per dead job."""
     age_s = (_now_ms() - job.last_failure_ms) / 1000
     return (
@@ -71,7 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("-n", "--limit", type=int, default=20)
     args = parser.parse_args(argv)
 
-    store = DeadLetters.for_app(app)
+    store = Deadletters.for_app(app)
     if args.retry:
         ids = [j.dead_id for j in store.newest(limit=10_000) if j.task == args.retry]
         moved, skipped = store.retry(ids)

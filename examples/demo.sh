@@ -37,7 +37,7 @@ PY="$VENV/bin/python"
 TASKQ=("$PY" -m taskq)
 
 # 2. A redis-server binary for `taskq server`.
-if ! "$PY" -c 'from taskq.server import find_redis_server as f; f()' >/dev/null 2>&1; then
+if ! "$PY" -c 'from taskq.ops.devserver import find_redis_server as f; f()' >/dev/null 2>&1; then
   if can_apt; then
     say "installing Debian's redis-server package"
     apt_install redis-server

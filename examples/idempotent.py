@@ -63,7 +63,7 @@ def ledger_entries(client: redis.Redis, order_id: str) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from examples.tasks import RESULTS_KEY, app, charge_order
+    from examples.tasks import RESULTS_KEY, charge_order, store
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--order", default=f"order-{uuid.uuid4().hex[:8]}")
@@ -73,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     jobs = [charge_order.delay(args.order, 4200) for _ in range(args.copies)]
     print(f"sent {len(jobs)} jobs charging {args.order} 42.00")
-    client = app.broker.client
+    client = store()
     deadline = time.monotonic() + args.timeout
     while None in client.hmget(RESULTS_KEY, [j.id for j in jobs]):
         if time.monotonic() > deadline:

@@ -19,8 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from examples import tasks
-from taskq import Job
-from taskq.deadletters import DeadLetters
+from taskq import Deadletters, Job
 
 
 @dataclass
@@ -58,10 +57,10 @@ def enqueue(n: int, slow_s: float, delay_s: float) -> list[Job]:
     return jobs
 
 
-def poll(tracker: Tracker, store: DeadLetters) -> None:
+def poll(tracker: Tracker, store: Deadletters) -> None:
     """Report the jobs that finished or died since the last poll."""
     waiting = [i for i in tracker.jobs if i not in tracker.finished]
-    results = tasks.app.broker.client.hmget(tasks.RESULTS_KEY, waiting)
+    results = tasks.store().hmget(tasks.RESULTS_KEY, waiting)
     for job_id, raw in zip(waiting, results, strict=True):
         if raw is not None:
             record = json.loads(raw)
@@ -99,7 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         flush=True,
     )
     tracker = Tracker({j.id: j for j in jobs}, {}, time.monotonic())
-    store = DeadLetters.for_app(app)
+    store = Deadletters.for_app(app)
     deadline = tracker.started + args.timeout
     while not tracker.done:
         if time.monotonic() > deadline:

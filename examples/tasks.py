@@ -15,7 +15,10 @@ the web app read to show progress.
 from __future__ import annotations
 
 import json
+import os
 import time
+
+import redis
 
 from examples.deadletters import DeadLetterAlert
 from examples.idempotent import charge_once
@@ -26,6 +29,17 @@ app.add_middleware(DeadLetterAlert())
 
 RESULTS_KEY = "examples:results"
 FLAKY_RETRY_AFTER_S = 0.5
+
+_store: tuple[int, redis.Redis] | None = None
+
+
+def store() -> redis.Redis:
+    """This process's client for the examples' own data in the app's Redis (taskq keeps its
+    connections to itself; a forked worker child makes its own client)."""
+    global _store
+    if _store is None or _store[0] != os.getpid():
+        _store = (os.getpid(), redis.Redis.from_url(app.settings.redis_url))
+    return _store[1]
 
 
 def save_result(value: object) -> None:
@@ -39,7 +53,7 @@ def save_result(value: object) -> None:
         "result": value,
         "done_ms": int(time.time() * 1000),
     }
-    app.broker.client.hset(RESULTS_KEY, job.id, json.dumps(record))
+    store().hset(RESULTS_KEY, job.id, json.dumps(record))
 
 
 @app.task(priority="high")
@@ -54,7 +68,7 @@ def resize_image(image_id: int, width: int = 800) -> None:
     save_result(f"image {image_id} resized to {width}px")
 
 
-@app.task(priority="low", time_limit=300, soft_time_limit=240)
+@app.task(priority="low", time_limit_s=300, soft_time_limit_s=240)
 def build_report(report_id: str, seconds: float = 1.0) -> None:
     """Slow: stands in for a long computation; low priority so it never delays quick jobs."""
     time.sleep(seconds)
@@ -70,7 +84,7 @@ def fetch_exchange_rate(currency: str) -> None:
     save_result({"currency": currency, "rate": 1.08})
 
 
-@app.task(max_retries=1, retry_backoff=200)
+@app.task(max_retries=1, retry_backoff_ms=200)
 def sync_to_legacy_crm(customer_id: int) -> None:
     """Always fails: after its one retry the job moves to the dead-letter stream."""
     raise ConnectionRefusedError(f"legacy CRM refused the update of customer {customer_id}")
@@ -85,5 +99,5 @@ def send_reminder(user_id: int) -> None:
 @app.task
 def charge_order(order_id: str, amount_cents: int) -> None:
     """Idempotent: charging the same order twice takes the money once (see idempotent.py)."""
-    charged = charge_once(app.broker.client, order_id, amount_cents)
+    charged = charge_once(store(), order_id, amount_cents)
     save_result("charged" if charged else "already charged")

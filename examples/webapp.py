@@ -23,9 +23,8 @@ from typing import Any
 from urllib.parse import parse_qs
 from wsgiref.simple_server import make_server
 
-from examples.tasks import RESULTS_KEY, app, build_report, send_welcome_email
-from taskq import EnqueueError, Job
-from taskq.deadletters import DeadLetters
+from examples.tasks import RESULTS_KEY, app, build_report, send_welcome_email, store
+from taskq import Deadletters, EnqueueError, Job
 
 StartResponse = Callable[[str, list[tuple[str, str]]], Any]
 STATUS_TEXT = {200: "200 OK", 202: "202 Accepted", 400: "400 Bad Request", 404: "404 Not Found"}
@@ -69,11 +68,10 @@ def accepted(job: Job) -> dict[str, Any]:
 
 def job_status(job_id: str) -> dict[str, Any]:
     """``done`` with the result, ``dead`` with the error, else ``pending`` (queued or running)."""
-    raw = app.broker.client.hget(RESULTS_KEY, job_id)
+    raw = store().hget(RESULTS_KEY, job_id)
     if raw is not None:
         return {"job_id": job_id, "status": "done", **json.loads(raw)}
-    store = DeadLetters.for_app(app)
-    for dead in store.newest(limit=1000):
+    for dead in Deadletters.for_app(app).newest(limit=1000):
         if dead.job_id == job_id:
             return {"job_id": job_id, "status": "dead", "error": f"{dead.error_type}: {dead.error}"}
     return {"job_id": job_id, "status": "pending"}

@@ -1,14 +1,24 @@
-"""taskq: a fast background task queue for Python on Redis Streams that never loses a job."""
+"""taskq: a fast background task queue for Python on Redis Streams that never loses a job.
+
+The package reads as the data flow: the producer core here (``app``, ``task``, ``message``,
+``config``, ``keys``, ``errors``, ``context``), then ``broker/`` (all Redis I/O), ``worker/``
+(the prefork pool and what happens to each job), ``ops/`` (inspect, dead letters, metrics,
+the dev server) and ``cli/`` (the ``taskq`` command). See docs/architecture.md.
+"""
 
 from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from taskq.app import App, current_app, task
+from taskq.app import App, task
 from taskq.config import Settings
 from taskq.context import JobContext, current_job
+from taskq.current import current_app
+from taskq.deadletter import Deadletter
 from taskq.errors import (
     BrokerError,
+    BrokerRefused,
+    BrokerUnavailable,
     ConfigError,
     DecodeError,
     EnqueueError,
@@ -19,15 +29,24 @@ from taskq.errors import (
     TaskqError,
 )
 from taskq.middleware import Middleware
+from taskq.ops.deadletters import Deadletters
 from taskq.task import Job, Task
 
 __all__ = [
+    # the app and its tasks
     "App",
+    # errors
     "BrokerError",
+    "BrokerRefused",
+    "BrokerUnavailable",
     "ConfigError",
+    # hooks and operations
+    "Deadletter",
+    "Deadletters",
     "DecodeError",
     "EnqueueError",
     "Job",
+    # inside a task
     "JobContext",
     "Middleware",
     "PayloadTooLarge",

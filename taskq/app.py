@@ -1,97 +1,164 @@
-"""App: the task registry and the producer (enqueue)."""
+"""App: settings, the task registry and the producer (enqueue).
+
+There is no hidden global app. Shared tasks (``@taskq.task``) enqueue through
+:func:`~taskq.current.current_app`, which ``taskq worker`` sets to the app it runs and an
+application sets with :meth:`App.set_current`.
+"""
 
 from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Callable, Iterable
-from typing import Any, TypeVar, overload
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec, TypeVar, overload
 
-import redis
-
-from taskq.broker import Broker, connect
+from taskq.broker import Broker, Link, connect, redact
+from taskq.broker.reads import Reader
 from taskq.config import Settings
 from taskq.context import JobContext, reset_current, set_current
-from taskq.errors import BrokerError, ConfigError, TaskNotFound
+from taskq.current import set_current_app
+from taskq.errors import BrokerUnavailable
 from taskq.message import Message, now_ms
 from taskq.middleware import Middleware
-from taskq.task import Job, Task, TaskOptions
+from taskq.registry import SHARED, Registry
+from taskq.task import Job, Task, TaskOptionArgs, build_options
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing.Unpack is 3.11+; only mypy reads this
+
+    from taskq.config import SettingsArgs
+
+P = ParamSpec("P")
 R = TypeVar("R")
 
 BATCH_SIZE = 1000
 """Jobs per pipelined round trip in bulk enqueue."""
 
-_shared_tasks: dict[str, Task[..., Any]] = {}
-_current_app: App | None = None
-
 
 class App:
-    """A taskq application: settings, registered tasks and a lazily opened Redis client.
+    """A taskq application: settings, registered tasks and a lazily opened Redis link.
 
     Args:
         redis_url: defaults to ``TASKQ_REDIS_URL``, then ``REDIS_URL``, then localhost.
         queue: the default queue of this app's tasks.
-        **settings: any other :class:`~taskq.config.Settings` field, e.g. ``max_retries=5``.
+        settings: a complete :class:`~taskq.config.Settings` (the environment is then not
+            read); ``redis_url``, ``queue`` and keyword settings override it.
+        **overrides: any other setting, e.g. ``max_retries=5`` (typed: see
+            :class:`~taskq.config.SettingsArgs`).
     """
 
     def __init__(
-        self, redis_url: str | None = None, queue: str | None = None, **settings: Any
+        self,
+        redis_url: str | None = None,
+        queue: str | None = None,
+        *,
+        settings: Settings | None = None,
+        **overrides: Unpack[SettingsArgs],
     ) -> None:
-        global _current_app
-        self.settings = Settings.from_env(redis_url=redis_url, queue=queue, **settings)
-        self.tasks: dict[str, Task[..., Any]] = {}
+        given: dict[str, Any] = {"redis_url": redis_url, "queue": queue, **overrides}
+        changes = {k: v for k, v in given.items() if v is not None}
+        if settings is None:
+            self.settings = Settings.from_env(**changes)
+        else:
+            self.settings = settings.replace(**changes) if changes else settings
+        self.registry = Registry(fallback=SHARED)
         self.middleware: list[Middleware] = []
+        self._link: Link | None = None
         self._broker: Broker | None = None
-        self._broker_pid = 0
-        _current_app = self
+        self._pid = 0
 
     def __repr__(self) -> str:
-        return f"<App queue={self.settings.queue} redis={self.settings.redis_url}>"
+        return f"<App queue={self.settings.queue} redis={self.link_url}>"
+
+    @property
+    def link_url(self) -> str:
+        """The Redis URL without its password (for messages and ``repr``)."""
+        return redact(self.settings.redis_url)
+
+    # -- tasks ---------------------------------------------------------------------------
 
     @overload
-    def task(self, fn: Callable[..., R], /) -> Task[..., R]: ...
+    def task(self, fn: Callable[P, R], /) -> Task[P, R]: ...
 
     @overload
-    def task(self, /, **options: Any) -> Callable[[Callable[..., R]], Task[..., R]]: ...
+    def task(
+        self, /, *, bind: Literal[False] = False, **options: Unpack[TaskOptionArgs]
+    ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
-    def task(self, fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
+    @overload
+    def task(
+        self, /, *, bind: Literal[True], **options: Unpack[TaskOptionArgs]
+    ) -> Callable[[Callable[Concatenate[Any, P], R]], Task[P, R]]: ...
+
+    def task(
+        self, fn: Callable[..., Any] | None = None, /, *, bind: bool = False, **options: Any
+    ) -> Any:
         """Register a function as a task: ``@app.task`` or ``@app.task(priority="high", ...)``.
 
-        Options: ``name``, ``queue``, ``priority``, ``max_retries``, ``time_limit`` (s),
-        ``soft_time_limit`` (s), ``retry_backoff`` (ms), ``retry_backoff_max`` (ms),
-        ``retry_jitter``, ``dont_autoretry_for`` (exception types never retried), ``bind``.
+        Options (see :class:`~taskq.task.TaskOptionArgs`): ``name``, ``queue``, ``priority``,
+        ``max_retries``, ``time_limit_s``, ``soft_time_limit_s``, ``retry_backoff_ms``,
+        ``retry_backoff_max_ms``, ``retry_jitter``, ``dont_autoretry_for`` (exception types
+        never retried), and ``bind=True`` to receive the task as first argument.
         """
-        return _decorator(fn, options, app=self, register=self.register)
+        return decorator(fn, options, bind=bind, app=self, register=self.registry.add)
 
     def add_middleware(self, middleware: Middleware) -> None:
         """Add lifecycle hooks (see :mod:`taskq.middleware`)."""
         self.middleware.append(middleware)
 
-    def register(self, task: Task[..., Any]) -> None:
-        self.tasks[task.name] = task
-
     def get_task(self, name: str) -> Task[..., Any]:
-        """The task registered under ``name`` here or as a shared task."""
-        task = self.tasks.get(name) or _shared_tasks.get(name)
-        if task is None:
-            raise TaskNotFound(f"no task named {name!r} is registered")
-        return task
+        """The task registered under ``name`` here or as a shared task.
+
+        Raises:
+            TaskNotFound: there is none.
+        """
+        return self.registry.get(name)
 
     def registered(self) -> list[str]:
-        return sorted({*self.tasks, *_shared_tasks})
+        return self.registry.names()
+
+    def set_current(self) -> App:
+        """Make this the app that shared tasks enqueue through (returns the app)."""
+        set_current_app(self)
+        return self
+
+    # -- Redis ---------------------------------------------------------------------------
+
+    @property
+    def link(self) -> Link:
+        """This process's connection pool; a forked child opens its own on first use."""
+        if self._link is None or self._pid != os.getpid():
+            self._link = connect(self.settings.redis_url)
+            self._broker = None
+            self._pid = os.getpid()
+        return self._link
 
     @property
     def broker(self) -> Broker:
-        """This process's broker; a forked child gets its own connection on first use."""
-        if self._broker is None or self._broker_pid != os.getpid():
-            self._broker = Broker(connect(self.settings.redis_url), [self.settings.queue])
-            self._broker_pid = os.getpid()
+        """A broker for the app's queue, on this process's link."""
+        link = self.link
+        if self._broker is None:
+            self._broker = Broker(link, [self.settings.queue])
         return self._broker
 
-    def broker_for(self, queues: Iterable[str]) -> Broker:
-        """A new broker (and connection) for reading ``queues``."""
-        return Broker(connect(self.settings.redis_url), list(queues))
+    def broker_for(self, queues: Sequence[str]) -> Broker:
+        """A broker for ``queues`` (in the order a worker reads them), on this process's link."""
+        return Broker(self.link, queues)
+
+    @property
+    def reader(self) -> Reader:
+        """Read-only queries (inspect, dead letters) on this process's link."""
+        return Reader(self.link)
+
+    def close(self) -> None:
+        """Close this process's connections (they open again on demand)."""
+        if self._link is not None and self._pid == os.getpid():
+            if self._broker is not None:
+                self._broker.disconnect()
+            self._link.close()
+        self._link = self._broker = None
+
+    # -- producer ------------------------------------------------------------------------
 
     def enqueue(self, msg: Message, *, in_ms: int | None = None) -> Job:
         """Send one job (one round trip), or run it at once in eager mode.
@@ -102,7 +169,9 @@ class App:
 
         Raises:
             EnqueueError: arguments not msgpack-serializable, or payload too large.
-            BrokerError: Redis could not be reached.
+            BrokerError: Redis could not be reached or refused the job (a
+                :class:`~taskq.errors.BrokerUnavailable` whose ``timed_out`` is set means
+                the job may or may not have been enqueued).
         """
         body = msg.encode(max_bytes=self.settings.max_payload_bytes)
         if self.settings.eager:  # the task sees what a worker would: the decoded job
@@ -112,8 +181,8 @@ class App:
                 self.broker.schedule(msg, body, in_ms=in_ms)
                 return _job(msg, None)
             return _job(msg, self.broker.publish(msg, body))
-        except redis.RedisError as exc:
-            raise BrokerError(enqueue_failed(self.settings.redis_url, exc)) from exc
+        except BrokerUnavailable as exc:
+            raise _enqueue_unavailable(exc) from exc
 
     def enqueue_many(self, messages: Iterable[Message]) -> list[Job]:
         """Send many jobs, one pipelined round trip per batch of 1,000.
@@ -130,29 +199,22 @@ class App:
                 continue
             try:
                 ids = self.broker.publish_many(encoded)
-            except redis.RedisError as exc:
-                raise BrokerError(enqueue_failed(self.settings.redis_url, exc)) from exc
+            except BrokerUnavailable as exc:
+                raise _enqueue_unavailable(exc) from exc
             jobs += [_job(m, i) for m, i in zip(batch, ids, strict=True)]
         return jobs
 
     def _run_eagerly(self, msg: Message) -> Job:
+        from taskq.worker.executor import policy_for  # the worker package imports this one
+
         task = self.get_task(msg.task)
-        policy = task.retry_policy(self.settings)
-        ctx = JobContext(
-            msg.id, msg.task, 1, policy.max_attempts, msg.queue, msg.priority, msg.created_ms, None
-        )
-        token = set_current(ctx)
+        policy = policy_for(task, self.settings)
+        token = set_current(JobContext.of(msg, 1, policy.max_attempts, None))
         try:
             task.run(msg.args, msg.kwargs)
         finally:
             reset_current(token)
         return _job(msg, None)
-
-    def close(self) -> None:
-        if self._broker is not None and self._broker_pid == os.getpid():
-            self._broker.disconnect()
-            self._broker.client.close()
-        self._broker = None
 
 
 def _job(msg: Message, entry_id: str | None) -> Job:
@@ -162,81 +224,53 @@ def _job(msg: Message, entry_id: str | None) -> Job:
     )
 
 
-def unreachable(redis_url: str, exc: BaseException) -> str:
-    """The one-line error every command prints when Redis cannot be reached."""
-    return (
-        f"cannot reach Redis at {redact(redis_url)} ({exc}); start one with `taskq server` "
-        "or point TASKQ_REDIS_URL at yours"
-    )
+def _enqueue_unavailable(exc: BrokerUnavailable) -> BrokerUnavailable:
+    if not exc.timed_out:
+        return exc
+    return BrokerUnavailable(f"{exc}; the job may or may not have been enqueued", timed_out=True)
 
 
-def enqueue_failed(redis_url: str, exc: redis.RedisError) -> str:
-    """Why an enqueue failed, saying when the job may have been sent all the same."""
-    if isinstance(exc, redis.TimeoutError):
-        return (
-            f"Redis at {redact(redis_url)} did not answer in time ({exc}); the job may or may "
-            "not have been enqueued"
-        )
-    if isinstance(exc, redis.ConnectionError):
-        return unreachable(redis_url, exc)
-    return f"Redis at {redact(redis_url)} refused the job: {exc}"
+@overload
+def task(fn: Callable[P, R], /) -> Task[P, R]: ...
 
 
-def redact(url: str) -> str:
-    """The URL with any password replaced by ***."""
-    scheme, sep, rest = url.partition("://")
-    creds, at, host = rest.rpartition("@")
-    if not at or ":" not in creds:
-        return url
-    return f"{scheme}{sep}{creds.split(':', 1)[0]}:***@{host}"
+@overload
+def task(
+    *, bind: Literal[False] = False, **options: Unpack[TaskOptionArgs]
+) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
 
-def current_app() -> App:
-    """The most recently created App, or one configured from the environment."""
-    return _current_app if _current_app is not None else App()
+@overload
+def task(
+    *, bind: Literal[True], **options: Unpack[TaskOptionArgs]
+) -> Callable[[Callable[Concatenate[Any, P], R]], Task[P, R]]: ...
 
 
-def task(fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
+def task(fn: Callable[..., Any] | None = None, /, *, bind: bool = False, **options: Any) -> Any:
     """Declare a shared task that any app can run (Celery's ``shared_task``).
 
-    Library code can use it without importing an app; enqueueing goes through the current
-    app (the last one created, else one configured from ``TASKQ_*``/``REDIS_URL``).
+    Library code can use it without importing an app; enqueueing goes through
+    :func:`~taskq.current.current_app`.
     """
-    return _decorator(fn, options, app=None, register=_register_shared)
+    return decorator(fn, options, bind=bind, app=None, register=SHARED.add)
 
 
-def _register_shared(t: Task[..., Any]) -> None:
-    _shared_tasks[t.name] = t
-
-
-def _decorator(
+def decorator(
     fn: Callable[..., Any] | None,
-    options: dict[str, Any],
+    options: Any,
     *,
+    bind: bool,
     app: App | None,
     register: Callable[[Task[..., Any]], None],
 ) -> Any:
+    """The body of ``@app.task`` and ``@taskq.task``: build, register, return the Task."""
+    name, opts = build_options({**options, "bind": bind} if bind else options)
+
     def wrap(f: Callable[..., Any]) -> Task[..., Any]:
-        opts = dict(options)
-        name = opts.pop("name", None) or f"{f.__module__}.{f.__qualname__}"
-        t: Task[..., Any] = Task(f, name=name, options=_options(opts), app=app)
+        t: Task[..., Any] = Task(
+            f, name=name or f"{f.__module__}.{f.__qualname__}", options=opts, app=app
+        )
         register(t)
         return t
 
     return wrap(fn) if fn is not None else wrap
-
-
-def _options(opts: dict[str, Any]) -> TaskOptions:
-    renamed = {
-        "time_limit": "time_limit_s",
-        "soft_time_limit": "soft_time_limit_s",
-        "retry_backoff": "retry_backoff_ms",
-        "retry_backoff_max": "retry_backoff_max_ms",
-    }
-    kwargs = {renamed.get(k, k): v for k, v in opts.items()}
-    if "dont_autoretry_for" in kwargs:
-        kwargs["dont_autoretry_for"] = tuple(kwargs["dont_autoretry_for"])
-    try:
-        return TaskOptions(**kwargs)
-    except TypeError as exc:
-        raise ConfigError(f"unknown task option: {exc}") from None

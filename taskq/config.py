@@ -10,7 +10,7 @@ import functools
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, TypedDict
 
 from taskq.errors import ConfigError
 
@@ -21,6 +21,24 @@ def redis_url_from_env(env: Mapping[str, str] | None = None) -> str:
     """``TASKQ_REDIS_URL``, else ``REDIS_URL`` (what Procfile platforms set), else localhost."""
     env = os.environ if env is None else env
     return env.get("TASKQ_REDIS_URL") or env.get("REDIS_URL") or DEFAULT_REDIS_URL
+
+
+class SettingsArgs(TypedDict, total=False):
+    """Settings as keyword arguments of :class:`~taskq.App` (each as typed as its field;
+    ``redis_url`` and ``queue`` are the App's first two arguments)."""
+
+    max_payload_bytes: int
+    max_retries: int
+    retry_backoff_ms: int
+    retry_backoff_factor: float
+    retry_backoff_max_ms: int
+    retry_jitter: bool
+    visibility_timeout_ms: int
+    sweep_interval_ms: int
+    heartbeat_interval_ms: int
+    worker_ttl_ms: int
+    block_ms: int
+    eager: bool
 
 
 @dataclass(frozen=True)

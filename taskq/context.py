@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from contextvars import ContextVar
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from taskq.message import Message
 
 
 class JobContext(NamedTuple):
@@ -25,6 +28,20 @@ class JobContext(NamedTuple):
     @property
     def is_last_attempt(self) -> bool:
         return self.attempt >= self.max_attempts
+
+    @classmethod
+    def of(cls, msg: Message, attempt: int, max_attempts: int, entry_id: str | None) -> JobContext:
+        """The context of a run of ``msg``."""
+        return cls(
+            msg.id,
+            msg.task,
+            attempt,
+            max_attempts,
+            msg.queue,
+            msg.priority,
+            msg.created_ms,
+            entry_id,
+        )
 
 
 _current: ContextVar[JobContext | None] = ContextVar("taskq_current_job", default=None)

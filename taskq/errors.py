@@ -14,7 +14,29 @@ class ConfigError(TaskqError):
 
 
 class BrokerError(TaskqError):
-    """Redis could not be reached or answered with an error."""
+    """Redis could not be reached or answered with an error.
+
+    The broker raises one of the two subclasses, never redis-py's own errors.
+    """
+
+
+class BrokerUnavailable(BrokerError):
+    """Redis cannot serve now: unreachable, timed out, loading, a read-only replica, out of
+    memory, busy with a script. Waiting and trying again helps; workers do that.
+
+    Attributes:
+        timed_out: the command was sent and no answer came in time, so it may or may not
+            have taken effect.
+    """
+
+    def __init__(self, message: str, *, timed_out: bool = False) -> None:
+        super().__init__(message)
+        self.timed_out = timed_out
+
+
+class BrokerRefused(BrokerError):
+    """Redis refused a command for good (no permission, wrong type, a script error):
+    trying again does not help."""
 
 
 class EnqueueError(TaskqError):

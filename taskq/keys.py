@@ -2,7 +2,7 @@
 
 Every key of queue ``tasks`` starts with ``tasks:``. A queue named with a hash tag, e.g.
 ``{tasks}``, therefore puts all of its keys in one cluster slot, so the multi-key scripts in
-``broker.py`` stay valid on Redis Cluster.
+``taskq/broker/`` stay valid on Redis Cluster.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from taskq.executor import Outcome
+    from taskq.worker.outcome import Outcome
 
 logger = logging.getLogger(__name__)
 

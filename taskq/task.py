@@ -1,26 +1,62 @@
-"""Task: a function registered with an app, plus the ways to enqueue it."""
+"""Task: a function registered with an app, the ways to enqueue it, and its options.
+
+``@app.task`` keeps the function's signature: ``add.delay("x")`` for ``add(a: int, b: int)``
+is an error in the user's own mypy run, as is a misspelt task option.
+"""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+import warnings
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Generic, NamedTuple, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, ParamSpec, TypedDict, TypeVar
 
 from taskq.config import check_queue_name
 from taskq.context import JobContext, current_job, reset_current, set_current
+from taskq.current import current_app
 from taskq.errors import ConfigError
 from taskq.keys import PRIORITIES
 from taskq.message import Message, new_job_id, now_ms
-from taskq.retry import RetryPolicy
 
 if TYPE_CHECKING:
     from taskq.app import App
-    from taskq.config import Settings
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+
+class TaskOptionArgs(TypedDict, total=False):
+    """The keyword options of ``@app.task(...)`` (all optional; units in the names).
+
+    ``time_limit``, ``soft_time_limit`` (s), ``retry_backoff`` and ``retry_backoff_max`` (ms)
+    are the old spellings, still accepted with a DeprecationWarning.
+    """
+
+    name: str
+    queue: str
+    priority: str
+    max_retries: int
+    time_limit_s: float
+    soft_time_limit_s: float
+    retry_backoff_ms: int
+    retry_backoff_max_ms: int
+    retry_jitter: bool
+    dont_autoretry_for: Iterable[type[BaseException]]
+    time_limit: float
+    soft_time_limit: float
+    retry_backoff: int
+    retry_backoff_max: int
+
+
+DEPRECATED_OPTIONS = {
+    "time_limit": "time_limit_s",
+    "soft_time_limit": "soft_time_limit_s",
+    "retry_backoff": "retry_backoff_ms",
+    "retry_backoff_max": "retry_backoff_max_ms",
+}
+"""Old option names (units not in the name) → the names that say their unit."""
 
 
 class Job(NamedTuple):
@@ -68,6 +104,11 @@ class Task(Generic[P, R]):
     def __init__(
         self, fn: Callable[..., R], *, name: str, options: TaskOptions, app: App | None
     ) -> None:
+        """Use ``@app.task`` or ``@taskq.task`` rather than this.
+
+        Args:
+            app: the app it enqueues through; None for a shared task (the current app).
+        """
         if "\n" in name or not name:
             raise ConfigError(f"invalid task name {name!r}")
         self.fn = fn
@@ -83,11 +124,7 @@ class Task(Generic[P, R]):
     @property
     def app(self) -> App:
         """The app this task enqueues through (the current app for shared tasks)."""
-        if self._app is not None:
-            return self._app
-        from taskq.app import current_app
-
-        return current_app()
+        return self._app if self._app is not None else current_app()
 
     @property
     def request(self) -> JobContext | None:
@@ -96,17 +133,8 @@ class Task(Generic[P, R]):
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         """Run inline, as attempt 1 of a job of its own (so ``current_job()`` works)."""
-        ctx = JobContext(
-            new_job_id(),
-            self.name,
-            1,
-            1,
-            self.options.queue or "",
-            self.options.priority,
-            now_ms(),
-            None,
-        )
-        token = set_current(ctx)
+        msg = Message(self.name, args, kwargs, new_job_id(), self.options.queue or "")
+        token = set_current(JobContext.of(msg, 1, 1, None))
         try:
             return self.run(args, kwargs)
         finally:
@@ -172,17 +200,6 @@ class Task(Generic[P, R]):
         check_queue_name(queue)
         return Message(self.name, args, kwargs, queue=queue, priority=priority, eta_ms=eta_ms)
 
-    def retry_policy(self, settings: Settings) -> RetryPolicy:
-        """The task's retry settings, falling back to the app's."""
-        o = self.options
-        return RetryPolicy(
-            max_retries=settings.max_retries if o.max_retries is None else o.max_retries,
-            backoff_ms=o.retry_backoff_ms or settings.retry_backoff_ms,
-            backoff_factor=settings.retry_backoff_factor,
-            backoff_max_ms=o.retry_backoff_max_ms or settings.retry_backoff_max_ms,
-            jitter=settings.retry_jitter if o.retry_jitter is None else o.retry_jitter,
-        )
-
 
 def due_time(
     countdown: float | None, eta: datetime | float | None
@@ -214,3 +231,25 @@ def due_time(
     else:
         raise ConfigError(f"eta must be a datetime or a POSIX timestamp, not {eta!r}")
     return (due_ms, None) if due_ms > now_ms() else (None, None)
+
+
+def build_options(options: Mapping[str, Any]) -> tuple[str | None, TaskOptions]:
+    """The task's name (None: from the function) and options, with old spellings renamed.
+
+    Raises:
+        ConfigError: an unknown option, or an invalid value.
+    """
+    opts: dict[str, Any] = dict(options)
+    name = opts.pop("name", None)
+    for old, new in DEPRECATED_OPTIONS.items():
+        if old in opts:
+            warnings.warn(
+                f"task option {old!r} is deprecated: use {new!r}", DeprecationWarning, stacklevel=4
+            )
+            opts[new] = opts.pop(old)
+    if "dont_autoretry_for" in opts:
+        opts["dont_autoretry_for"] = tuple(opts["dont_autoretry_for"])
+    try:
+        return name, TaskOptions(**opts)
+    except TypeError as exc:
+        raise ConfigError(f"unknown task option: {exc}") from None

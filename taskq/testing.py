@@ -25,18 +25,19 @@ from taskq.app import App
 from taskq.broker import Broker
 from taskq.config import Settings
 from taskq.errors import TaskqError
-from taskq.executor import DEAD, OK, RETRY, Executor, Outcome
 from taskq.middleware import Middleware
-from taskq.worker import Consumer, ConsumerOptions
+from taskq.worker.consumer import Consumer, ConsumerOptions
+from taskq.worker.executor import Executor
+from taskq.worker.outcome import DEAD, OK, RETRY, Outcome
 
-__all__ = ["DrainResult", "DrainTimeout", "drain", "eager", "override"]
+__all__ = ["DrainResult", "DrainTimeout", "drain", "eager", "flushdb", "override"]
 
 _names = itertools.count(1)
 
 
 @dataclass(frozen=True)
 class DrainResult:
-    """What :func:`drain` ran: one :class:`~taskq.executor.Outcome` per run, in order.
+    """What :func:`drain` ran: one :class:`~taskq.worker.outcome.Outcome` per run, in order.
 
     A job that failed once and then succeeded shows up twice: once as ``retry``, once as ``ok``.
     """
@@ -136,6 +137,7 @@ def drain(
     deadline = time.monotonic() + timeout_s
     recorder = _Recorder(deadline, max_jobs)
     broker = app.broker_for(names)
+    app.set_current()  # as under `taskq worker`: shared tasks enqueue through this app
     app.middleware.append(recorder)
     try:
         broker.ensure_groups()
@@ -159,7 +161,6 @@ def drain(
     finally:
         app.middleware.remove(recorder)
         broker.disconnect()
-        broker.client.close()
 
 
 def _burst(app: App, broker: Broker, recorder: _Recorder) -> None:
@@ -206,3 +207,8 @@ def eager(app: App) -> Iterator[App]:
     """
     with override(app, eager=True):
         yield app
+
+
+def flushdb(app: App) -> None:
+    """Empty the database of the app's Redis (FLUSHDB): only for a Redis kept for tests."""
+    app.link.call("FLUSHDB")

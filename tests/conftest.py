@@ -50,20 +50,27 @@ def wait_until(
 
 
 @pytest.fixture(scope="session")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The URL of the suite's Redis: ``TASKQ_TEST_REDIS_URL`` if set (a Redis whose database
+    the tests may empty), else a private ``redis-server`` on a free port."""
+    external = os.environ.get("TASKQ_TEST_REDIS_URL")
+    if external:
+        yield external
+        return
     server = RedisServer(tmp_path_factory.mktemp("redis"))
     server.start()
-    yield server
+    yield server.url
     server.stop()
 
 
 @pytest.fixture
-def redis_url(redis_server: RedisServer) -> Iterator[str]:
-    with redis_server.client() as c:
-        c.flushall()
-    yield redis_server.url
-    with redis_server.client() as c:
-        c.flushall()
+def redis_url(redis_server: str) -> Iterator[str]:
+    """The suite's Redis, its database emptied before and after the test."""
+    with redis.Redis.from_url(redis_server) as c:
+        c.flushdb()
+    yield redis_server
+    with redis.Redis.from_url(redis_server) as c:
+        c.flushdb()
 
 
 @pytest.fixture

@@ -90,7 +90,7 @@ def crash(tag: str = "") -> None:
     os.kill(os.getpid(), 9)
 
 
-@app.task(time_limit=1.0, soft_time_limit=0.5)
+@app.task(time_limit_s=1.0, soft_time_limit_s=0.5)
 def overruns(seconds: float) -> None:
     try:
         time.sleep(seconds)

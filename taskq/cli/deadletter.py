@@ -10,15 +10,15 @@ from typing import Any
 import click
 
 from taskq.config import check_queue_name
-from taskq.deadletters import DeadJob, DeadLetters
+from taskq.ops.deadletters import Deadletters
 
 _UNITS_MS = {"s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
-def _store(obj: Any, queue: str | None) -> DeadLetters:
+def _store(obj: Any, queue: str | None) -> Deadletters:
     if queue is not None:
         check_queue_name(queue)
-    return DeadLetters.for_app(obj.app(), queue)
+    return Deadletters.for_app(obj.app(), queue)
 
 
 def parse_duration_ms(text: str) -> int:
@@ -114,4 +114,4 @@ def purge_(obj: Any, queue: str | None, older_than: str | None, yes: bool) -> No
     click.echo(f"deleted {store.purge(older_than_ms=cutoff)} job(s)")
 
 
-__all__ = ["DeadJob", "deadletter", "parse_duration_ms"]
+__all__ = ["deadletter", "parse_duration_ms"]

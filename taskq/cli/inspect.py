@@ -1,6 +1,6 @@
 """``taskq inspect`` (what the queues and workers are doing) and ``taskq purge``.
 
-Every view reads Redis only (see :mod:`taskq.inspect`), so it answers even when every
+Every view reads Redis only (see :mod:`taskq.ops.inspect`), so it answers even when every
 worker is hung. ``--json`` prints the views' fields (schemas in docs/operations.md).
 """
 
@@ -13,13 +13,12 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
-import redis
 
-from taskq.broker import Broker
 from taskq.config import parse_queues
-from taskq.errors import ConfigError
-from taskq.inspect import Inspector, PendingJob, to_json
-from taskq.inspect_format import (
+from taskq.errors import BrokerError, ConfigError
+from taskq.keys import PRIORITIES
+from taskq.ops.inspect import Inspector, PendingJob, to_json
+from taskq.ops.render import (
     render_active,
     render_overview,
     render_pending,
@@ -28,7 +27,6 @@ from taskq.inspect_format import (
     render_registered,
     render_workers,
 )
-from taskq.keys import PRIORITIES
 
 V = TypeVar("V")
 
@@ -42,13 +40,13 @@ def _inspector(obj: Any, queues: str | None) -> Callable[[], Inspector]:
     app = obj.app()
     if queues:
         try:
-            fixed = Inspector(app.broker.client, parse_queues(queues))
+            fixed = Inspector(app.reader, parse_queues(queues))
         except ConfigError as exc:
             raise click.BadParameter(str(exc), param_hint="-Q") from None
         return lambda: fixed
     tasks = [app.get_task(name) for name in app.registered()]
     names = [app.settings.queue, *(t.options.queue for t in tasks if t.options.queue)]
-    return Inspector(app.broker.client, names).widened
+    return Inspector(app.reader, names).widened
 
 
 def _options(**given: Any) -> dict[str, Any]:
@@ -94,7 +92,7 @@ def show(
                 click.echo(CLEAR if redraw else "", nl=not redraw)
             try:
                 _print(view(make()), render, as_json, compact=True)
-            except redis.RedisError as exc:  # keep watching through a Redis restart
+            except BrokerError as exc:  # keep watching through a Redis restart
                 click.echo(f"Redis unavailable: {exc}", err=True)
             frames += 1
     except KeyboardInterrupt:
@@ -249,7 +247,7 @@ def purge(
     app = obj.app()
     app.settings.replace(queue=queue)  # validates the name
     chosen = priorities or PRIORITIES
-    [stats] = Inspector(app.broker.client, [queue]).queue_stats()
+    [stats] = Inspector(app.reader, [queue]).queue_stats()
     streams = [s for s in stats.streams if s.priority in chosen]
     waiting = sum(s.waiting for s in streams)
     pending = sum(s.pending for s in streams) if include_pending else 0
@@ -260,7 +258,7 @@ def purge(
                 f" and {pending} pending (some may be running)" if include_pending else ""
             )
             click.confirm(f"remove {what} job(s) from {queue} ({', '.join(chosen)})?", abort=True)
-        broker = Broker(app.broker.client, [queue])
+        broker = app.broker_for([queue])
         removed = broker.purge_waiting(queue, chosen, include_pending=include_pending)
     _report_purge(queue, removed, as_json)
 

@@ -1,126 +1,61 @@
-"""Reading and re-driving the dead-letter stream (``taskq deadletter``)."""
+"""Reading and re-driving the dead-letter stream of a queue (``taskq deadletter``)."""
 
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
-import redis
-
-from taskq.app import App
 from taskq.broker import Broker
-from taskq.errors import DecodeError
+from taskq.broker.reads import Reader
+from taskq.deadletter import Deadletter
 from taskq.keys import QueueKeys
-from taskq.message import Message, with_retries
+from taskq.message import with_retries
+
+if TYPE_CHECKING:
+    from taskq.app import App
 
 DEAD_ID = re.compile(r"\d+-\d+")
 """A stream entry id, as dead-letter ids are."""
 
 
-@dataclass(frozen=True)
-class DeadJob:
-    """One dead-letter entry: the original job plus why and when it failed."""
+class Deadletters:
+    """The dead-letter stream of one queue: list, look up, retry, purge.
 
-    dead_id: str
-    task: str
-    job_id: str
-    body: bytes
-    error_type: str
-    error: str
-    traceback: str
-    attempts: int
-    first_failure_ms: int
-    last_failure_ms: int
-    worker: str
-    stream: str
-    entry_id: str
+    Args:
+        broker: a broker for ``queue`` (its moves: retry, purge).
+        reader: reads on the same Redis.
+    """
 
-    @classmethod
-    def from_entry(cls, dead_id: bytes, fields: dict[bytes, bytes]) -> DeadJob:
-        def text(name: str) -> str:
-            return fields.get(name.encode(), b"").decode(errors="replace")
-
-        def number(name: str) -> int:
-            raw = text(name)
-            return int(raw) if raw.lstrip("-").isdigit() else 0
-
-        return cls(
-            dead_id.decode(),
-            text("task"),
-            text("job_id"),
-            fields.get(b"body", b""),
-            text("error_type"),
-            text("error"),
-            text("traceback"),
-            number("attempts"),
-            number("first_failure_ms"),
-            number("last_failure_ms"),
-            text("worker"),
-            text("stream"),
-            text("entry_id"),
-        )
-
-    def message(self) -> Message | None:
-        try:
-            return Message.decode(self.body)
-        except DecodeError:
-            return None
-
-    def summary(self) -> dict[str, Any]:
-        out = asdict(self)
-        del out["body"], out["traceback"]
-        return out
-
-    def detail(self) -> dict[str, Any]:
-        out = asdict(self)
-        msg = self.message()
-        out["body"] = (
-            {
-                "args": list(msg.args),
-                "kwargs": msg.kwargs,
-                "priority": msg.priority,
-                "created_ms": msg.created_ms,
-            }
-            if msg
-            else self.body.hex()
-        )
-        return out
-
-
-class DeadLetters:
-    """The dead-letter stream of one queue."""
-
-    def __init__(self, client: redis.Redis, queue: str, broker: Broker) -> None:
-        self.client = client
+    def __init__(self, broker: Broker, reader: Reader, queue: str) -> None:
+        self.broker = broker
+        self.reader = reader
         self.queue = queue
         self.key = QueueKeys(queue).deadletter
-        self.broker = broker if queue in broker.keys else Broker(client, [queue])
 
     @classmethod
-    def for_app(cls, app: App, queue: str | None = None) -> DeadLetters:
+    def for_app(cls, app: App, queue: str | None = None) -> Deadletters:
         """The dead letters of ``queue`` (default: the app's queue)."""
-        return cls(app.broker.client, queue or app.settings.queue, app.broker)
+        name = queue or app.settings.queue
+        return cls(app.broker_for([name]), app.reader, name)
 
     def now_ms(self) -> int:
         """The Redis clock (ms): the clock dead-letter ids and failure times are on."""
-        seconds, micros = self.client.time()
-        return int(seconds) * 1000 + int(micros) // 1000
+        return self.reader.now_ms()
 
-    def newest(self, *, limit: int = 50) -> list[DeadJob]:
+    def newest(self, *, limit: int = 50) -> list[Deadletter]:
         """Newest first."""
-        return [DeadJob.from_entry(i, f) for i, f in self.client.xrevrange(self.key, count=limit)]
+        return self.reader.deadletters(self.queue, count=limit, newest_first=True)
 
-    def get(self, dead_id: str) -> DeadJob | None:
+    def get(self, dead_id: str) -> Deadletter | None:
         if not DEAD_ID.fullmatch(dead_id):
             return None
-        found = self.client.xrange(self.key, dead_id, dead_id)
-        return DeadJob.from_entry(*found[0]) if found else None
+        found = self.reader.deadletters(self.queue, start=dead_id, end=dead_id, count=1)
+        return found[0] if found else None
 
     def count(self, *, older_than_ms: int | None = None) -> int:
         if older_than_ms is None:
-            return int(self.client.xlen(self.key))
-        return sum(1 for _ in self._scan(end=f"{older_than_ms}-0"))
+            return self.reader.deadletter_count(self.queue)
+        return len(self._scan(end=f"{older_than_ms}-0"))
 
     def retry(self, dead_ids: list[str] | None) -> tuple[int, list[tuple[str, str]]]:
         """Re-enqueue jobs (all if ``dead_ids`` is None).
@@ -154,18 +89,20 @@ class DeadLetters:
         k = QueueKeys(self.queue)
         stream = job.stream if job.stream in k.streams else k.stream(msg.priority)
         body = with_retries(job.body, 0)
-        moved = self.broker.dead_retry(self.queue, dead_id, stream=stream, task=msg.task, body=body)
+        moved = self.broker.deadletter_retry(
+            self.queue, dead_id, stream=stream, task=msg.task, body=body
+        )
         return "" if moved else "no such dead-lettered job"
 
     def purge(self, *, older_than_ms: int | None = None) -> int:
-        return self.broker.purge_dead(self.queue, older_than_ms=older_than_ms)
+        return self.broker.purge_deadletters(self.queue, older_than_ms=older_than_ms)
 
-    def _scan(self, *, end: str = "+", page: int = 500) -> list[DeadJob]:
-        out: list[DeadJob] = []
+    def _scan(self, *, end: str = "+", page: int = 500) -> list[Deadletter]:
+        out: list[Deadletter] = []
         start = "-"
         while True:
-            rows = self.client.xrange(self.key, start, end, count=page)
-            out += [DeadJob.from_entry(i, f) for i, f in rows]
+            rows = self.reader.deadletters(self.queue, start=start, end=end, count=page)
+            out += rows
             if len(rows) < page:
                 return out
-            start = "(" + rows[-1][0].decode()
+            start = "(" + rows[-1].dead_id

@@ -25,18 +25,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
-import redis
-
-from taskq.errors import ConfigError
-from taskq.executor import COUNTED
+from taskq.errors import BrokerError, ConfigError
 from taskq.middleware import Middleware
+from taskq.worker.outcome import COUNTED
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
     from prometheus_client.metrics_core import Metric
 
-    from taskq.executor import Outcome
-    from taskq.inspect import QueueStats, StreamStats
+    from taskq.broker import Link
+    from taskq.ops.inspect import QueueStats, StreamStats
+    from taskq.worker.outcome import Outcome
 
 logger = logging.getLogger(__name__)
 
@@ -195,20 +194,21 @@ class QueueDepth:
     def __init__(self, redis_url: str, queues: Sequence[str] = ()) -> None:
         self.redis_url = redis_url
         self.queues = tuple(queues)
-        self._client: redis.Redis | None = None
+        self._link: Link | None = None
 
     def collect(self) -> Iterator[Metric]:
         from prometheus_client.core import GaugeMetricFamily
 
         from taskq.broker import connect
-        from taskq.inspect import Inspector
+        from taskq.broker.reads import Reader
+        from taskq.ops.inspect import Inspector
 
-        if self._client is None:
-            self._client = connect(self.redis_url)
+        if self._link is None:
+            self._link = connect(self.redis_url)
         up = GaugeMetricFamily("taskq_redis_up", "1 if the last scrape could read Redis.")
         try:
-            stats = Inspector(self._client, self.queues).queue_stats()
-        except redis.RedisError as exc:
+            stats = Inspector(Reader(self._link), self.queues).queue_stats()
+        except BrokerError as exc:
             logger.warning("metrics: cannot read queue depths: %s", exc)
             up.add_metric([], 0)
             yield up

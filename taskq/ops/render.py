@@ -1,4 +1,4 @@
-"""Text views for ``taskq inspect``: pure functions from :mod:`taskq.inspect` values to lines.
+"""Text views for ``taskq inspect``: pure functions from :mod:`taskq.ops.inspect` values to lines.
 
 Kept apart from the click wiring so that the layout can be unit-tested without Redis.
 """
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from taskq.inspect import ActiveJob, Overview, PendingJob, Ping, QueueStats, WorkerState
+from taskq.ops.inspect import ActiveJob, Overview, PendingJob, Ping, QueueStats, WorkerState
 
 
 def fmt_ms(ms: float | None) -> str:

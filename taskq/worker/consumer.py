@@ -1,51 +1,31 @@
-"""One consumer process: fetch (acking the previous jobs in the same call), run, repeat.
+"""One consumer (a worker's child, or ``drain`` in-process): fetch, run, record, repeat.
 
 On success the job is acked and deleted with the next fetch; on failure it stays pending for
-a retry (``park``) or moves to the dead-letter stream; nothing is acked before it ran.
+a retry or moves to the dead-letter stream; nothing is acked before it ran.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-import random
 import resource
 import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import CodeType, FrameType
-from typing import Any, TypeVar
-
-import redis
+from typing import Any
 
 from taskq.broker import Broker, Delivery, Fetched
-from taskq.errors import SoftTimeLimitExceeded
-from taskq.executor import OK, Executor, Outcome, Prepared
-from taskq.scoreboard import Slot
-from taskq.settle import hand_back, settle
+from taskq.errors import BrokerUnavailable, SoftTimeLimitExceeded
 from taskq.task import Task
+from taskq.worker.executor import Executor, Prepared
+from taskq.worker.finish import Finisher
+from taskq.worker.outage import OutageWaiter
+from taskq.worker.outcome import Outcome
+from taskq.worker.scoreboard import Slot
 
 logger = logging.getLogger(__name__)
-T = TypeVar("T")
-
-OUTAGE_ERRORS = (
-    redis.ConnectionError,
-    redis.TimeoutError,
-    redis.ReadOnlyError,
-    redis.exceptions.OutOfMemoryError,
-)
-"""Replies that mean "Redis cannot take this now": wait and try again, keep what is held."""
-
-
-def is_outage(exc: BaseException) -> bool:
-    if isinstance(exc, OUTAGE_ERRORS):
-        return True
-    # Redis 6.2 reports an OOM inside a script as a plain script error.
-    text = str(exc)
-    return isinstance(exc, redis.ResponseError) and (
-        text.startswith(("BUSY ", "MASTERDOWN")) or "OOM command not allowed" in text
-    )
 
 
 class _Interrupted(Exception):
@@ -88,6 +68,7 @@ class Consumer:
     ) -> None:
         self.broker = broker
         self.executor = executor
+        self.finisher = Finisher(broker, executor)
         self.name = name
         self.options = options
         self.slot = slot
@@ -95,8 +76,7 @@ class Consumer:
         self.stopping = False
         self._idle = False
         self._done = 0
-        self._outage_since = 0.0
-        self._reconcile_due = False
+        self._outages = OutageWaiter(should_give_up=lambda: self._idle and self.stopping)
         self._fetched_at = time.monotonic()
         self._task_code: CodeType | None = None
 
@@ -124,29 +104,26 @@ class Consumer:
 
     def run(self) -> None:
         """Serve until stopped (or, in burst mode, until nothing is ready)."""
-        acks: list[tuple[Delivery, bool]] = []
         self.set_title("idle")
         while not self.stopping:
-            batch, acks = self._next_batch(acks), []
+            batch = self._next_batch()
             if batch is None:
                 break
             for i, d in enumerate(batch):
                 if self.stopping:
                     self._hand_back(batch[i:])
                     break
-                outcome = self._process(d)
-                if outcome.kind == OK:
-                    acks.append((d, outcome.failed_before))
+                self._process(d)
             self._check_limits()
-        if acks:
-            self._retrying(functools.partial(self._fetch, 0, acks))
-        self._retrying(lambda: self.broker.forget_consumer(self.name))
+        if self.finisher.acks:
+            self._outages.call(lambda: self._fetch(0))
+        self._outages.call(lambda: self.broker.forget_consumer(self.name))
 
-    def _next_batch(self, acks: list[tuple[Delivery, bool]]) -> list[Delivery] | None:
-        if self._reconcile_due:
-            self._retrying(functools.partial(self._reconcile, {d.entry_id for d, _ in acks}))
-            self._reconcile_due = False
-        fetched = self._retrying(functools.partial(self._fetch, self.options.prefetch, acks))
+    def _next_batch(self) -> list[Delivery] | None:
+        if self._outages.happened:
+            self._outages.call(self._reconcile)
+            self._outages.happened = False
+        fetched = self._outages.call(lambda: self._fetch(self.options.prefetch))
         if fetched.deliveries or self.stopping:
             return fetched.deliveries
         due_in_ms = fetched.next_due_in_ms
@@ -157,12 +134,18 @@ class Consumer:
             block_ms = max(1, min(block_ms, due_in_ms))
         return self._read_blocking(block_ms)
 
-    def _fetch(self, count: int, acks: list[tuple[Delivery, bool]]) -> Fetched:
+    def _fetch(self, count: int) -> Fetched:
+        """Send the queued acks and take up to ``count`` jobs.
+
+        The acks are taken from the finisher only once the call succeeded, so a fetch that
+        is retried after an outage sends them again.
+        """
         # Jobs fetched less than half a visibility timeout ago cannot have been swept, so their
         # acks skip the ownership check (it costs an XPENDING per batch).
         age_ms = (time.monotonic() - self._fetched_at) * 1000
         fence = age_ms > self.executor.app.settings.visibility_timeout_ms / 2
-        fetched = self.broker.fetch(self.name, count, acks, fence_acks=fence)
+        fetched = self.broker.fetch(self.name, count, self.finisher.acks, fence_acks=fence)
+        self.finisher.take_acks()
         self._fetched_at = time.monotonic()
         return fetched
 
@@ -171,13 +154,14 @@ class Consumer:
         try:
             if self.stopping:
                 return []
-            batch = self._retrying(
+            batch = self._outages.call(
                 lambda: self.broker.read_blocking(self.name, self.options.prefetch, block_ms)
             )
             self._fetched_at = time.monotonic()
-        except _Interrupted:
-            # The read was cut off mid-reply: drop that connection. Entries it may have
-            # delivered stay pending under this consumer and are handed back by the master.
+        except (_Interrupted, BrokerUnavailable):
+            # Stopped while idle (or while Redis was down): the read may have been cut off
+            # mid-reply, so drop that connection. Entries it may have delivered stay pending
+            # under this consumer and are handed back by the master.
             self.broker.disconnect()
             return []
         finally:
@@ -189,14 +173,13 @@ class Consumer:
         self._hand_back(extra)
         return keep
 
-    def _process(self, d: Delivery) -> Outcome:
+    def _process(self, d: Delivery) -> None:
         prepared = self.executor.prepare(d)
-        if isinstance(prepared, Outcome):
-            self._settle(prepared)
-            return prepared
-        outcome = self._run(prepared)
-        self._settle(outcome)
-        return outcome
+        outcome = prepared if isinstance(prepared, Outcome) else self._run(prepared)
+        self._outages.call(lambda: self.finisher.record(outcome, owner=self.name))
+        if self.slot is not None:
+            self.slot.finish(outcome.kind)
+        self._done += 1
 
     def _run(self, p: Prepared) -> Outcome:
         self.set_title(f"running {p.msg.task} {p.delivery.entry_id}")
@@ -215,33 +198,25 @@ class Consumer:
             self._task_code = None
             self.set_title("idle")
 
-    def _settle(self, o: Outcome) -> None:
-        """Record the job's fate (a success is acked by the next fetch) and count it."""
-        self._retrying(functools.partial(settle, self.broker, self.executor, o, owner=self.name))
-        if self.slot is not None:
-            self.slot.finish(o.kind)
-        self._done += 1
-
     def _hand_back(self, rest: list[Delivery]) -> None:
         """Return prefetched jobs that did not start, without using up an attempt."""
         for d in rest:
-            self._retrying(
-                functools.partial(hand_back, self.broker, self.executor, d, owner=self.name)
-            )
+            self._outages.call(functools.partial(self.finisher.hand_back, d, owner=self.name))
 
-    def _reconcile(self, done: set[str]) -> None:
+    def _reconcile(self) -> None:
         """After an outage, hand back entries pending here that this consumer does not hold.
 
-        Called before the fetch that acks ``done`` (finished jobs), with no other job held.
-        A Redis restart can bring back entries whose ack was lost with the last second of
-        writes; without this they would stay pending under a live consumer for good.
+        Called before the fetch that sends the queued acks (of finished jobs), with no other
+        job held. A Redis restart can bring back entries whose ack was lost with the last
+        second of writes; without this they would stay pending under a live consumer for good.
         """
+        done = {d.entry_id for d, _ in self.finisher.acks}
         for d in self.broker.pending_of(self.name):
             if d.entry_id not in done:
                 logger.warning(
                     "handing back %s %s: pending here after a Redis outage", d.stream, d.entry_id
                 )
-                hand_back(self.broker, self.executor, d, owner=self.name)
+                self.finisher.hand_back(d, owner=self.name)
 
     def _check_limits(self) -> None:
         o = self.options
@@ -251,34 +226,6 @@ class Consumer:
         elif o.max_memory_kb and _peak_rss_kb() > o.max_memory_kb:
             logger.info("recycling: memory above %d KiB (--max-memory-per-child)", o.max_memory_kb)
             self.stopping = True
-
-    # -- Redis outages -------------------------------------------------------------------
-
-    def _retrying(self, call: Callable[[], T]) -> T:
-        """Run a broker call, waiting out Redis outages with capped, jittered backoff."""
-        delay = 0.05
-        while True:
-            try:
-                result = call()
-            except redis.RedisError as exc:
-                if not is_outage(exc):
-                    raise
-                self._note_outage(exc)
-                if self._idle and self.stopping:
-                    raise _Interrupted() from None
-                time.sleep(delay * random.uniform(0.5, 1.5))
-                delay = min(delay * 2, 5.0)
-                continue
-            if self._outage_since:
-                logger.warning("Redis is back after %.1fs", time.monotonic() - self._outage_since)
-                self._outage_since = 0.0
-            return result
-
-    def _note_outage(self, exc: BaseException) -> None:
-        self._reconcile_due = True
-        if not self._outage_since:
-            self._outage_since = time.monotonic()
-            logger.warning("Redis unavailable (%s); retrying with backoff", exc)
 
 
 def _code_of(task: Task[..., Any]) -> CodeType:

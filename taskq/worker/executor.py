@@ -5,26 +5,19 @@ from __future__ import annotations
 import inspect
 import time
 import traceback
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from taskq.app import App
 from taskq.broker import Delivery
+from taskq.config import Settings
 from taskq.context import JobContext, reset_current, set_current
 from taskq.errors import DecodeError, Retry, TaskNotFound
 from taskq.message import Message
-from taskq.retry import RetryPolicy
 from taskq.task import Task
+from taskq.worker.outcome import DEAD, OK, RETRY, Outcome, rejected
+from taskq.worker.retry import RetryPolicy
 
-OK, RETRY, DEAD = "ok", "retry", "dead"
-
-COUNTERS = ("processed", "failed", "retried", "dead")
-"""The job counters a worker keeps (scoreboard, heartbeat record, metrics)."""
-COUNTED: dict[str, tuple[str, ...]] = {
-    OK: ("processed",),
-    RETRY: ("failed", "retried"),
-    DEAD: ("failed", "dead"),
-}
-"""Which counters an outcome bumps."""
+if TYPE_CHECKING:
+    from taskq.app import App
 
 
 class Prepared(NamedTuple):
@@ -39,27 +32,16 @@ class Prepared(NamedTuple):
     hard_limit_s: float | None
 
 
-class Outcome(NamedTuple):
-    """What became of one delivery, and what the worker must do with it."""
-
-    kind: str
-    delivery: Delivery
-    msg: Message | None = None
-    attempt: int = 0
-    delay_ms: int = 0
-    error_type: str = ""
-    error: str = ""
-    traceback: str = ""
-    duration_s: float = 0.0
-
-    @property
-    def failed_before(self) -> bool:
-        """True if an earlier attempt of this entry failed (it may have a failure record)."""
-        return self.delivery.deliveries > 1 or (self.msg is not None and self.msg.retries > 0)
-
-
-def dead(d: Delivery, reason: str, msg: Message | None = None, attempt: int = 0) -> Outcome:
-    return Outcome(DEAD, d, msg, attempt, error_type="Rejected", error=reason)
+def policy_for(task: Task[..., Any], settings: Settings) -> RetryPolicy:
+    """The task's retry settings, falling back to the app's."""
+    o = task.options
+    return RetryPolicy(
+        max_retries=settings.max_retries if o.max_retries is None else o.max_retries,
+        backoff_ms=o.retry_backoff_ms or settings.retry_backoff_ms,
+        backoff_factor=settings.retry_backoff_factor,
+        backoff_max_ms=o.retry_backoff_max_ms or settings.retry_backoff_max_ms,
+        jitter=settings.retry_jitter if o.retry_jitter is None else o.retry_jitter,
+    )
 
 
 class Executor:
@@ -80,24 +62,24 @@ class Executor:
     def prepare(self, d: Delivery) -> Prepared | Outcome:
         """Decode and look up; bad input becomes a DEAD outcome with the reason."""
         if d.body is None:
-            return dead(d, "entry has no 'body' field")
+            return rejected(d, "entry has no 'body' field")
         try:
             msg = Message.decode(d.body)
         except DecodeError as exc:
-            return dead(d, f"malformed job: {exc.reason}")
+            return rejected(d, f"malformed job: {exc.reason}")
         try:
             task = self.app.get_task(msg.task)
         except TaskNotFound as exc:
-            return dead(d, str(exc), msg)
+            return rejected(d, str(exc), msg)
         policy = self._policies.get(task.name)
         if policy is None:
-            policy = self._policies[task.name] = task.retry_policy(self.app.settings)
+            policy = self._policies[task.name] = policy_for(task, self.app.settings)
         attempt = msg.retries + d.deliveries
         if attempt > policy.max_attempts and d.deliveries == 1:
             # Never delivered before: its body alone claims the attempts (a foreign producer,
             # or max_retries lowered since it was handed back).
             reason = f"the body's retries ({msg.retries}) use up max_retries ({policy.max_retries})"
-            return dead(d, reason, msg, msg.retries)
+            return rejected(d, reason, msg, msg.retries)
         if attempt > policy.max_attempts:
             reason = f"worker lost: the job's runs ended without a result {attempt - 1} times"
             return Outcome(DEAD, d, msg, attempt - 1, error_type="WorkerLost", error=reason)
@@ -108,17 +90,9 @@ class Executor:
     def execute(self, p: Prepared) -> Outcome:
         """Run the task with its job context set; never raises for a task's exception."""
         msg = p.msg
-        ctx = JobContext(
-            msg.id,
-            msg.task,
-            p.attempt,
-            p.policy.max_attempts,
-            msg.queue,
-            msg.priority,
-            msg.created_ms,
-            p.delivery.entry_id,
+        token = set_current(
+            JobContext.of(msg, p.attempt, p.policy.max_attempts, p.delivery.entry_id)
         )
-        token = set_current(ctx)
         started = time.perf_counter()
         try:
             p.task.run(msg.args, msg.kwargs)
@@ -141,6 +115,13 @@ class Executor:
             traceback=_traceback_of(exc),
             duration_s=duration_s,
         )
+
+    def lost(self, p: Prepared, cause: str) -> Outcome:
+        """The outcome of a run whose process died under it: a failed attempt."""
+        retry = p.policy.should_retry(p.attempt)
+        delay_ms = p.policy.delay_ms(p.attempt) if retry else 0
+        kind = RETRY if retry else DEAD
+        return Outcome(kind, p.delivery, p.msg, p.attempt, delay_ms, "WorkerLost", cause)
 
     def _decide(self, p: Prepared, exc: Exception) -> tuple[str, int]:
         if isinstance(exc, TypeError) and not _fits(p.task, p.msg):

@@ -1,6 +1,8 @@
-"""What follows a run: park a retry, dead-letter a failure, or hand a job back.
+"""What follows a run, in Redis: ack a success, park a retry, dead-letter a failure, hand a
+job back, and settle the jobs of a child that exited. One log line per outcome.
 
-(A success needs nothing here: the worker's next fetch acks and deletes it.)
+A success's ack is not sent on its own: it rides on the consumer's next fetch (one round trip
+per job at ``--prefetch 1``, one per batch above), so :class:`Finisher` keeps it until then.
 """
 
 from __future__ import annotations
@@ -8,96 +10,99 @@ from __future__ import annotations
 import logging
 
 from taskq.broker import Broker, Delivery
-from taskq.executor import DEAD, OK, RETRY, Executor, Outcome, Prepared
+from taskq.deadletter import Deadletter
 from taskq.message import with_retries
 from taskq.middleware import emit
+from taskq.worker.executor import Executor, Prepared
+from taskq.worker.outcome import DEAD, OK, RETRY, Outcome
 
 logger = logging.getLogger(__name__)
 
 ARROWS = {OK: "←", RETRY: "↻", DEAD: "✗"}
 
 
-def settle(broker: Broker, executor: Executor, o: Outcome, *, owner: str) -> None:
-    """Record a failure's fate in Redis (fenced by ``owner``), then log it and tell middleware."""
-    d = o.delivery
-    if o.kind == RETRY:
-        broker.park(d, owner=owner, delay_ms=o.delay_ms)
-    elif o.kind == DEAD:
-        broker.dead_letter(d, owner=owner, fields=dead_letter_fields(o, worker=owner))
-    log_outcome(o)
-    emit(executor.app.middleware, "after_job", o)
+class Finisher:
+    """Applies outcomes to Redis on behalf of one consumer, or of a master for its children.
 
-
-def hand_back(broker: Broker, executor: Executor, d: Delivery, *, owner: str) -> None:
-    """Put a pending entry back in its own stream without using up an attempt.
-
-    The body is patched, not rebuilt, so fields this version does not know survive. An entry
-    that cannot run at all (bad input) goes to the dead-letter stream instead.
+    Every move is fenced by ``owner``: the consumer the entry must still be pending under.
     """
-    prepared = executor.prepare(d)
-    if isinstance(prepared, Outcome):
-        settle(broker, executor, prepared, owner=owner)
-    else:
-        body = with_retries(d.body or b"", prepared.attempt - 1)
-        broker.requeue(d, task=prepared.msg.task, body=body, owner=owner)
 
+    def __init__(self, broker: Broker, executor: Executor) -> None:
+        self.broker = broker
+        self.executor = executor
+        self.acks: list[tuple[Delivery, bool]] = []
+        """Successes whose ack waits for the next fetch, each with whether it ever failed."""
 
-def settle_exited(
-    broker: Broker,
-    executor: Executor,
-    consumer: str,
-    running: tuple[str, str] | None,
-    cause: str,
-) -> list[str]:
-    """Deal with every entry pending under the consumer of a process that exited.
-
-    The entry it was running (``running``: stream and entry id) failed with ``cause`` and
-    counts as an attempt; every other one (prefetched, not started) goes back uncounted. The
-    consumer is then deleted. Returns the kinds (retry or dead) of the failures recorded.
-    """
-    failures = []
-    for d in broker.pending_of(consumer):
-        prepared = executor.prepare(d) if (d.stream, d.entry_id) == running else None
-        if isinstance(prepared, Prepared):
-            outcome = lost(prepared, cause)
-            settle(broker, executor, outcome, owner=consumer)
-            failures.append(outcome.kind)
+    def record(self, o: Outcome, *, owner: str) -> None:
+        """Record a run's fate (a success's ack is queued), log it and tell middleware."""
+        d = o.delivery
+        if o.kind == OK:
+            self.acks.append((d, o.failed_before))
+        elif o.kind == RETRY:
+            self.broker.park(d, owner=owner, delay_ms=o.delay_ms)
         else:
-            hand_back(broker, executor, d, owner=consumer)
-    broker.forget_consumer(consumer)
-    return failures
+            self.broker.deadletter(d, owner=owner, entry=deadletter_entry(o, worker=owner))
+        log_outcome(o)
+        emit(self.executor.app.middleware, "after_job", o)
+
+    def take_acks(self) -> list[tuple[Delivery, bool]]:
+        """The queued acks, for the fetch that sends them."""
+        acks, self.acks = self.acks, []
+        return acks
+
+    def hand_back(self, d: Delivery, *, owner: str) -> None:
+        """Put a pending entry back in its own stream without using up an attempt.
+
+        The body is patched, not rebuilt, so fields this version does not know survive. An
+        entry that cannot run at all (bad input) goes to the dead-letter stream instead.
+        """
+        prepared = self.executor.prepare(d)
+        if isinstance(prepared, Outcome):
+            self.record(prepared, owner=owner)
+        else:
+            body = with_retries(d.body or b"", prepared.attempt - 1)
+            self.broker.requeue(d, task=prepared.msg.task, body=body, owner=owner)
+
+    def recover_exited(
+        self, consumer: str, running: tuple[str, str] | None, cause: str
+    ) -> list[str]:
+        """Deal with every entry pending under the consumer of a process that exited.
+
+        The entry it was running (``running``: stream and entry id) failed with ``cause`` and
+        counts as an attempt; every other one (prefetched, not started) goes back uncounted.
+        The consumer is then deleted. Returns the kinds (retry or dead) of the failures.
+        """
+        failures = []
+        for d in self.broker.pending_of(consumer):
+            prepared = self.executor.prepare(d) if (d.stream, d.entry_id) == running else None
+            if isinstance(prepared, Prepared):
+                outcome = self.executor.lost(prepared, cause)
+                self.record(outcome, owner=consumer)
+                failures.append(outcome.kind)
+            else:
+                self.hand_back(d, owner=consumer)
+        self.broker.forget_consumer(consumer)
+        return failures
 
 
-def lost(p: Prepared, cause: str) -> Outcome:
-    """The outcome of a run whose process died under it: a failed attempt."""
-    retry = p.policy.should_retry(p.attempt)
-    delay_ms = p.policy.delay_ms(p.attempt) if retry else 0
-    return Outcome(
-        RETRY if retry else DEAD,
-        p.delivery,
-        p.msg,
-        p.attempt,
-        delay_ms,
-        error_type="WorkerLost",
-        error=cause,
-    )
-
-
-def dead_letter_fields(o: Outcome, *, worker: str) -> dict[str, object]:
-    """The fields a dead-letter entry adds to the original job."""
+def deadletter_entry(o: Outcome, *, worker: str) -> Deadletter:
+    """The dead-letter entry of a failed outcome (the failure times are Redis's)."""
     d = o.delivery
-    return {
-        "task": o.msg.task if o.msg else "",
-        "job_id": o.msg.id if o.msg else "",
-        "body": d.body or b"",
-        "error_type": o.error_type,
-        "error": o.error,
-        "traceback": o.traceback,
-        "attempts": o.attempt,
-        "worker": worker,
-        "stream": d.stream,
-        "entry_id": d.entry_id,
-    }
+    return Deadletter(
+        dead_id="",
+        task=o.msg.task if o.msg else "",
+        job_id=o.msg.id if o.msg else "",
+        body=d.body or b"",
+        error_type=o.error_type,
+        error=o.error,
+        traceback=o.traceback,
+        attempts=o.attempt,
+        first_failure_ms=0,
+        last_failure_ms=0,
+        worker=worker,
+        stream=d.stream,
+        entry_id=d.entry_id,
+    )
 
 
 def log_outcome(o: Outcome) -> None:

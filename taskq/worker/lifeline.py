@@ -1,4 +1,6 @@
-"""A child dies with its master: nobody else renews the leases of the jobs it runs.
+"""Child processes: they die with their master, and how a child's end is told.
+
+A child dies with its master: nobody else renews the leases of the jobs it runs.
 
 The master renews its children's leases. A child whose master is gone (SIGKILL of the master
 alone, as supervisord sends by default, or an OOM kill) would keep running a job whose lease
@@ -11,6 +13,7 @@ the job of any worker that crashed.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -53,3 +56,24 @@ def _set_pdeathsig(sig: int) -> bool:
         return int(libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)) == 0
     except (OSError, AttributeError):
         return False
+
+
+def kill(pid: int, sig: int) -> None:
+    """Send ``sig`` to ``pid`` if it still exists."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, sig)
+
+
+def describe_exit(status: int) -> str:
+    """A wait status in words: ``killed by SIGKILL``, ``exited with code 1``."""
+    if os.WIFSIGNALED(status):
+        return f"killed by {signal_name(os.WTERMSIG(status))}"
+    return f"exited with code {os.WEXITSTATUS(status)}"
+
+
+def signal_name(signum: int) -> str:
+    """``SIGKILL``, or ``signal 40`` for a number Python has no name for (real-time ones)."""
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"

@@ -9,10 +9,7 @@ cold shutdowns.
 
 from __future__ import annotations
 
-import collections
-import contextlib
 import functools
-import json
 import logging
 import os
 import signal
@@ -22,26 +19,26 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import FrameType
 
-import redis
 import setproctitle
 
 from taskq import __version__
 from taskq.app import App
 from taskq.broker import Broker
-from taskq.errors import BrokerError, ConfigError
-from taskq.executor import COUNTED, COUNTERS, Executor
 from taskq.keys import consumer_name, worker_id
-from taskq.lifeline import die_with_parent
 from taskq.middleware import emit
-from taskq.retry import capped_exponential
-from taskq.scoreboard import LOCK_TIMEOUT_S, Scoreboard, SlotView
-from taskq.settle import settle_exited
-from taskq.worker import Consumer, ConsumerOptions
+from taskq.worker.consumer import Consumer, ConsumerOptions
+from taskq.worker.executor import Executor
+from taskq.worker.finish import Finisher
+from taskq.worker.lifeline import describe_exit, die_with_parent, kill, signal_name
+from taskq.worker.maintenance import Maintenance
+from taskq.worker.outcome import JobCounts
+from taskq.worker.record import ChildRecord, WorkerRecord
+from taskq.worker.retry import capped_exponential
+from taskq.worker.scoreboard import LOCK_TIMEOUT_S, Scoreboard, SlotView
 
 logger = logging.getLogger(__name__)
 
 TICK_S = 0.1
-FORGET_CONSUMERS_AFTER_MS = 3_600_000
 
 
 @dataclass(frozen=True)
@@ -111,14 +108,12 @@ class Pool:
             time_limit_s=self.options.time_limit_s,
             soft_time_limit_s=self.options.soft_time_limit_s,
         )
-        self._broker: Broker | None = None
+        self.maintenance = Maintenance(self.app, self.options.queues, self.worker_id)
         self._backoff = _Backoff()
         self._orphans: list[_Orphan] = []
-        self._visibility_conflict = False
         self._deadline = 0.0
-        self._due: dict[str, float] = {}
         self._started_mono = time.monotonic()
-        self._settled: collections.Counter[str] = collections.Counter()  # exited children, master
+        self._settled = JobCounts()  # of children that exited, and what the master recorded
         self._last_processed = (0, time.monotonic())
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -127,12 +122,14 @@ class Pool:
         """Serve until a shutdown completes; returns the process exit code."""
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
-        self._claim_queues()
+        self.app.set_current()  # shared tasks enqueue through the app this worker runs
+        self.maintenance.claim_queues(self._record())
+        self.app.link.disconnect()  # no open connection crosses the fork
         emit(self.app.middleware, "worker_start", self.options.queues)
         self._title()
         for i in range(self.options.concurrency):
             self._spawn(i)
-        self._maintain(lambda b: b.ensure_groups())
+        self.maintenance.step(lambda b: b.ensure_groups())
         logger.info(
             "worker %s: %d children on %s",
             self.worker_id,
@@ -142,7 +139,7 @@ class Pool:
         while not self.stopping or self.children or self._orphans:
             self._tick()
             time.sleep(TICK_S)
-        self._maintain(lambda b: b.unregister(self.worker_id))
+        self.maintenance.step(lambda b: b.unregister(self.worker_id))
         emit(self.app.middleware, "worker_stop")
         logger.info(
             "worker %s stopped (%s shutdown)", self.worker_id, "cold" if self.cold else "warm"
@@ -154,13 +151,11 @@ class Pool:
         for step in (self._reap, self._enforce_time_limits, self._check_grace):
             self._guarded(step)
         self._settle_orphans()
-        s = self.app.settings
         # Leases and the heartbeat go on while children finish their jobs in a warm shutdown.
-        self._periodic("renew", s.visibility_timeout_ms / 3000, self._renew)
-        self._periodic("heartbeat", s.heartbeat_interval_ms / 1000, self._beat)
+        consumers = [c.consumer for c in self.children.values()]
+        self.maintenance.tick(consumers=consumers, record=self._record, sweep=not self.stopping)
         if not self.stopping:
             self._guarded(self._respawn)
-            self._periodic("sweep", s.sweep_interval_ms / 1000, self._sweep)
         self._guarded(self._title)
 
     def _guarded(self, step: Callable[[], object]) -> None:
@@ -183,12 +178,12 @@ class Pool:
         self.stopping = True
         self._deadline = time.monotonic() + self.options.grace_s
         for child in self.children.values():
-            _kill(child.pid, signal.SIGTERM)
+            kill(child.pid, signal.SIGTERM)
 
     def _go_cold(self) -> None:
         self.cold = True
         for child in self.children.values():
-            _kill(child.pid, signal.SIGKILL)
+            kill(child.pid, signal.SIGKILL)
 
     # -- children ------------------------------------------------------------------------
 
@@ -248,8 +243,7 @@ class Pool:
             cause = _describe(status, child.killed_for)
             self._orphans.append(_Orphan(child, view, cause))
             del self.children[child.index]
-            for name in COUNTERS:
-                self._settled[name] += getattr(view, name)
+            self._settled += view.counts
             self._note_exit(child, status, cause)
 
     def _note_exit(self, child: _Child, status: int, cause: str) -> None:
@@ -291,7 +285,7 @@ class Pool:
                 if again.seq != view.seq or not again.busy:
                     continue
                 child.killed_for = "hard time limit exceeded"
-                _kill(child.pid, signal.SIGKILL)
+                kill(child.pid, signal.SIGKILL)
             finally:
                 lock.release()
             logger.warning(
@@ -314,7 +308,7 @@ class Pool:
         for orphan in self._orphans:
             if now < orphan.backoff.not_before:
                 left.append(orphan)
-            elif not self._maintain(functools.partial(self._settle_child, orphan=orphan)):
+            elif not self.maintenance.step(functools.partial(self._settle_child, orphan=orphan)):
                 orphan.backoff.failed()
                 left.append(orphan)
         self._orphans = left
@@ -326,127 +320,54 @@ class Pool:
         running = None
         if view.busy and not self.cold and 0 <= view.stream_index < len(broker.streams):
             running = (broker.streams[view.stream_index], view.entry_id)
-        consumer = orphan.child.consumer
-        for kind in settle_exited(broker, self.executor, consumer, running, orphan.cause):
-            self._settled.update(COUNTED[kind])
+        finisher = Finisher(broker, self.executor)
+        for kind in finisher.recover_exited(orphan.child.consumer, running, orphan.cause):
+            self._settled = self._settled.counted(kind)
 
-    # -- periodic maintenance --------------------------------------------------------------
+    # -- the heartbeat record --------------------------------------------------------------
 
-    @property
-    def broker(self) -> Broker:
-        if self._broker is None:
-            self._broker = self.app.broker_for(self.options.queues)
-        return self._broker
-
-    def _periodic(self, name: str, every_s: float, action: Callable[[Broker], object]) -> None:
-        now = time.monotonic()
-        if now >= self._due.get(name, 0.0):
-            self._due[name] = now + every_s
-            self._maintain(action)
-
-    def _maintain(self, action: Callable[[Broker], object]) -> bool:
-        """Run one maintenance step; a Redis outage is logged and retried on a later tick."""
-        try:
-            action(self.broker)
-        except (redis.RedisError, BrokerError) as exc:
-            logger.warning("maintenance step failed (%s); will retry", exc)
-            return False
-        except Exception:  # the supervisor must outlive any bug in one step
-            logger.exception("maintenance step failed; will retry")
-            return False
-        return True
-
-    def _renew(self, broker: Broker) -> None:
-        broker.renew([c.consumer for c in self.children.values()])
-
-    def _sweep(self, broker: Broker) -> None:
-        s = self.app.settings
-        for queue in self.options.queues:
-            if broker.try_lead_sweep(queue, self.worker_id, s.sweep_interval_ms):
-                recovered = broker.sweep(queue, min_idle_ms=s.visibility_timeout_ms)
-                if recovered:
-                    logger.warning("recovered %d jobs of lost workers on %s", recovered, queue)
-        live = [c.consumer for c in self.children.values()]
-        broker.forget_consumers(idle_ms=FORGET_CONSUMERS_AFTER_MS, keep=live)
-
-    def _claim_queues(self) -> None:
-        """The first heartbeat, before any child exists: refuse to serve queues whose live
-        workers use another visibility timeout.
-
-        Raises:
-            ConfigError: they do.
-        """
-        try:
-            conflict = self._beat(self.broker)
-        except (redis.RedisError, BrokerError) as exc:
-            logger.warning("first heartbeat failed (%s); will retry", exc)
-            return
-        if conflict is not None:
-            raise ConfigError(conflict)
-
-    def _beat(self, broker: Broker) -> str | None:
-        """Write the heartbeat record; returns (and logs once) a visibility-timeout conflict."""
-        s = self.app.settings
-        conflict = broker.heartbeat(
-            self.worker_id,
-            self._record(),
-            ttl_ms=s.worker_ttl_ms,
-            visibility_timeout_ms=s.visibility_timeout_ms,
-        )
-        if conflict is None:
-            return None
-        queue, theirs = conflict
-        message = (
-            f"queue {queue}: its live workers use visibility_timeout_ms={theirs}, this worker "
-            f"{s.visibility_timeout_ms}; every worker of a queue must use the same (leases, "
-            "fences and crash recovery depend on it)"
-        )
-        if not self._visibility_conflict:
-            self._visibility_conflict = True
-            logger.error("%s", message)
-        return message
-
-    def _record(self) -> dict[str, str | int]:
+    def _record(self) -> WorkerRecord:
         views = [self.scoreboard.read(c.index) for c in self.children.values()]
-        totals = [self._settled[k] + sum(getattr(v, k) for v in views) for k in COUNTERS]
+        totals = self._settled
+        for v in views:
+            totals += v.counts
         done, at = self._last_processed
         now = time.monotonic()
-        rate = (totals[0] - done) / (now - at) if now > at else 0.0
-        self._last_processed = (totals[0], now)
-        children = [
-            {
-                "index": c.index + 1,
-                "pid": c.pid,
-                "consumer": c.consumer,
-                "task": v.task if v.busy else None,
-                "job_id": v.job_id if v.busy else None,
-                "entry_id": v.entry_id if v.busy else None,
-                "stream": self._stream_name(v) if v.busy else None,
-                "running_ms": int((now - v.started_mono) * 1000) if v.busy else None,
-            }
+        rate = (totals.processed - done) / (now - at) if now > at else 0.0
+        self._last_processed = (totals.processed, now)
+        children = tuple(
+            ChildRecord(c.index + 1, c.pid, c.consumer)
+            if not v.busy
+            else ChildRecord(
+                c.index + 1,
+                c.pid,
+                c.consumer,
+                v.task,
+                v.job_id,
+                self._stream_name(v),
+                v.entry_id,
+                int((now - v.started_mono) * 1000),
+            )
             for c, v in zip(self.children.values(), views, strict=True)
-        ]
-        return {
-            "id": self.worker_id,
-            "host": self.host,
-            "pid": self.pid,
-            "version": __version__,
-            "app": self.options.app_name,
-            "uptime_ms": int((now - self._started_mono) * 1000),
-            "visibility_timeout_ms": self.app.settings.visibility_timeout_ms,
-            "concurrency": self.options.concurrency,
-            "queues": ",".join(self.options.queues),
-            "tasks": json.dumps(self.app.registered()),
-            "processed": totals[0],
-            "failed": totals[1],
-            "retried": totals[2],
-            "dead": totals[3],
-            "rate_per_s": round(rate, 1),
-            "children": json.dumps(children),
-        }
+        )
+        return WorkerRecord(
+            id=self.worker_id,
+            host=self.host,
+            pid=self.pid,
+            version=__version__,
+            app=self.options.app_name,
+            uptime_ms=int((now - self._started_mono) * 1000),
+            visibility_timeout_ms=self.app.settings.visibility_timeout_ms,
+            concurrency=self.options.concurrency,
+            queues=self.options.queues,
+            tasks=tuple(self.app.registered()),
+            counts=totals,
+            rate_per_s=round(rate, 1),
+            children=children,
+        )
 
     def _stream_name(self, view: SlotView) -> str:
-        streams = self.broker.streams
+        streams = self.maintenance.broker.streams
         return streams[view.stream_index] if 0 <= view.stream_index < len(streams) else "?"
 
     def _title(self) -> None:
@@ -462,22 +383,5 @@ def run_pool(app: App, options: PoolOptions) -> int:
     return Pool(app, options).run()
 
 
-def _kill(pid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, sig)
-
-
 def _describe(status: int, killed_for: str) -> str:
-    if killed_for:
-        return killed_for
-    if os.WIFSIGNALED(status):
-        return f"killed by {signal_name(os.WTERMSIG(status))}"
-    return f"exited with code {os.WEXITSTATUS(status)}"
-
-
-def signal_name(signum: int) -> str:
-    """``SIGKILL``, or ``signal 40`` for a number Python has no name for (real-time ones)."""
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return f"signal {signum}"
+    return killed_for or describe_exit(status)

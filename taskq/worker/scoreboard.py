@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from multiprocessing.synchronize import Lock
 
-from taskq.executor import COUNTED, COUNTERS
+from taskq.worker.outcome import COUNTED, COUNTERS, JobCounts
 
 _JOB = struct.Struct("<qddqd48s160s64s")
 """seq, started (wall s), started (monotonic s), stream index, hard deadline (monotonic s),
@@ -63,6 +63,10 @@ class SlotView:
     @property
     def busy(self) -> bool:
         return self.started > 0
+
+    @property
+    def counts(self) -> JobCounts:
+        return JobCounts(self.processed, self.failed, self.retried, self.dead)
 
 
 class Scoreboard:

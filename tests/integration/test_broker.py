@@ -9,9 +9,8 @@ import redis
 
 import taskq
 from taskq import App
-from taskq.app import _shared_tasks as shared_tasks
-from taskq.broker import Broker
 from taskq.keys import GROUP
+from taskq.registry import SHARED
 from taskq.testing import drain
 
 pytestmark = pytest.mark.integration
@@ -21,7 +20,7 @@ def test_group_creation_is_idempotent_and_a_lost_group_is_recreated(
     make_app: Callable[..., App], r: redis.Redis
 ) -> None:
     app = make_app()
-    broker = Broker(app.broker.client, ["tasks"])
+    broker = app.broker_for(["tasks"])
     broker.ensure_groups()
     broker.ensure_groups()  # BUSYGROUP is not an error
     assert [g["name"] for g in r.xinfo_groups("tasks:high")] == [GROUP.encode()]
@@ -39,7 +38,7 @@ def test_one_fetch_takes_high_before_normal_before_low(
     app = make_app()
     for priority in ("low", "normal", "high", "low", "high"):
         r.xadd(f"tasks:{priority}", {"task": priority, "body": b"\x80"})
-    broker = Broker(app.broker.client, ["tasks"])
+    broker = app.broker_for(["tasks"])
     broker.ensure_groups()
     got = broker.fetch("c1", 3).deliveries
     assert [d.priority for d in got] == ["high", "high", "normal"]
@@ -57,11 +56,11 @@ def test_shared_task_enqueues_through_the_current_app_and_any_app_runs_it(
         runs.append(x * 2)
 
     try:
-        app = make_app()  # the most recent App is the current one
+        app = make_app().set_current()  # shared tasks enqueue through the current app
         job = double.delay(21)
         assert job.entry_id is not None and r.xlen("tasks:normal") == 1
         assert "shared.double" in app.registered()
         drain(app)
         assert runs == [42]
     finally:
-        shared_tasks.pop("shared.double")  # keep the registry as other tests expect it
+        SHARED.tasks.pop("shared.double")  # keep the registry as other tests expect it

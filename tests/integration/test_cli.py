@@ -188,10 +188,9 @@ def _pings(client: redis.Redis) -> bool:
         return False
 
 
-def test_taskq_server_refuses_a_busy_port(redis_server: Any, tmp_path: Path) -> None:
-    out = CliRunner().invoke(
-        main, ["server", "--port", str(redis_server.port), "--dir", str(tmp_path)]
-    )
+def test_taskq_server_refuses_a_busy_port(redis_server: str, tmp_path: Path) -> None:
+    port = redis.Redis.from_url(redis_server).connection_pool.connection_kwargs["port"]
+    out = CliRunner().invoke(main, ["server", "--port", str(port), "--dir", str(tmp_path)])
     assert out.exit_code == 1 and "is in use" in out.output
 
 

@@ -16,7 +16,7 @@ import redis
 
 from examples import idempotent, producer, tasks
 from taskq import App
-from taskq.server import port_in_use
+from taskq.ops.devserver import port_in_use
 from taskq.testing import drain, override
 from tests.conftest import FAST_SETTINGS, ROOT, WorkerProcess, wait_until
 from tests.examples_support import http, results, run_example, web_process

@@ -21,10 +21,9 @@ import redis
 from click.testing import CliRunner, Result
 
 from taskq import App
-from taskq.broker import Broker
-from taskq.inspect import Inspector
 from taskq.keys import GROUP, PRIORITIES, RETRY_CONSUMER
 from taskq.message import Message
+from taskq.ops.inspect import Inspector
 from tests import tasks
 from tests.conftest import ROOT, WorkerProcess, wait_until, worker_env
 from tests.redis_server import free_port
@@ -159,7 +158,7 @@ def test_waiting_is_right_where_redis_lag_is_null_or_wrong(
     app = make_app()
     for i in range(5):
         app.enqueue(Message("t", (i,)))
-    broker = Broker(app.broker.client, ["tasks"])
+    broker = app.broker_for(["tasks"])
     broker.ensure_groups()
     delivered = r.xreadgroup(GROUP, "c", {"tasks:normal": ">"}, count=2)[0][1]
     ack_and_delete(r, delivered[1][0])
@@ -342,7 +341,7 @@ def test_pending_shows_jobs_parked_for_retry(make_app: Callable[..., App], redis
     # Given: a delivered job parked for a retry an hour from now.
     app = make_app()
     app.enqueue(Message("some.task"))
-    broker = Broker(app.broker.client, ["tasks"])
+    broker = app.broker_for(["tasks"])
     broker.ensure_groups()
     [d] = broker.fetch("host:1:0:2", 1).deliveries
     assert broker.park(d, owner="host:1:0:2", delay_ms=3_600_000)
@@ -507,7 +506,7 @@ def test_purge_in_batches_stops_at_the_newest_id_and_keeps_delivered_entries(
     app = make_app()
     for i in range(10):
         app.enqueue(Message("t", (i,)))
-    broker = Broker(app.broker.client, ["tasks"])
+    broker = app.broker_for(["tasks"])
     broker.ensure_groups()
     r.xreadgroup(GROUP, "c", {"tasks:normal": ">"}, count=3)
 
@@ -519,7 +518,7 @@ def test_purge_in_batches_stops_at_the_newest_id_and_keeps_delivered_entries(
     assert r.xlen("tasks:normal") == 3 and r.xpending("tasks:normal", GROUP)["pending"] == 3
     # New jobs after a purge count as waiting (Redis reports no lag now).
     app.enqueue(Message("t", ("new",)))
-    [q] = Inspector(app.broker.client, ["tasks"]).queue_stats()
+    [q] = Inspector(app.reader, ["tasks"]).queue_stats()
     normal = q.streams[1]
     assert (normal.waiting, normal.pending, normal.lag) == (1, 3, None)
     assert broker.purge_waiting("tasks", ["normal"], include_pending=True, batch=2) == {
@@ -542,12 +541,12 @@ def test_overview_stays_fast_with_a_million_waiting_jobs(
 ) -> None:
     # Given: a million waiting jobs (written server-side, 100k per script call).
     app = make_app()
-    Broker(app.broker.client, ["tasks"]).ensure_groups()
+    app.broker_for(["tasks"]).ensure_groups()
     fill = "for i = 1, 100000 do redis.call('XADD', KEYS[1], '*', 'task', 't', 'body', 'x') end"
     for _ in range(10):
         r.eval(fill, 1, "tasks:normal")
     r.xreadgroup(GROUP, "c", {"tasks:normal": ">"}, count=1)
-    inspector = Inspector(app.broker.client, ["tasks"])
+    inspector = Inspector(app.reader, ["tasks"])
     inspector.overview()  # warm the connection
 
     # When
@@ -562,6 +561,6 @@ def test_overview_stays_fast_with_a_million_waiting_jobs(
     assert elapsed_s < 0.1, f"overview took {elapsed_s:.3f}s"
 
     # And purge removes exactly the waiting ones, in bounded script calls.
-    broker = Broker(app.broker.client, ["tasks"])
+    broker = app.broker_for(["tasks"])
     assert broker.purge_waiting("tasks", ["normal"], batch=5_000) == {"normal": (999_999, 0)}
     assert r.xlen("tasks:normal") == 1 and r.xpending("tasks:normal", GROUP)["pending"] == 1

@@ -23,7 +23,6 @@ import redis
 
 import taskq
 from taskq import App
-from taskq.broker import Broker
 from taskq.keys import GROUP, PRIORITIES, RETRY_CONSUMER
 from taskq.message import Message
 from taskq.testing import drain
@@ -103,7 +102,15 @@ def fast_clock(monkeypatch: pytest.MonkeyPatch, ahead_ms: int) -> None:
     def fast() -> int:
         return real() + ahead_ms
 
-    for module in ("message", "broker", "settle", "worker", "testing", "task", "app"):
+    for module in (
+        "message",
+        "broker.broker",
+        "worker.finish",
+        "worker.consumer",
+        "testing",
+        "task",
+        "app",
+    ):
         mod = importlib.import_module(f"taskq.{module}")
         if hasattr(mod, "now_ms"):
             monkeypatch.setattr(mod, "now_ms", fast)
@@ -460,7 +467,7 @@ def test_job_recovered_by_a_sweeper_with_a_fast_clock_runs_on_time(
     take_as_dead_consumer(r, job, idle_ms=60_000)
     # When: a sweeper whose clock is 10 minutes fast recovers it ...
     fast_clock(monkeypatch, 600_000)
-    assert Broker(task_app.broker.client, ["tasks"]).sweep("tasks", min_idle_ms=3_000) == 1
+    assert task_app.broker_for(["tasks"]).sweep("tasks", min_idle_ms=3_000) == 1
     # ... and a worker with a correct clock serves the queue.
     start_worker("-A", "tests.tasks", "-c", "1")
     # Then: the job runs at once.
@@ -492,7 +499,7 @@ def test_fetch_from_a_fast_clock_does_not_deliver_delayed_jobs_early(
     tasks.echo.apply_async(("later",), countdown=60)
     # When: a consumer whose clock is 10 minutes fast fetches.
     fast_clock(monkeypatch, 600_000)
-    broker = Broker(task_app.broker.client, ["tasks"])
+    broker = task_app.broker_for(["tasks"])
     broker.ensure_groups()
     fetched = broker.fetch("fast-clock-host:1:0:2", 1)
     # Then: nothing is delivered 59 s early; the job is still waiting in the schedule.

@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from taskq import App
-from taskq.server import find_redis_server
+from taskq.ops.devserver import find_redis_server
 from taskq.testing import drain
 from tests.conftest import wait_until
 from tests.redis_server import free_port

@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -145,9 +144,11 @@ def test_long_cpu_bound_job_keeps_its_lease_and_runs_once(
     wait_until(lambda: _busy(r), message="the job to start")
     start_worker("-A", "tests.tasks", "-c", "1", **env)
     wait_until(lambda: r.llen("runs") >= 1, timeout_s=20, message="the spin job")
-    time.sleep(2.5)  # a duplicate run, if the lease had lapsed, would now be recorded
+    # Had the lease lapsed, the other worker would have stolen the entry, the first worker's
+    # (fenced) ack would be refused and the entry would stay until the second run ended: once
+    # the stream is empty, every run that will happen has happened.
+    wait_until(lambda: r.xlen("tasks:normal") == 0, timeout_s=20, message="the job acked")
     assert r.llen("runs") == 1
-    assert r.xlen("tasks:normal") == 0
 
 
 def test_hard_time_limit_kills_and_counts_a_failure(

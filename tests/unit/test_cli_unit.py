@@ -10,9 +10,9 @@ from click.testing import CliRunner
 
 from taskq import __version__
 from taskq.cli import main
+from taskq.cli.loader import app_path, load_app
 from taskq.errors import ConfigError
-from taskq.loader import app_path, load_app
-from taskq.server import INSTALL_HINT, find_redis_server
+from taskq.ops.devserver import INSTALL_HINT, find_redis_server
 
 
 def test_version() -> None:

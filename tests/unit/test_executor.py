@@ -7,8 +7,9 @@ import pytest
 
 from taskq import App, Retry, current_job
 from taskq.broker import Delivery
-from taskq.executor import DEAD, OK, RETRY, Executor, Outcome, Prepared
 from taskq.message import Message
+from taskq.worker.executor import Executor, Prepared
+from taskq.worker.outcome import DEAD, OK, RETRY, Outcome
 
 app = App("redis://127.0.0.1:1/0", queue="unit", retry_backoff_ms=1000, retry_jitter=False)
 seen: list[object] = []

@@ -6,7 +6,8 @@ from dataclasses import fields
 
 import pytest
 
-from taskq.inspect import (
+from taskq.keys import worker_of
+from taskq.ops.inspect import (
     ActiveJob,
     ChildState,
     Overview,
@@ -18,7 +19,7 @@ from taskq.inspect import (
     WorkerState,
     to_json,
 )
-from taskq.inspect_format import (
+from taskq.ops.render import (
     fmt_ms,
     render_active,
     render_overview,
@@ -27,7 +28,6 @@ from taskq.inspect_format import (
     render_workers,
     table,
 )
-from taskq.keys import worker_of
 
 
 @pytest.mark.parametrize(

@@ -9,8 +9,8 @@ import time
 import pytest
 
 from taskq import App
-from taskq.pool import Pool, PoolOptions, _Backoff, _Child, _describe, signal_name
-from taskq.scoreboard import SlotView
+from taskq.worker.pool import Pool, PoolOptions, _Backoff, _Child, _describe, signal_name
+from taskq.worker.scoreboard import SlotView
 
 app = App("redis://127.0.0.1:1/0", queue="unit")
 

@@ -6,7 +6,7 @@ import os
 import signal
 import time
 
-from taskq.scoreboard import Scoreboard
+from taskq.worker.scoreboard import Scoreboard
 
 
 def test_a_job_started_before_the_master_records_the_pid_stays_visible() -> None:

@@ -10,14 +10,15 @@ import pytest
 
 from taskq import App, SoftTimeLimitExceeded
 from taskq.broker import Delivery
-from taskq.executor import OK, Executor, Outcome
 from taskq.message import Message
-from taskq.worker import Consumer, ConsumerOptions
+from taskq.worker.consumer import Consumer, ConsumerOptions
+from taskq.worker.executor import Executor
+from taskq.worker.outcome import OK, Outcome
 
 app = App("redis://127.0.0.1:1/0", queue="unit")
 
 
-@app.task(soft_time_limit=0.05)
+@app.task(soft_time_limit_s=0.05)
 def naps(seconds: float) -> str:
     time.sleep(seconds)
     return "woke"

@@ -2,14 +2,14 @@
 -- priority order (due retries, then new entries, per stream), all in one round trip.
 -- KEYS: per queue, 9 keys: stream high/normal/low, retry zset high/normal/low, schedule,
 --       failures, dead-letter stream.
--- ARGV: group, consumer, count, fence acks (0/1), n_acks, then n_acks triples
---       (stream key index, entry id, failures key index or 0).
+-- ARGV: group, consumer, count, fence acks (0/1), keys per queue (9), n_acks, then n_acks
+--       triples (stream key index, entry id, failures key index or 0).
 -- Returns {ms until the next retry or delayed job is due, or -1 if none; then per delivery:
 --          stream key index, entry id, deliveries, fields}.
 local group, consumer = ARGV[1], ARGV[2]
-local count, nacks = tonumber(ARGV[3]), tonumber(ARGV[5])
+local count, nacks = tonumber(ARGV[3]), tonumber(ARGV[6])
 local fence = ARGV[4] == '1'
-local PER_QUEUE = 9
+local PER_QUEUE = tonumber(ARGV[5])
 local PAGE = 1000
 
 -- Acks, fenced like every other move: only entries still pending under this consumer (one
@@ -17,7 +17,7 @@ local PAGE = 1000
 -- fence for jobs it fetched less than half a visibility timeout ago: the sweep only takes
 -- entries idle for a whole one. One XACK and one XDEL per stream for the whole batch.
 local acked, order = {}, {}
-local a = 6
+local a = 7
 for _ = 1, nacks do
   local k = tonumber(ARGV[a])
   if not acked[k] then

@@ -1,0 +1,288 @@
+"""The connection to Redis: the one place that talks to redis-py.
+
+Every command taskq sends goes through a :class:`Link` in one of three ways: ``call`` (one
+command), ``pipeline`` (several commands in one write; ``transaction=True`` wraps them in
+MULTI/EXEC) and ``script`` (a Lua script by its SHA1, loaded again when Redis does not know
+it). Replies are Redis's own (RESP2: bytes, ints, lists), not redis-py's parsed forms, so the
+broker's parsers see exactly what the server sent. redis-py's errors become taskq's here:
+:class:`~taskq.errors.BrokerUnavailable` (wait and retry) or
+:class:`~taskq.errors.BrokerRefused` (do not).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from collections.abc import Sequence
+from importlib import resources
+from typing import Any, NoReturn, Protocol, cast
+
+import redis
+from redis.exceptions import NoScriptError
+
+from taskq.errors import BrokerError, BrokerRefused, BrokerUnavailable, ConfigError
+
+Command = tuple[Any, ...]
+
+
+class Connection(Protocol):
+    """The part of a redis-py connection taskq uses (redis-py leaves these untyped)."""
+
+    def pack_commands(self, commands: Sequence[Command]) -> list[bytes]: ...
+
+    def send_packed_command(self, command: list[bytes], check_health: bool = True) -> None: ...
+
+    def read_response(self) -> Any: ...
+
+    def disconnect(self) -> None: ...
+
+
+PROLOGUES = ("_fence", "_now")
+"""Helper functions every script starts with: the ownership fence and the Redis clock."""
+
+
+@functools.cache
+def script_text(name: str) -> str:
+    """A script of ``lua/`` with its prologues, as Redis runs it."""
+    folder = resources.files("taskq.broker").joinpath("lua")
+    prologue = "".join(folder.joinpath(f"{p}.lua").read_text() for p in PROLOGUES)
+    return prologue + folder.joinpath(f"{name}.lua").read_text()
+
+
+@functools.cache
+def script_sha(name: str) -> str:
+    """The SHA1 Redis knows a script by (computed here: no round trip)."""
+    return hashlib.sha1(script_text(name).encode()).hexdigest()
+
+
+def redact(url: str) -> str:
+    """The URL with any password replaced by ***."""
+    scheme, sep, rest = url.partition("://")
+    creds, at, host = rest.rpartition("@")
+    if not at or ":" not in creds:
+        return url
+    return f"{scheme}{sep}{creds.split(':', 1)[0]}:***@{host}"
+
+
+def connect(url: str) -> Link:
+    """A link to the Redis at ``redis://``, ``rediss://`` (TLS) or ``unix://`` ``url``.
+
+    Nothing is sent until the first command.
+
+    Raises:
+        ConfigError: the URL is not a Redis URL, or asks for RESP3 (taskq speaks RESP2).
+    """
+    try:
+        # backslashreplace: a str that is not valid UTF-8 (a task's error message with lone
+        # surrogates, from os.fsdecode) is stored readably instead of failing the write.
+        client = redis.Redis.from_url(
+            url,
+            protocol=2,  # the replies the parsers here read (redis-py 8 defaults to RESP3)
+            socket_connect_timeout=5,
+            socket_timeout=30,
+            socket_keepalive=True,
+            encoding_errors="backslashreplace",
+        )
+    except ValueError as exc:
+        raise ConfigError(f"invalid Redis URL {redact(url)!r}: {exc}") from None
+    if str(client.connection_pool.connection_kwargs.get("protocol")) != "2":
+        raise ConfigError(f"{redact(url)}: taskq speaks RESP2; remove protocol=3 from the URL")
+    return Link(client, url)
+
+
+class Link:
+    """A connection pool to one Redis server (thread-safe), and the way every command goes.
+
+    Args:
+        client: the redis-py client whose pool is used (its command methods are not).
+        url: where it points, for error messages (its password is never shown).
+    """
+
+    def __init__(self, client: redis.Redis, url: str) -> None:
+        self._client = client
+        self.url = redact(url)
+
+    def __repr__(self) -> str:
+        return f"<Link {self.url}>"
+
+    # -- the three ways ------------------------------------------------------------------
+
+    def call(self, *args: Any) -> Any:
+        """Send one command and return its reply."""
+        return self.pipeline([args])[0]
+
+    def pipeline(
+        self, commands: Sequence[Command], *, transaction: bool = False, errors: bool = True
+    ) -> list[Any]:
+        """Send ``commands`` in one write and return their replies, in order.
+
+        Scripts (EVALSHA) that Redis does not know yet (a new or restarted server) are loaded
+        and sent again, alone. With ``transaction``, the commands run in MULTI/EXEC, so they
+        see one moment of the data (no scripts there).
+
+        Args:
+            errors: raise if a reply is an error (once every reply has been read); with
+                False, such a reply is returned in its place as a :class:`BrokerError`.
+
+        Raises:
+            BrokerRefused: a reply was an error.
+            BrokerUnavailable: see the class.
+        """
+        if transaction:
+            replies = self._send([("MULTI",), *commands, ("EXEC",)])
+            for reply in replies:
+                if isinstance(reply, redis.ResponseError):  # EXECABORT and the like
+                    raise_as_broker_error(reply, self.url)
+            replies = list(replies[-1])
+        else:
+            replies = self._send(commands)
+            missing = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
+            if missing:
+                shas = {str(commands[i][1]) for i in missing}
+                self._send([("SCRIPT", "LOAD", _SCRIPTS[sha]) for sha in shas])
+                again = self._send([commands[i] for i in missing])
+                for i, reply in zip(missing, again, strict=True):
+                    replies[i] = reply
+        for i, reply in enumerate(replies):
+            if isinstance(reply, redis.ResponseError):
+                if errors:
+                    raise_as_broker_error(reply, self.url)
+                replies[i] = as_broker_error(reply, self.url)
+        return replies
+
+    def script(self, name: str, keys: Sequence[Any], args: Sequence[Any]) -> Any:
+        """Run one of taskq's Lua scripts."""
+        return self.call(*script_command(name, keys, args))
+
+    # -- for the consumer loop -----------------------------------------------------------
+
+    def direct(self) -> Direct:
+        """A connection of the caller's own, outside the pool (the consumer's hot path)."""
+        conn = cast(Connection, self._client.connection_pool.make_connection())
+        return Direct(conn, self.url)
+
+    # -- lifetime ------------------------------------------------------------------------
+
+    def disconnect(self) -> None:
+        """Close every pooled connection (they are opened again on demand)."""
+        self._client.connection_pool.disconnect()
+
+    def close(self) -> None:
+        self._client.close()
+
+    def _send(self, commands: Sequence[Command]) -> list[Any]:
+        pool = self._client.connection_pool
+        try:
+            conn = pool.get_connection()
+        except redis.RedisError as exc:
+            raise_as_broker_error(exc, self.url)
+        try:
+            return exchange(cast(Connection, conn), commands, self.url)
+        except BaseException:
+            cast(Connection, conn).disconnect()
+            raise
+        finally:
+            pool.release(conn)
+
+
+class Direct:
+    """One connection owned by one single-threaded caller: no pool, no lock."""
+
+    def __init__(self, conn: Connection, url: str) -> None:
+        self._conn = conn
+        self.url = url
+
+    def call(self, *args: Any) -> Any:
+        """Send one command; an error reply raises :class:`~taskq.errors.BrokerError`."""
+        [reply] = self._exchange([args])
+        if isinstance(reply, redis.ResponseError):
+            raise_as_broker_error(reply, self.url)
+        return reply
+
+    def script(self, name: str, keys: Sequence[Any], args: Sequence[Any]) -> Any:
+        """Run a script, loading it again if Redis does not know it (after a restart)."""
+        command = script_command(name, keys, args)
+        [reply] = self._exchange([command])
+        if isinstance(reply, NoScriptError):
+            [_, reply] = self._exchange([("SCRIPT", "LOAD", script_text(name)), command])
+        if isinstance(reply, redis.ResponseError):
+            raise_as_broker_error(reply, self.url)
+        return reply
+
+    def disconnect(self) -> None:
+        """Drop the connection (e.g. after a read was cut off mid-reply); it reconnects."""
+        self._conn.disconnect()
+
+    def _exchange(self, commands: Sequence[Command]) -> list[Any]:
+        try:
+            return exchange(self._conn, commands, self.url)
+        except BaseException:
+            self._conn.disconnect()
+            raise
+
+
+_SCRIPTS: dict[str, str] = {}
+"""SHA1 → text of every script a command was made for, to load it on NOSCRIPT."""
+
+
+def script_command(name: str, keys: Sequence[Any], args: Sequence[Any]) -> Command:
+    sha = script_sha(name)
+    _SCRIPTS.setdefault(sha, script_text(name))
+    return ("EVALSHA", sha, len(keys), *keys, *args)
+
+
+def exchange(conn: Connection, commands: Sequence[Command], url: str) -> list[Any]:
+    """One write of every command, then every reply (an error reply is returned, not raised).
+
+    Raises:
+        BrokerUnavailable / BrokerError: the connection failed (then it is out of step and
+            the caller must drop it).
+    """
+    try:
+        conn.send_packed_command(conn.pack_commands(commands))
+        replies: list[Any] = []
+        for _ in commands:
+            try:
+                replies.append(conn.read_response())
+            except redis.ResponseError as exc:  # the reply was read whole: still in step
+                replies.append(exc)
+        return replies
+    except redis.RedisError as exc:
+        raise_as_broker_error(exc, url)
+
+
+def raise_as_broker_error(exc: Exception, url: str) -> NoReturn:
+    """Raise ``exc`` (a redis-py error or error reply) as taskq's own error."""
+    raise as_broker_error(exc, url) from exc
+
+
+_NOT_NOW = (
+    redis.exceptions.BusyLoadingError,  # LOADING: a restarted server reads its data
+    redis.exceptions.ReadOnlyError,  # a replica, or a master that was demoted
+    redis.exceptions.OutOfMemoryError,  # maxmemory reached
+    redis.exceptions.MasterDownError,
+    redis.exceptions.ClusterDownError,
+    redis.exceptions.TryAgainError,
+)
+"""Error replies that mean "not now": redis-py maps their codes to these types."""
+
+
+def as_broker_error(exc: Exception, url: str) -> BrokerError:
+    """taskq's error for a redis-py one: unavailable (wait and retry) or refused (do not)."""
+    if isinstance(exc, redis.AuthenticationError | redis.exceptions.AuthorizationError):
+        return BrokerRefused(f"Redis at {url} refused the credentials: {exc}")
+    if isinstance(exc, redis.TimeoutError):
+        return BrokerUnavailable(f"Redis at {url} did not answer in time ({exc})", timed_out=True)
+    if isinstance(exc, redis.ConnectionError):
+        return BrokerUnavailable(
+            f"cannot reach Redis at {url} ({exc}); start one with `taskq server` or point "
+            "TASKQ_REDIS_URL at yours"
+        )
+    text = str(exc)
+    # BUSY (a long script) has no type of its own; OOM inside a script is a plain script
+    # error on Redis 6.2: both are told by their text.
+    if isinstance(exc, _NOT_NOW) or text.startswith("BUSY ") or "OOM command not allowed" in text:
+        return BrokerUnavailable(f"Redis at {url} cannot serve now: {text}")
+    if isinstance(exc, redis.ResponseError):
+        return BrokerRefused(f"Redis at {url} refused: {text}")
+    return BrokerError(f"Redis at {url}: {text}")

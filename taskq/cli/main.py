@@ -1,0 +1,79 @@
+"""The ``taskq`` group: the app it works on, and one line on stderr for every taskq error."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from taskq import __version__
+from taskq.app import App
+from taskq.cli.loader import app_path, load_app
+from taskq.config import parse_queues
+from taskq.errors import TaskqError
+
+
+class Context:
+    """Lazily loaded app shared by the subcommands."""
+
+    def __init__(self, app: str | None, redis_url: str | None) -> None:
+        self.path = app
+        self._redis_url = redis_url
+        self._app: App | None = None
+
+    @property
+    def app_name(self) -> str:
+        return app_path(self.path) or "taskq"
+
+    def app(self, *, required: bool = False) -> App:
+        if self._app is None:
+            path = app_path(self.path)
+            if path is None and required:
+                raise click.UsageError(
+                    "no app: give -A MODULE[:ATTR], TASKQ_APP or [tool.taskq] app"
+                )
+            self._app = load_app(path) if path else App()
+            if self._redis_url:
+                self._app.settings = self._app.settings.replace(redis_url=self._redis_url)
+        return self._app
+
+
+class Main(click.Group):
+    """Turns every taskq error (a Redis outage included) into one line on stderr, exit 1."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except TaskqError as exc:
+            raise click.ClickException(str(exc)) from None
+
+
+@click.group(cls=Main)
+@click.version_option(__version__, prog_name="taskq")
+@click.option("-A", "--app", "app", envvar="TASKQ_APP", help="MODULE[:ATTR] of the App.")
+@click.option("--redis-url", envvar="TASKQ_REDIS_URL", help="Overrides the app's Redis URL.")
+@click.pass_context
+def main(ctx: click.Context, app: str | None, redis_url: str | None) -> None:
+    """taskq: background tasks on Redis Streams."""
+    ctx.obj = Context(app, redis_url)
+
+
+def _set_app(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    found = ctx.find_object(Context)
+    if value and found is not None:
+        found.path = value
+
+
+app_option = click.option(
+    "-A",
+    "--app",
+    callback=_set_app,
+    expose_value=False,
+    is_eager=False,
+    help="MODULE[:ATTR] of the App (else TASKQ_APP, else [tool.taskq] app in pyproject.toml).",
+)
+
+
+def queues_of(value: str | None, app: App) -> tuple[str, ...]:
+    """The ``-Q`` queues, else the app's."""
+    return tuple(parse_queues(value)) if value else (app.settings.queue,)

@@ -1,0 +1,158 @@
+"""``taskq worker``: the prefork pool, as a command."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+
+import click
+
+from taskq.cli import logs
+from taskq.cli.main import Context, app_option, queues_of
+from taskq.errors import BrokerUnavailable
+from taskq.worker.pool import PoolOptions, run_pool
+
+
+@click.command()
+@app_option
+@click.option(
+    "-c",
+    "--concurrency",
+    type=click.IntRange(1),
+    envvar="TASKQ_CONCURRENCY",
+    default=lambda: os.cpu_count() or 1,
+    show_default="number of CPUs",
+)
+@click.option(
+    "-Q", "--queues", envvar="TASKQ_QUEUES", help="Comma-separated queues, read in this order."
+)
+@click.option(
+    "--prefetch",
+    type=click.IntRange(1, 1000),
+    default=1,
+    show_default=True,
+    envvar="TASKQ_PREFETCH",
+    help="Jobs a child takes per fetch.",
+)
+@click.option(
+    "--max-tasks-per-child",
+    type=click.IntRange(0),
+    default=0,
+    envvar="TASKQ_MAX_TASKS_PER_CHILD",
+    help="Recycle a child after N jobs (0: never).",
+)
+@click.option(
+    "--max-memory-per-child",
+    type=click.IntRange(0),
+    default=0,
+    envvar="TASKQ_MAX_MEMORY_PER_CHILD",
+    help="Recycle a child whose peak RSS passed N KiB (0: never).",
+)
+@click.option(
+    "--time-limit",
+    type=float,
+    envvar="TASKQ_TIME_LIMIT",
+    help="Hard limit (s) for tasks that set none: the child is killed.",
+)
+@click.option(
+    "--soft-time-limit",
+    type=float,
+    envvar="TASKQ_SOFT_TIME_LIMIT",
+    help="Soft limit (s) for tasks that set none: SoftTimeLimitExceeded is raised.",
+)
+@click.option(
+    "--grace",
+    type=float,
+    default=25.0,
+    show_default=True,
+    envvar="TASKQ_GRACE",
+    help="Seconds running jobs get to finish on SIGTERM.",
+)
+@click.option(
+    "--connect-timeout",
+    type=float,
+    default=10.0,
+    show_default=True,
+    envvar="TASKQ_CONNECT_TIMEOUT",
+    help="Seconds to wait for Redis at start.",
+)
+@click.option(
+    "--loglevel",
+    "-l",
+    default="info",
+    envvar="TASKQ_LOGLEVEL",
+    show_default=True,
+    type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+)
+@click.option(
+    "--log-format",
+    default="text",
+    envvar="TASKQ_LOG_FORMAT",
+    type=click.Choice(["text", "json"]),
+    show_default=True,
+)
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    envvar="TASKQ_METRICS_PORT",
+    help="Serve Prometheus metrics on this port (needs taskq[metrics]).",
+)
+@click.pass_obj
+def worker(
+    obj: Context,
+    concurrency: int,
+    queues: str | None,
+    prefetch: int,
+    max_tasks_per_child: int,
+    max_memory_per_child: int,
+    time_limit: float | None,
+    soft_time_limit: float | None,
+    grace: float,
+    connect_timeout: float,
+    loglevel: str,
+    log_format: str,
+    metrics_port: int | None,
+) -> None:
+    """Run a prefork worker pool."""
+    if metrics_port is not None:
+        from taskq.ops.metrics import Metrics, enable_multiprocess, remove_created_dir
+
+        enable_multiprocess()  # before the app import, which may import prometheus_client
+    try:
+        logs.configure(loglevel, log_format)
+        app = obj.app(required=True)
+        wait_for_redis(lambda: app.reader.ping_ms(), connect_timeout)
+        if metrics_port is not None:
+            app.add_middleware(Metrics(port=metrics_port, redis_url=app.settings.redis_url))
+    except BaseException:
+        if metrics_port is not None:
+            remove_created_dir()  # nothing else will
+        raise
+    app.close()  # no connection may cross the fork
+    options = PoolOptions(
+        concurrency=concurrency,
+        queues=queues_of(queues, app),
+        prefetch=prefetch,
+        max_tasks_per_child=max_tasks_per_child,
+        max_memory_per_child_kb=max_memory_per_child,
+        time_limit_s=time_limit,
+        soft_time_limit_s=soft_time_limit,
+        grace_s=grace,
+        app_name=obj.app_name,
+    )
+    sys.exit(run_pool(app, options))
+
+
+def wait_for_redis(ping: Callable[[], object], timeout_s: float = 10.0) -> None:
+    """Give a Redis that is still starting (e.g. under the same Procfile) a few seconds."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            ping()
+            return
+        except BrokerUnavailable:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.25)

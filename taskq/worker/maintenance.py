@@ -1,0 +1,117 @@
+"""The master's periodic work in Redis, for its children and for the fleet: renew their
+leases, run the crash-recovery sweep, write the heartbeat record (claiming the queues'
+visibility timeout), all on the master's own connection.
+
+Every step is guarded: a Redis outage or a bug in one step is logged and the step is tried
+again on a later tick; the supervisor never dies of it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+
+from taskq.app import App
+from taskq.broker import Broker
+from taskq.errors import BrokerError, ConfigError
+from taskq.worker.record import WorkerRecord
+
+logger = logging.getLogger(__name__)
+
+FORGET_CONSUMERS_AFTER_MS = 3_600_000
+"""A consumer with nothing pending, idle for this long, is deleted from the group."""
+
+
+class Maintenance:
+    """Periodic Redis work of one worker's master."""
+
+    def __init__(self, app: App, queues: Sequence[str], worker_id: str) -> None:
+        self.app = app
+        self.queues = tuple(queues)
+        self.worker_id = worker_id
+        self._broker: Broker | None = None
+        self._due: dict[str, float] = {}
+        self._visibility_conflict = False
+
+    @property
+    def broker(self) -> Broker:
+        """The master's broker (its connection opens on first use)."""
+        if self._broker is None:
+            self._broker = self.app.broker_for(self.queues)
+        return self._broker
+
+    def step(self, action: Callable[[Broker], object]) -> bool:
+        """Run one step; returns False (and logs) if it failed."""
+        try:
+            action(self.broker)
+        except BrokerError as exc:
+            logger.warning("maintenance step failed (%s); will retry", exc)
+            return False
+        except Exception:  # the supervisor must outlive any bug in one step
+            logger.exception("maintenance step failed; will retry")
+            return False
+        return True
+
+    def tick(
+        self, *, consumers: Sequence[str], record: Callable[[], WorkerRecord], sweep: bool
+    ) -> None:
+        """Whatever is due: leases every third of the visibility timeout, the heartbeat, and
+        (unless ``sweep`` is False, in a shutdown) the sweep."""
+        s = self.app.settings
+        self._every("renew", s.visibility_timeout_ms / 3000, lambda b: b.renew(consumers))
+        self._every("heartbeat", s.heartbeat_interval_ms / 1000, lambda b: self.beat(b, record()))
+        if sweep:
+            self._every("sweep", s.sweep_interval_ms / 1000, lambda b: self._sweep(b, consumers))
+
+    def claim_queues(self, record: WorkerRecord) -> None:
+        """The first heartbeat, before any child exists: refuse to serve queues whose live
+        workers use another visibility timeout.
+
+        Raises:
+            ConfigError: they do.
+        """
+        try:
+            conflict = self.beat(self.broker, record)
+        except BrokerError as exc:
+            logger.warning("first heartbeat failed (%s); will retry", exc)
+            return
+        if conflict is not None:
+            raise ConfigError(conflict)
+
+    def beat(self, broker: Broker, record: WorkerRecord) -> str | None:
+        """Write the heartbeat record; returns (and logs once) a visibility-timeout conflict."""
+        s = self.app.settings
+        conflict = broker.heartbeat(
+            self.worker_id,
+            record.to_fields(),
+            ttl_ms=s.worker_ttl_ms,
+            visibility_timeout_ms=s.visibility_timeout_ms,
+        )
+        if conflict is None:
+            return None
+        queue, theirs = conflict
+        message = (
+            f"queue {queue}: its live workers use visibility_timeout_ms={theirs}, this worker "
+            f"{s.visibility_timeout_ms}; every worker of a queue must use the same (leases, "
+            "fences and crash recovery depend on it)"
+        )
+        if not self._visibility_conflict:
+            self._visibility_conflict = True
+            logger.error("%s", message)
+        return message
+
+    def _every(self, name: str, every_s: float, action: Callable[[Broker], object]) -> None:
+        now = time.monotonic()
+        if now >= self._due.get(name, 0.0):
+            self._due[name] = now + every_s
+            self.step(action)
+
+    def _sweep(self, broker: Broker, live: Sequence[str]) -> None:
+        s = self.app.settings
+        for queue in self.queues:
+            if broker.try_lead_sweep(queue, self.worker_id, s.sweep_interval_ms):
+                recovered = broker.sweep(queue, min_idle_ms=s.visibility_timeout_ms)
+                if recovered:
+                    logger.warning("recovered %d jobs of lost workers on %s", recovered, queue)
+        broker.forget_consumers(idle_ms=FORGET_CONSUMERS_AFTER_MS, keep=live)

@@ -1,0 +1,77 @@
+"""The outcome of one run, as a value: what became of a delivery, and the job counters.
+
+Written by the executor (or by the master, for a run whose child died), applied to Redis by
+:mod:`taskq.worker.finish`, counted by the scoreboard, the heartbeat record and the metrics,
+and passed to middleware.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import NamedTuple
+
+from taskq.broker import Delivery
+from taskq.message import Message
+
+OK, RETRY, DEAD = "ok", "retry", "dead"
+"""The kinds of outcome: the job is done; it runs again later; it moved to the dead letters."""
+
+
+class Outcome(NamedTuple):
+    """What became of one delivery, and what the worker must do with it."""
+
+    kind: str
+    delivery: Delivery
+    msg: Message | None = None
+    attempt: int = 0
+    delay_ms: int = 0
+    error_type: str = ""
+    error: str = ""
+    traceback: str = ""
+    duration_s: float = 0.0
+
+    @property
+    def failed_before(self) -> bool:
+        """True if an earlier attempt of this entry failed (it may have a failure record)."""
+        return self.delivery.deliveries > 1 or (self.msg is not None and self.msg.retries > 0)
+
+
+def rejected(d: Delivery, reason: str, msg: Message | None = None, attempt: int = 0) -> Outcome:
+    """A delivery that cannot run at all (bad input): dead at once, with the reason."""
+    return Outcome(DEAD, d, msg, attempt, error_type="Rejected", error=reason)
+
+
+@dataclass(frozen=True)
+class JobCounts:
+    """The job counters a worker keeps: runs that succeeded; runs that failed, and of those
+    how many were retried and how many dead-lettered."""
+
+    processed: int = 0
+    failed: int = 0
+    retried: int = 0
+    dead: int = 0
+
+    def counted(self, kind: str, n: int = 1) -> JobCounts:
+        """These counts plus ``n`` outcomes of ``kind``."""
+        return replace(self, **{name: getattr(self, name) + n for name in COUNTED[kind]})
+
+    def __add__(self, other: JobCounts) -> JobCounts:
+        return JobCounts(
+            self.processed + other.processed,
+            self.failed + other.failed,
+            self.retried + other.retried,
+            self.dead + other.dead,
+        )
+
+    def as_tuple(self) -> tuple[int, ...]:
+        return tuple(getattr(self, name) for name in COUNTERS)
+
+
+COUNTED: dict[str, tuple[str, ...]] = {
+    OK: ("processed",),
+    RETRY: ("failed", "retried"),
+    DEAD: ("failed", "dead"),
+}
+"""Which counters an outcome bumps (also the metric names exporters use)."""
+COUNTERS = tuple(f.name for f in fields(JobCounts))
+"""The counters, in their order in the scoreboard and the heartbeat record."""

@@ -1,0 +1,136 @@
+"""The heartbeat record: what a worker's master writes about itself and its children every
+``heartbeat_interval_ms``, and what ``taskq inspect``, the metrics and the dashboard read.
+
+Stored as the hash ``<queue>:worker:<worker id>`` (see docs/protocol.md); ``children`` and
+``tasks`` are JSON arrays inside it. Durations are measured by the master on its monotonic
+clock and ``heartbeat_ms`` is set by Redis, so readers place every time on the Redis clock.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from taskq.broker.replies import as_int
+from taskq.worker.outcome import JobCounts
+
+
+@dataclass(frozen=True)
+class ChildRecord:
+    """One prefork child and the job it runs (``task`` and the rest are None when idle).
+
+    Attributes:
+        index: from 1.
+        running_ms: how long the job had run when the record was written.
+    """
+
+    index: int
+    pid: int
+    consumer: str
+    task: str | None = None
+    job_id: str | None = None
+    stream: str | None = None
+    entry_id: str | None = None
+    running_ms: int | None = None
+
+    @classmethod
+    def from_json(cls, raw: Any) -> ChildRecord:
+        raw = raw if isinstance(raw, dict) else {}
+        running = raw.get("running_ms")
+        return cls(
+            index=as_int(raw.get("index")),
+            pid=as_int(raw.get("pid")),
+            consumer=str(raw.get("consumer") or ""),
+            task=_opt_str(raw.get("task")),
+            job_id=_opt_str(raw.get("job_id")),
+            stream=_opt_str(raw.get("stream")),
+            entry_id=_opt_str(raw.get("entry_id")),
+            running_ms=running if isinstance(running, int) else None,
+        )
+
+
+@dataclass(frozen=True)
+class WorkerRecord:
+    """A worker's registry record. Counters are since the worker started.
+
+    Attributes:
+        id: ``<host>:<master pid>:<random>``.
+        uptime_ms: how long the master had run when it wrote the record.
+        rate_per_s: successes per second over the last heartbeat interval.
+        heartbeat_ms: when the record was written, by the Redis clock (set by Redis).
+    """
+
+    id: str
+    host: str
+    pid: int
+    version: str
+    app: str
+    uptime_ms: int
+    visibility_timeout_ms: int
+    concurrency: int
+    queues: tuple[str, ...]
+    tasks: tuple[str, ...]
+    counts: JobCounts
+    rate_per_s: float
+    children: tuple[ChildRecord, ...]
+    heartbeat_ms: int = 0
+
+    def to_fields(self) -> dict[str, str | int | float]:
+        """The hash fields (``heartbeat_ms`` is left to the script, which has the clock)."""
+        out: dict[str, str | int | float] = {
+            "id": self.id,
+            "host": self.host,
+            "pid": self.pid,
+            "version": self.version,
+            "app": self.app,
+            "uptime_ms": self.uptime_ms,
+            "visibility_timeout_ms": self.visibility_timeout_ms,
+            "concurrency": self.concurrency,
+            "queues": ",".join(self.queues),
+            "tasks": json.dumps(list(self.tasks)),
+            "rate_per_s": self.rate_per_s,
+            "children": json.dumps([asdict(c) for c in self.children]),
+        }
+        out.update(asdict(self.counts))
+        return out
+
+    @classmethod
+    def from_fields(cls, f: dict[str, str]) -> WorkerRecord:
+        """Parse a record; a missing or mangled field reads as empty or 0."""
+        counts = JobCounts(**{c.name: as_int(f.get(c.name)) for c in fields(JobCounts)})
+        return cls(
+            id=f.get("id", ""),
+            host=f.get("host", ""),
+            pid=as_int(f.get("pid")),
+            version=f.get("version", ""),
+            app=f.get("app", ""),
+            uptime_ms=as_int(f.get("uptime_ms")),
+            visibility_timeout_ms=as_int(f.get("visibility_timeout_ms")),
+            concurrency=as_int(f.get("concurrency")),
+            queues=tuple(q for q in f.get("queues", "").split(",") if q),
+            tasks=tuple(str(t) for t in _json_list(f.get("tasks"))),
+            counts=counts,
+            rate_per_s=_float(f.get("rate_per_s")),
+            children=tuple(ChildRecord.from_json(c) for c in _json_list(f.get("children"))),
+            heartbeat_ms=as_int(f.get("heartbeat_ms")),
+        )
+
+
+def _json_list(raw: str | None) -> list[Any]:
+    try:
+        value = json.loads(raw or "[]")
+    except ValueError:
+        return []
+    return value if isinstance(value, list) else []
+
+
+def _float(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def _opt_str(value: Any) -> str | None:
+    return None if value is None else str(value)
