@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec, TypeVar, overload
 
 from taskq.broker import Broker, Link, connect, redact
+from taskq.broker.operators import Operators
 from taskq.broker.reads import Reader
 from taskq.config import Settings
 from taskq.context import JobContext, reset_current, set_current
@@ -149,6 +150,11 @@ class App:
     def reader(self) -> Reader:
         """Read-only queries (inspect, dead letters) on this process's link."""
         return Reader(self.link)
+
+    @property
+    def operators(self) -> Operators:
+        """The moves operators start (purge, dead-letter retry), on this process's link."""
+        return Operators(self.link)
 
     def close(self) -> None:
         """Close this process's connections (they open again on demand)."""

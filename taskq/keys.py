@@ -17,8 +17,8 @@ PRIORITIES: tuple[str, ...] = ("high", "normal", "low")
 GROUP = "taskq"
 """The one consumer group on every job stream."""
 
-RETRY_CONSUMER = "taskq:retry"
-"""Pseudo-consumer that owns failed entries while they wait out their backoff."""
+RECOVER_CONSUMER = "taskq:recover"
+"""Pseudo-consumer the sweep claims the jobs of dead workers for, before it settles them."""
 
 
 def worker_id(host: str, pid: int) -> str:
@@ -38,7 +38,7 @@ def consumer_name(worker_id: str, index: int, pid: int) -> str:
 def worker_of(consumer: str) -> str | None:
     """The worker id a child consumer belongs to, if it is one."""
     parts = consumer.rsplit(":", 2)
-    return parts[0] if len(parts) == 3 and consumer != RETRY_CONSUMER else None
+    return parts[0] if len(parts) == 3 else None
 
 
 @functools.lru_cache(maxsize=1024)
@@ -63,7 +63,8 @@ class QueueKeys:
         return tuple(self.stream(p) for p in PRIORITIES)
 
     def retry(self, priority: str) -> str:
-        """Sorted set of failed entry ids of one stream, scored by when they are due again."""
+        """Sorted set of failed jobs of one priority waiting out their backoff, scored by when
+        they are due again (members: ``<first failure ms>\n<p>\n<task>\n<body>``)."""
         return f"{self.queue}:retry:{priority}"
 
     @property
@@ -77,9 +78,10 @@ class QueueKeys:
         return f"{self.queue}:schedule"
 
     @property
-    def failures(self) -> str:
-        """Hash ``<stream> <entry_id>`` → time of the entry's first failure (ms)."""
-        return f"{self.queue}:failures"
+    def due(self) -> str:
+        """When the earliest delayed job or retry of the queue is due (ms, Redis clock); absent
+        when none is. Lets the masters' housekeeping find nothing due with one GET."""
+        return f"{self.queue}:due"
 
     @property
     def sweeper(self) -> str:

@@ -142,14 +142,19 @@ def drain(
     try:
         broker.ensure_groups()
         while True:
+            # The worker masters' housekeeping, done here: due delayed jobs and retries move
+            # into their streams before each burst.
+            broker.promote(force=True)
             _burst(app, broker, recorder)
             result = DrainResult(tuple(recorder.outcomes))
             if recorder.limit_reached:
                 return result
             if recorder.timed_out:
                 raise DrainTimeout(f"drain timed out after {timeout_s}s; {result}", result)
-            due_in_ms = broker.next_due_in_ms() if wait_for_retries else None
-            if due_in_ms is None:
+            due_in_ms = broker.promote(force=True)
+            if due_in_ms == 0:
+                continue  # came due meanwhile, and is in its stream now
+            if due_in_ms < 0 or not wait_for_retries:
                 return result
             wait_s = due_in_ms / 1000
             if time.monotonic() + wait_s > deadline:

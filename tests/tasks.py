@@ -173,3 +173,19 @@ def fails_undecodable() -> None:
 def bad_retry() -> None:
     record(tag="bad_retry")
     raise Retry(countdown="5")  # type: ignore[arg-type]
+
+
+@app.task
+def stamp(tag: str = "") -> None:
+    """Records its priority, tag and start time (adaptive prefetch and timing tests)."""
+    job = current_job()
+    record(tag=tag, priority=job.priority if job else "", start=time.time())
+
+
+@app.task(max_retries=1)
+def flaky_once(countdown: float) -> None:
+    """Fails its first attempt with ``Retry(countdown=...)``, records its second."""
+    job = current_job()
+    if job is not None and job.attempt == 1:
+        raise Retry(countdown=countdown)
+    record(tag="retried", start=time.time())

@@ -2,7 +2,8 @@
 and the readers that ``taskq inspect`` and the dead-letter tools use. Nothing outside this
 package imports redis-py; its errors become :class:`~taskq.errors.BrokerError` here."""
 
-from taskq.broker.broker import KEYS_PER_QUEUE, Broker, Delivery, Fetched
+from taskq.broker.broker import Broker
+from taskq.broker.delivery import Delivery, Fetched
 from taskq.broker.link import Link, connect, redact
 
-__all__ = ["KEYS_PER_QUEUE", "Broker", "Delivery", "Fetched", "Link", "connect", "redact"]
+__all__ = ["Broker", "Delivery", "Fetched", "Link", "connect", "redact"]

@@ -1,8 +1,10 @@
 """The Broker: every change of a job's place in Redis, each one command or one Lua script.
 
 A move happens entirely or not at all: enqueue (XADD, or ``schedule.lua``), deliver + ack
-(``fetch.lua``), retry (``park.lua``), crash recovery (``sweep.lua``), dead-letter
-(``deadletter.lua``) and hand-back (``requeue.lua``).
+(``fetch.lua``, the per-job path), retry (``park.lua``: out of the stream into a retry set),
+promotion of due delayed jobs and retries (``promote.lua``, the masters' housekeeping), crash
+recovery (XAUTOCLAIM by the sweep), dead-letter (``deadletter.lua``) and hand-back
+(``requeue.lua``). Finished jobs leave their stream by trimming, not one XDEL each.
 
 Leases. A running job stays pending under its child's consumer. The worker's master renews the
 idle time of every entry pending under its live children (``renew.lua``, XCLAIM JUSTID) every
@@ -13,47 +15,27 @@ starve its lease. Only an entry whose whole worker died stays idle long enough f
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
+from taskq.broker.delivery import Delivery, Fetched, delivery
 from taskq.broker.link import Command, Direct, Link, script_command
-from taskq.broker.replies import as_int, entries, flat_pairs, pending_rows, text
+from taskq.broker.replies import as_int, entries, flat_pairs, pending_rows, redis_ms, text
 from taskq.deadletter import Deadletter
-from taskq.errors import BrokerRefused
-from taskq.keys import GROUP, PRIORITIES, RETRY_CONSUMER, QueueKeys, stream_key
+from taskq.errors import BrokerError, BrokerRefused
+from taskq.keys import GROUP, PRIORITIES, RECOVER_CONSUMER, QueueKeys, stream_key
 from taskq.message import Message, now_ms
 
-SWEEP_BUDGET = 1000
-"""Entries one sweep script call may recover; the sweep calls it again while it is used up."""
+RECOVER_BATCH = 100
+"""Entries one XAUTOCLAIM call of the sweep may take."""
+PROMOTE_LIMIT = 500
+"""Due members one housekeeping call moves per set (the rest follow on the next call)."""
 PAGE = 1000
 """Pending entries read per XPENDING call."""
 
 
-class Delivery(NamedTuple):
-    """One stream entry handed to a consumer: where it lives and its raw body."""
-
-    stream: str
-    queue: str
-    priority: str
-    entry_id: str
-    deliveries: int
-    body: bytes | None
-
-
-class Fetched(NamedTuple):
-    """What one fetch returned: deliveries, or how long until the next delayed job or retry
-    is due (ms by the Redis clock; -1 if none)."""
-
-    deliveries: list[Delivery]
-    next_due_in_ms: int
-
-
-def _fetch_keys(k: QueueKeys) -> list[str]:
-    """The keys ``fetch.lua`` takes for one queue, in the order its header gives."""
-    return [*k.streams, *(k.retry(p) for p in PRIORITIES), k.schedule, k.failures, k.deadletter]
-
-
-KEYS_PER_QUEUE = len(_fetch_keys(QueueKeys("q")))
-"""Passed to ``fetch.lua``, so the script and this module cannot disagree about it."""
+def _housekeeping_keys(k: QueueKeys) -> list[str]:
+    """The keys ``promote.lua`` takes for one queue, in the order its header gives."""
+    return [*k.streams, k.schedule, *(k.retry(p) for p in PRIORITIES), k.due, k.deadletter]
 
 
 class Broker:
@@ -68,22 +50,17 @@ class Broker:
         self.link = link
         self.queues = tuple(queues)
         self.keys = {q: QueueKeys(q) for q in self.queues}
-        self._fetch_keys: list[str] = []
-        self._index: dict[str, int] = {}
-        self._failures_index: dict[str, int] = {}
-        self._where: dict[int, tuple[str, str, str]] = {}
-        for q in self.queues:
-            k = self.keys[q]
-            base = len(self._fetch_keys)
-            for i, p in enumerate(PRIORITIES):
-                self._index[k.stream(p)] = base + i + 1  # Lua's KEYS are 1-based
-                self._failures_index[k.stream(p)] = base + 8
-                self._where[base + i + 1] = (k.stream(p), q, p)
-            self._fetch_keys += _fetch_keys(k)
         self.streams = [s for k in self.keys.values() for s in k.streams]
+        """The job streams, in the order a worker reads them."""
         self.stream_position = {s: i for i, s in enumerate(self.streams)}
         """Stream → its index in ``streams``: how the scoreboard names a stream."""
+        self._where = [(k.stream(p), q, p) for q, k in self.keys.items() for p in PRIORITIES]
+        self._housekeeping_keys = [key for k in self.keys.values() for key in _housekeeping_keys(k)]
+        self._fetch_keys = [*self.streams, *(k.due for k in self.keys.values())]
         self._direct: Direct | None = None
+        self._reach = 0
+        """The lowest-priority stream a one-job fetch reads: the one its last job came from
+        (more are read only once those are empty, so a read rarely finds jobs on two)."""
 
     @property
     def direct(self) -> Direct:
@@ -138,43 +115,92 @@ class Broker:
         self,
         consumer: str,
         count: int,
-        acks: Sequence[tuple[Delivery, bool]] = (),
+        acks: Sequence[Delivery] = (),
         *,
         fence_acks: bool = True,
+        trim: bool = False,
+        dirty: Sequence[str] = (),
     ) -> Fetched:
-        """Ack finished jobs and take up to ``count`` new ones, in one script call.
+        """Ack finished jobs and take up to ``count`` new ones, in one round trip.
 
         Args:
             consumer: the caller's consumer name.
             count: how many jobs to take (0: only ack).
-            acks: finished deliveries, each with whether it ever failed (its failure record
-                must then be cleared).
+            acks: finished deliveries.
             fence_acks: ack only entries still pending under ``consumer``. The caller may skip
                 this for jobs it fetched less than half a visibility timeout ago.
-        """
-        argv: list[Any] = [GROUP, consumer, count, int(fence_acks), KEYS_PER_QUEUE, len(acks)]
-        for d, failed_before in acks:
-            failures = self._failures_index[d.stream] if failed_before else 0
-            argv += (self._index[d.stream], d.entry_id, failures)
-        reply = self.direct.script("fetch", self._fetch_keys, argv)
-        return Fetched(self._deliveries(reply), int(reply[0]))
+            trim: delete the finished jobs at the head of the streams acked here and of the
+                ``dirty`` ones (acked since the last trim); a call that finds nothing new
+                does it anyway.
 
-    def _deliveries(self, flat: list[Any]) -> list[Delivery]:
-        out = []
-        for i in range(1, len(flat), 4):
-            stream, queue, priority = self._where[int(flat[i])]
-            fields = flat_pairs(flat[i + 3])
-            out.append(
-                Delivery(
-                    stream,
-                    queue,
-                    priority,
-                    text(flat[i + 1]),
-                    int(flat[i + 2]),
-                    fields.get(b"body"),
-                )
-            )
-        return out
+        Returns:
+            The deliveries (possibly more than ``count``, one per stream read, for a one-job
+            fetch: keep the first, hand the others back), and when the earliest delayed job
+            or retry of these queues is due.
+        """
+        if count == 1 and not fence_acks and not trim:
+            fetched = self._fetch_one(consumer, acks)
+            if fetched.deliveries or not (dirty or acks):
+                return fetched
+            # Nothing new: a burst ended, so trim the streams its jobs finished in.
+            dirty = [*dirty, *(d.stream for d in acks)]
+            return self.fetch(consumer, 1, (), fence_acks=False, trim=True, dirty=dirty)
+        argv: list[Any] = [GROUP, consumer, count, int(fence_acks), int(trim), len(acks)]
+        argv.append(len(self.streams))
+        for d in acks:
+            argv += (self.stream_position[d.stream] + 1, d.entry_id)
+        argv += sorted({self.stream_position[s] + 1 for s in (*dirty, *(d.stream for d in acks))})
+        flat = self.direct.script("fetch", self._fetch_keys, argv)
+        got = [
+            delivery(self._where[int(flat[i]) - 1], text(flat[i + 1]), flat_pairs(flat[i + 2]))
+            for i in range(1, len(flat), 3)
+        ]
+        self._reach = self.stream_position[got[0].stream] if got else 0
+        return Fetched(got, as_int(flat[0], -1))
+
+    def _fetch_one(self, consumer: str, acks: Sequence[Delivery]) -> Fetched:
+        """One job, without a script: XACK the finished ones and read one entry from each
+        stream down to the one the last job came from, in one write (Redis spends a few µs
+        instead of a script's twenty), with the due keys and the clock.
+
+        The streams read are the ones that may hold the best job; when several have one,
+        all come back and the caller keeps the first (in priority order) and hands the others
+        back. When none has, the lower streams are read in a second round trip.
+        """
+        by_stream: dict[str, list[str]] = {}
+        for d in acks:
+            by_stream.setdefault(d.stream, []).append(d.entry_id)
+        commands: list[Command] = [("XACK", s, GROUP, *ids) for s, ids in by_stream.items()]
+        commands += [("TIME",), *(("GET", k.due) for k in self.keys.values())]
+        first_read, reads = len(commands), self.streams[: self._reach + 1]
+        commands += [
+            ("XREADGROUP", "GROUP", GROUP, consumer, "COUNT", 1, "STREAMS", s, ">") for s in reads
+        ]
+        replies = self.direct.pipeline(commands)
+        for reply in replies:
+            if isinstance(reply, BrokerError):
+                if "NOGROUP" not in str(reply):
+                    raise reply
+                self.ensure_groups()  # the stream or its group was deleted (FLUSHALL, DEL)
+                return Fetched([], -1)
+        now = redis_ms(replies[len(by_stream)])
+        due = [as_int(r) for r in replies[len(by_stream) + 1 : first_read] if r is not None]
+        due_in_ms = max(0, min(due) - now) if due else -1
+        got = [
+            delivery(self._where[self.stream_position[text(stream)]], eid, fields)
+            for reply in replies[first_read:]
+            for stream, rows in reply or ()
+            for eid, fields in entries(rows)
+        ]
+        if got:
+            self._reach = self.stream_position[got[0].stream]
+        elif len(reads) < len(self.streams):
+            self._reach = len(self.streams) - 1
+            fetched = self._fetch_one(consumer, ())
+            if not fetched.deliveries:
+                self._reach = 0
+            return fetched
+        return Fetched(got, due_in_ms)
 
     def read_blocking(self, consumer: str, count: int, block_ms: int) -> list[Delivery]:
         """Wait up to ``block_ms`` for new entries on any stream (used only when all are empty).
@@ -194,35 +220,36 @@ class Broker:
             return []
         out = []
         for stream_raw, rows in reply or ():
-            stream = text(stream_raw)
-            _, queue, priority = self._where[self._index[stream]]
-            out += [
-                Delivery(stream, queue, priority, eid, 1, fields.get(b"body"))
-                for eid, fields in entries(rows)
-            ]
-        out.sort(key=lambda d: self._index[d.stream])
+            where = self._where[self.stream_position[text(stream_raw)]]
+            out += [delivery(where, eid, fields) for eid, fields in entries(rows)]
+        out.sort(key=lambda d: self.stream_position[d.stream])
         return out
 
-    def next_due_in_ms(self) -> int | None:
-        """How long until the earliest retry or delayed job of these queues is due (ms, by
-        the Redis clock), if there is one."""
-        commands: list[Command] = [("TIME",)]
-        for k in self.keys.values():
-            for key in (*(k.retry(p) for p in PRIORITIES), k.schedule):
-                commands.append(("ZRANGE", key, 0, 0, "WITHSCORES"))
-        (seconds, micros), *firsts = self.link.pipeline(commands)
-        due = [float(first[1]) for first in firsts if first]
-        now = int(seconds) * 1000 + int(micros) // 1000
-        return max(0, int(min(due)) - now) if due else None
+    def promote(self, *, force: bool = False) -> int:
+        """Housekeeping: move due delayed jobs and retries of these queues into their streams.
+
+        Cheap when nothing is due (one GET per queue) unless ``force``, which looks at the
+        sets themselves (for members added without the due key, by a foreign producer).
+        Returns ms until the next one is due by the Redis clock (-1: none).
+        """
+        args = [PROMOTE_LIMIT, int(force)]
+        return as_int(self.direct.script("promote", self._housekeeping_keys, args), -1)
 
     # -- moves of one pending entry (fenced on its owner) -----------------------------------
 
-    def park(self, d: Delivery, *, owner: str, delay_ms: int) -> bool:
-        """Leave a failed job pending, owned by the retry pseudo-consumer for ``delay_ms``."""
+    def park(self, d: Delivery, *, owner: str, task: str, body: bytes, delay_ms: int) -> bool:
+        """Move a failed job out of its stream into its retry set for ``delay_ms``.
+
+        ``body`` is the job's body with the attempts used so far (the caller patches it); the
+        job comes back as a fresh entry when due.
+        """
         k = self.keys[d.queue]
-        keys = [d.stream, k.retry(d.priority), k.failures]
-        args = [GROUP, d.entry_id, owner, RETRY_CONSUMER, delay_ms]
-        return bool(self.link.script("park", keys, args))
+        member = b"%d\n%s\n%s" % (PRIORITIES.index(d.priority), task.encode(), body)
+        first = d.first_failure_ms or ""
+        keys = [d.stream, k.retry(d.priority), k.due]
+        return bool(
+            self.link.script("park", keys, [GROUP, d.entry_id, owner, delay_ms, member, first])
+        )
 
     def deadletter(self, d: Delivery, *, owner: str, entry: Deadletter) -> str | None:
         """Move a pending job to the dead-letter stream (ack + delete at the source, atomically).
@@ -230,15 +257,16 @@ class Broker:
         ``owner`` fences the move: it happens only if the entry is still pending under that
         consumer. Returns the dead entry id, or None if the entry was elsewhere.
         """
-        k = self.keys[d.queue]
-        keys = [d.stream, k.retry(d.priority), k.failures, k.deadletter]
-        reply = self.link.script("deadletter", keys, [GROUP, d.entry_id, owner, *entry.to_fields()])
+        keys = [d.stream, self.keys[d.queue].deadletter]
+        first = d.first_failure_ms or ""
+        args = [GROUP, d.entry_id, owner, first, *entry.to_fields()]
+        reply = self.link.script("deadletter", keys, args)
         return reply.decode() if isinstance(reply, bytes) else None
 
     def requeue(self, d: Delivery, *, task: str, body: bytes, owner: str) -> str | None:
         """Replace a pending entry with a fresh one at the end of the same stream (hand-back)."""
-        keys = [d.stream, self.keys[d.queue].failures]
-        reply = self.link.script("requeue", keys, [GROUP, d.entry_id, owner, task, body])
+        args = [GROUP, d.entry_id, owner, task, body, d.first_failure_ms or ""]
+        reply = self.link.script("requeue", [d.stream], args)
         return reply.decode() if isinstance(reply, bytes) else None
 
     def pending_of(self, consumer: str) -> list[Delivery]:
@@ -254,9 +282,20 @@ class Broker:
         out = []
         for (stream, q, p, eid, deliveries), rows in zip(found, bodies, strict=True):
             row = entries(rows)
-            out.append(
-                Delivery(stream, q, p, eid, deliveries, row[0][1].get(b"body") if row else None)
-            )
+            fields = row[0][1] if row else {}
+            ff = fields.get(b"ff")
+            body = fields.get(b"body")
+            out.append(Delivery(stream, q, p, eid, deliveries, body, int(ff) if ff else None))
+        return out
+
+    def deliveries_at(self, places: Sequence[tuple[int, str]]) -> list[Delivery]:
+        """The entries at (stream index, entry id), with their bodies; gone ones are left out."""
+        if not places:
+            return []
+        commands = [("XRANGE", self.streams[i], eid, eid) for i, eid in places]
+        out = []
+        for (i, _), rows in zip(places, self.link.pipeline(commands), strict=True):
+            out += [delivery(self._where[i], eid, fields) for eid, fields in entries(rows)]
         return out
 
     def _pending_rows(self, stream: str, consumer: str) -> list[tuple[str, str, int, int]]:
@@ -288,23 +327,51 @@ class Broker:
         reply = self.link.call("SET", self.keys[queue].sweeper, worker_id, "NX", "PX", lease_ms)
         return reply is not None
 
-    def sweep(self, queue: str, *, min_idle_ms: int, max_calls: int = 10) -> int:
-        """Recover entries idle past ``min_idle_ms`` in a queue; returns how many were recovered.
+    def recover(self, queue: str, *, min_idle_ms: int, max_calls: int = 10) -> list[Delivery]:
+        """Claim the entries of a queue idle past ``min_idle_ms`` (their worker died) for the
+        recovering pseudo-consumer, and return them; the caller settles each one.
 
-        Each script call recovers at most ``SWEEP_BUDGET`` entries of a stream, so Redis never
-        stalls on a big pending list; a stream with more waits for the next interval after
-        ``max_calls`` calls.
+        XAUTOCLAIM is atomic, so sweepers need no lock; the pending list holds only jobs in
+        flight (retries wait outside the stream), so a scan from the start is short. Each call
+        takes at most ``RECOVER_BATCH`` entries, at most ``max_calls`` calls per stream.
         """
         k = self.keys[queue]
-        recovered = 0
+        out: list[Delivery] = []
         for p in PRIORITIES:
+            cursor = "0-0"
             for _ in range(max_calls):
-                args = [GROUP, RETRY_CONSUMER, min_idle_ms, SWEEP_BUDGET]
-                n = as_int(self.link.script("sweep", [k.stream(p), k.retry(p)], args))
-                recovered += n
-                if n < SWEEP_BUDGET:
+                try:
+                    reply = self.link.call(
+                        "XAUTOCLAIM",
+                        k.stream(p),
+                        GROUP,
+                        RECOVER_CONSUMER,
+                        min_idle_ms,
+                        cursor,
+                        "COUNT",
+                        RECOVER_BATCH,
+                    )
+                except BrokerRefused as exc:  # no stream or group yet: nothing to recover
+                    if "NOGROUP" in str(exc) or "no such key" in str(exc):
+                        break
+                    raise
+                cursor = text(reply[0])
+                # Entries deleted meanwhile come back as nil (6.2) or are only listed (7.0).
+                claimed = [row for row in reply[1] if isinstance(row, list) and row[1]]
+                # (Each is settled as the lost run of a fresh delivery: its body counts the
+                # attempts before it.)
+                out += [delivery((k.stream(p), queue, p), eid, f) for eid, f in entries(claimed)]
+                if cursor == "0-0":
                     break
-        return recovered
+        return out
+
+    def tidy(self, queue: str, *, limit: int = 1000) -> int:
+        """Delete finished jobs that linger in a queue's streams behind an older running job
+        (and trim the heads). Returns how many entries went."""
+        k = self.keys[queue]
+        return sum(
+            as_int(self.link.script("tidy", [k.stream(p)], [GROUP, limit])) for p in PRIORITIES
+        )
 
     def forget_consumers(self, *, idle_ms: int, keep: Sequence[str] = ()) -> int:
         """Delete consumers with nothing pending that have been idle for ``idle_ms``."""
@@ -315,90 +382,8 @@ class Broker:
         return self._forget(idle_ms=0, only=consumer, keep=())
 
     def _forget(self, *, idle_ms: int, only: str, keep: Sequence[str]) -> int:
-        args = [GROUP, idle_ms, only, RETRY_CONSUMER, *keep]
+        args = [GROUP, idle_ms, only, RECOVER_CONSUMER, *keep]
         return as_int(self.link.script("forget_consumers", self.streams, args))
-
-    def heartbeat(
-        self, worker_id: str, fields: dict[str, Any], *, ttl_ms: int, visibility_timeout_ms: int
-    ) -> tuple[str, int] | None:
-        """Write a worker's registry record (``heartbeat_ms`` is the Redis clock's); it
-        expires unless refreshed within ``ttl_ms``.
-
-        Also claims ``visibility_timeout_ms`` as the setting of each queue, which every live
-        worker of a queue must share. Returns the first queue whose live workers use another
-        value, with that value, or None.
-        """
-        keys = [
-            key
-            for k in self.keys.values()
-            for key in (k.worker(worker_id), k.workers, k.visibility)
-        ]
-        flat = [x for kv in fields.items() for x in kv]
-        args = [worker_id, ttl_ms, visibility_timeout_ms, *flat]
-        conflict = self.link.script("heartbeat", keys, args)
-        if not conflict:
-            return None
-        return self.queues[int(conflict[0]) - 1], int(conflict[1])
-
-    def unregister(self, worker_id: str) -> None:
-        commands: list[Command] = []
-        for k in self.keys.values():
-            commands += [("DEL", k.worker(worker_id)), ("ZREM", k.workers, worker_id)]
-        self.link.pipeline(commands, transaction=True)
-
-    # -- operators -----------------------------------------------------------------------
-
-    def purge_deadletters(self, queue: str, *, older_than_ms: int | None = None) -> int:
-        """Delete dead-letter entries (older than a time, or all); returns how many."""
-        key = QueueKeys(queue).deadletter
-        if older_than_ms is None:
-            length, _ = self.link.pipeline([("XLEN", key), ("DEL", key)], transaction=True)
-            return as_int(length)
-        # Dead-letter ids are the time of death, so MINID drops exactly the older ones.
-        return as_int(self.link.call("XTRIM", key, "MINID", f"{older_than_ms}-0"))
-
-    def deadletter_retry(
-        self, queue: str, dead_id: str, *, stream: str, task: str, body: bytes
-    ) -> bool:
-        """Move one dead-lettered job back to a job stream of its queue, in one step."""
-        keys = [QueueKeys(queue).deadletter, stream]
-        return bool(self.link.script("deadletter_retry", keys, [dead_id, task, body]))
-
-    def purge_waiting(
-        self,
-        queue: str,
-        priorities: Sequence[str] = PRIORITIES,
-        *,
-        include_pending: bool = False,
-        batch: int = 1000,
-    ) -> dict[str, tuple[int, int]]:
-        """Delete the jobs of a queue that no worker has taken yet (``taskq purge``).
-
-        Waiting entries (after the group's last-delivered-id) are XDEL'd; the group's cursor
-        and pending list are left alone, so running and retrying jobs are untouched unless
-        ``include_pending``, which acks and deletes those too. Only entries up to each
-        stream's newest id at the start go, so jobs enqueued meanwhile survive, and each
-        script call removes at most ``batch`` entries, so Redis never stalls on a big stream.
-        Delayed (scheduled) and dead-lettered jobs are not touched.
-
-        Returns:
-            Per priority, (waiting jobs removed, pending jobs removed).
-        """
-        k = QueueKeys(queue)
-        out: dict[str, tuple[int, int]] = {}
-        for p in priorities:
-            newest = entries(self.link.call("XREVRANGE", k.stream(p), "+", "-", "COUNT", 1))
-            waiting = pending = 0
-            done = not newest
-            while not done:
-                w, n, finished = self.link.script(
-                    "purge",
-                    [k.stream(p), k.retry(p), k.failures],
-                    [GROUP, newest[0][0], batch, int(include_pending)],
-                )
-                waiting, pending, done = waiting + int(w), pending + int(n), bool(finished)
-            out[p] = (waiting, pending)
-        return out
 
 
 def _xadd_command(msg: Message, body: bytes) -> Command:
@@ -408,4 +393,5 @@ def _xadd_command(msg: Message, body: bytes) -> Command:
 def _schedule_command(msg: Message, body: bytes, in_ms: int | None) -> Command:
     member = b"%d\n%s\n%s" % (PRIORITIES.index(msg.priority), msg.task.encode(), body)
     at = "" if in_ms is not None else msg.eta_ms
-    return script_command("schedule", [QueueKeys(msg.queue).schedule], [at, in_ms or 0, member])
+    k = QueueKeys(msg.queue)
+    return script_command("schedule", [k.schedule, k.due], [at, in_ms or 0, member])

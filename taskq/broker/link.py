@@ -37,8 +37,9 @@ class Connection(Protocol):
     def disconnect(self) -> None: ...
 
 
-PROLOGUES = ("_fence", "_now")
-"""Helper functions every script starts with: the ownership fence and the Redis clock."""
+PROLOGUES = ("_fence", "_now", "_stream")
+"""Helper functions every script starts with: the ownership fence, the Redis clock, stream
+ids and the trim of finished jobs."""
 
 
 @functools.cache
@@ -198,6 +199,14 @@ class Direct:
         if isinstance(reply, redis.ResponseError):
             raise_as_broker_error(reply, self.url)
         return reply
+
+    def pipeline(self, commands: Sequence[Command]) -> list[Any]:
+        """Send ``commands`` in one write; an error reply comes back in its place as a
+        :class:`BrokerError` (not raised), for the caller to judge."""
+        return [
+            as_broker_error(r, self.url) if isinstance(r, redis.ResponseError) else r
+            for r in self._exchange(commands)
+        ]
 
     def script(self, name: str, keys: Sequence[Any], args: Sequence[Any]) -> Any:
         """Run a script, loading it again if Redis does not know it (after a restart)."""

@@ -17,14 +17,17 @@ from taskq.broker.replies import (
     as_int,
     entries,
     flat_pairs,
-    info_records,
     pending_rows,
     redis_ms,
-    scored,
     text,
 )
 from taskq.deadletter import Deadletter
 from taskq.keys import GROUP, PRIORITIES, QueueKeys
+
+DELIVERED_LIMIT = 2_000
+"""Delivered entries still in a stream (finished ones the trim has not removed yet) counted
+beyond the pending ones to tell waiting jobs from the others; past it, waiting is estimated
+(there are more only while a very long job holds back the trim)."""
 
 
 @dataclass(frozen=True)
@@ -33,29 +36,28 @@ class StreamSnapshot:
 
     Attributes:
         now_ms: the Redis clock at the snapshot.
-        length: XLEN. Acked jobs are deleted, so length = waiting + pending.
+        length: XLEN: waiting + pending + finished jobs not yet trimmed away.
+        waiting: entries not yet delivered to any worker.
         pending: XINFO GROUPS ``pending`` (delivered, not acked).
         last_id: the group's last-delivered-id (None: no group yet).
         lag: the group's ``lag`` as Redis reports it (None when it cannot tell).
         oldest_pending: the smallest pending entry id (XPENDING summary).
-        retrying: ZCARD of the stream's retry set.
+        retrying: ZCARD of the priority's retry set (failed jobs waiting out a backoff).
+        next_retry_ms: when the earliest of them is due (Redis clock), if any.
     """
 
     stream: str
     priority: str
     now_ms: int
     length: int
+    waiting: int
     pending: int
     consumers: int
     last_id: str | None
     lag: int | None
     oldest_pending: str | None
     retrying: int
-
-    @property
-    def waiting(self) -> int:
-        # Acked entries are deleted, so whatever is in the stream and not pending is waiting.
-        return max(0, self.length - self.pending)
+    next_retry_ms: int | None
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,7 @@ class QueueSnapshot:
 
 @dataclass(frozen=True)
 class PendingRow:
-    """One entry of a group's pending list, with its task and retry due time."""
+    """One entry of a group's pending list, with its task."""
 
     queue: str
     priority: str
@@ -81,7 +83,6 @@ class PendingRow:
     idle_ms: int
     deliveries: int
     task: str | None
-    retry_due_ms: int | None
 
 
 class Reader:
@@ -103,33 +104,18 @@ class Reader:
     # -- queues ----------------------------------------------------------------------------
 
     def queue(self, queue: str) -> QueueSnapshot:
+        """One queue's figures at one moment (a read-only script: they agree with each other)."""
         k = QueueKeys(queue)
-        commands: list[Command] = [("TIME",)]
-        for p in PRIORITIES:
-            s = k.stream(p)
-            commands += [("XINFO", "GROUPS", s), ("XLEN", s), ("XPENDING", s, GROUP)]
-            commands.append(("ZCARD", k.retry(p)))
-        commands += [
-            ("ZCARD", k.schedule),
-            ("ZRANGE", k.schedule, 0, 0, "WITHSCORES"),
-            ("XLEN", k.deadletter),
-        ]
-        # MULTI: one snapshot, so length = waiting + pending holds between the figures.
-        # (XINFO and XPENDING of a stream that does not exist are errors: no group yet.)
-        now_reply, *reply = self.link.pipeline(commands, transaction=True, errors=False)
-        now = redis_ms(now_reply)
-        streams = tuple(
-            _stream(k, p, now, reply[4 * i : 4 * i + 4]) for i, p in enumerate(PRIORITIES)
+        keys = [*k.streams, *(k.retry(p) for p in PRIORITIES), k.schedule, k.deadletter]
+        now, *per_stream, scheduled, first, dead = self.link.script(
+            "queue_stats", keys, [GROUP, DELIVERED_LIMIT]
         )
-        scheduled, first, dead = reply[4 * len(PRIORITIES) :]
-        firsts = scored(first)
+        streams = tuple(
+            _stream(k.stream(p), p, as_int(now), raw)
+            for p, raw in zip(PRIORITIES, per_stream, strict=True)
+        )
         return QueueSnapshot(
-            queue,
-            now,
-            streams,
-            as_int(scheduled),
-            int(firsts[0][1]) if firsts else None,
-            as_int(dead),
+            queue, as_int(now), streams, as_int(scheduled), _opt_ms(first), as_int(dead)
         )
 
     def oldest_waiting(self, streams: Sequence[StreamSnapshot]) -> dict[str, str]:
@@ -183,19 +169,13 @@ class Reader:
         ]
         rows.sort(key=lambda x: entry_ms(x[2][0]))
         rows = rows[:limit]
-        details: list[Command] = []
-        for q, p, (eid, *_) in rows:
-            details += [
-                ("XRANGE", QueueKeys(q).stream(p), eid, eid),
-                ("ZSCORE", QueueKeys(q).retry(p), eid),
-            ]
+        details = [("XRANGE", QueueKeys(q).stream(p), eid, eid) for q, p, (eid, *_) in rows]
         extra = self.link.pipeline(details) if details else []
         out = []
-        for i, (q, p, (eid, consumer, idle_ms, deliveries)) in enumerate(rows):
-            found, due = entries(extra[2 * i]), extra[2 * i + 1]
-            task = text(found[0][1].get(b"task", b"")) if found else None
-            retry_due = int(float(due)) if due is not None else None
-            out.append(PendingRow(q, p, eid, consumer, idle_ms, deliveries, task, retry_due))
+        for (q, p, (eid, consumer, idle_ms, deliveries)), found in zip(rows, extra, strict=True):
+            row = entries(found)
+            task = text(row[0][1].get(b"task", b"")) if row else None
+            out.append(PendingRow(q, p, eid, consumer, idle_ms, deliveries, task))
         return redis_ms(now_reply), out
 
     # -- dead letters ----------------------------------------------------------------------
@@ -226,21 +206,28 @@ def entry_ms(entry_id: str) -> int:
     return int(entry_id.split("-", 1)[0])
 
 
-def _stream(k: QueueKeys, priority: str, now: int, replies: Sequence[Any]) -> StreamSnapshot:
-    """From the replies to XINFO GROUPS, XLEN, XPENDING (summary) and ZCARD (retry set)."""
-    groups, length, summary, retrying = replies
-    group = next((g for g in info_records(groups) if text(g.get("name")) == GROUP), {})
-    last, lag = group.get("last-delivered-id"), group.get("lag")
-    oldest = summary[1] if isinstance(summary, list) and len(summary) > 1 else None
+def _stream(stream: str, priority: str, now: int, raw: Sequence[Any]) -> StreamSnapshot:
+    """From one stream's row of ``queue_stats.lua``."""
+    length, waiting, pending, consumers, last, lag, oldest, retrying, next_retry = raw
+    lag_or_none = as_int(lag) if as_int(lag) >= 0 else None
+    if as_int(waiting) < 0:  # too many delivered entries to count: estimate
+        waiting = lag_or_none if lag_or_none is not None else as_int(length) - as_int(pending)
     return StreamSnapshot(
-        stream=k.stream(priority),
+        stream=stream,
         priority=priority,
         now_ms=now,
         length=as_int(length),
-        pending=as_int(group.get("pending")),
-        consumers=as_int(group.get("consumers")),
-        last_id=text(last) if last is not None else None,
-        lag=as_int(lag) if lag is not None else None,
-        oldest_pending=text(oldest) if oldest else None,
+        waiting=max(0, as_int(waiting)),
+        pending=as_int(pending),
+        consumers=as_int(consumers),
+        last_id=text(last) or None,
+        lag=lag_or_none,
+        oldest_pending=text(oldest) or None,
         retrying=as_int(retrying),
+        next_retry_ms=_opt_ms(next_retry),
     )
+
+
+def _opt_ms(value: Any) -> int | None:
+    ms = as_int(value, -1)
+    return ms if ms >= 0 else None

@@ -258,8 +258,7 @@ def purge(
                 f" and {pending} pending (some may be running)" if include_pending else ""
             )
             click.confirm(f"remove {what} job(s) from {queue} ({', '.join(chosen)})?", abort=True)
-        broker = app.broker_for([queue])
-        removed = broker.purge_waiting(queue, chosen, include_pending=include_pending)
+        removed = app.operators.purge_waiting(queue, chosen, include_pending=include_pending)
     _report_purge(queue, removed, as_json)
 
 

@@ -31,10 +31,9 @@ from taskq.worker.pool import PoolOptions, run_pool
 @click.option(
     "--prefetch",
     type=click.IntRange(1, 1000),
-    default=1,
-    show_default=True,
     envvar="TASKQ_PREFETCH",
-    help="Jobs a child takes per fetch.",
+    help="Jobs a child takes per fetch (default: adaptive, up to 64 while jobs are short; "
+    "a fixed N turns the hand-back of jobs waiting behind a long one off).",
 )
 @click.option(
     "--max-tasks-per-child",
@@ -104,7 +103,7 @@ def worker(
     obj: Context,
     concurrency: int,
     queues: str | None,
-    prefetch: int,
+    prefetch: int | None,
     max_tasks_per_child: int,
     max_memory_per_child: int,
     time_limit: float | None,

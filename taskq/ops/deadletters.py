@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from taskq.broker import Broker
+from taskq.broker.operators import Operators
 from taskq.broker.reads import Reader
 from taskq.deadletter import Deadletter
 from taskq.keys import QueueKeys
@@ -22,12 +22,12 @@ class Deadletters:
     """The dead-letter stream of one queue: list, look up, retry, purge.
 
     Args:
-        broker: a broker for ``queue`` (its moves: retry, purge).
+        operators: the operator moves (retry, purge) on the queue's Redis.
         reader: reads on the same Redis.
     """
 
-    def __init__(self, broker: Broker, reader: Reader, queue: str) -> None:
-        self.broker = broker
+    def __init__(self, operators: Operators, reader: Reader, queue: str) -> None:
+        self.operators = operators
         self.reader = reader
         self.queue = queue
         self.key = QueueKeys(queue).deadletter
@@ -36,7 +36,7 @@ class Deadletters:
     def for_app(cls, app: App, queue: str | None = None) -> Deadletters:
         """The dead letters of ``queue`` (default: the app's queue)."""
         name = queue or app.settings.queue
-        return cls(app.broker_for([name]), app.reader, name)
+        return cls(app.operators, app.reader, name)
 
     def now_ms(self) -> int:
         """The Redis clock (ms): the clock dead-letter ids and failure times are on."""
@@ -89,13 +89,13 @@ class Deadletters:
         k = QueueKeys(self.queue)
         stream = job.stream if job.stream in k.streams else k.stream(msg.priority)
         body = with_retries(job.body, 0)
-        moved = self.broker.deadletter_retry(
+        moved = self.operators.deadletter_retry(
             self.queue, dead_id, stream=stream, task=msg.task, body=body
         )
         return "" if moved else "no such dead-lettered job"
 
     def purge(self, *, older_than_ms: int | None = None) -> int:
-        return self.broker.purge_deadletters(self.queue, older_than_ms=older_than_ms)
+        return self.operators.purge_deadletters(self.queue, older_than_ms=older_than_ms)
 
     def _scan(self, *, end: str = "+", page: int = 500) -> list[Deadletter]:
         out: list[Deadletter] = []

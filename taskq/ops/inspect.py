@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from taskq.broker.reads import PendingRow, QueueSnapshot, Reader, StreamSnapshot, entry_ms
-from taskq.keys import RETRY_CONSUMER, QueueKeys, worker_of
+from taskq.keys import RECOVER_CONSUMER, QueueKeys, worker_of
 from taskq.worker.record import ChildRecord, WorkerRecord
 
 
@@ -25,17 +25,17 @@ class StreamStats:
     """One priority stream of a queue, as its consumer group sees it.
 
     Attributes:
-        length: XLEN. Acked jobs are deleted, so length = waiting + pending.
-        waiting: entries not yet delivered to any worker, computed as length - pending.
-            That is exact because taskq deletes every entry it acks, and it is read in the
-            same MULTI as both figures. The group's ``lag`` is not used: Redis 7.0 reports it
-            as null once an entry at or after the last delivered one was deleted (every ack
-            of the newest delivered job does that), and after deleted entries were skipped it
-            can be plainly wrong (5 on an empty stream).
-        lag: the group's ``lag`` as Redis reports it (null when it cannot tell), for reference.
-        pending: delivered, not acked: running, prefetched, waiting out a retry backoff, or
-            held by a worker that died (XINFO GROUPS ``pending``).
-        retrying: the pending entries waiting out a retry backoff (ZCARD of the retry set).
+        length: XLEN: waiting + pending + finished jobs that the trim has not removed yet
+            (acked jobs leave their stream by trimming, a few dozen acks at a time).
+        waiting: entries not yet delivered to any worker: the group's ``lag`` (Redis 7.0+;
+            taskq deletes delivered entries only, which keeps it valid), else the length less
+            the entries up to the group's last delivered id (Redis 6.2, or after a purge).
+        lag: the group's ``lag`` as Redis reports it (null when it cannot tell).
+        pending: delivered, not acked: running, prefetched, or held by a worker that died
+            (XINFO GROUPS ``pending``).
+        retrying: failed jobs waiting out a backoff in the priority's retry set; they are
+            not in the stream until they are due.
+        next_retry_in_ms: when the earliest of them is due.
         oldest_waiting_age_ms / oldest_pending_age_ms: how long ago the oldest such entry was
             added to the stream (entry ids are Redis timestamps); None if there is none.
     """
@@ -48,6 +48,7 @@ class StreamStats:
     lag: int | None
     pending: int
     retrying: int
+    next_retry_in_ms: int | None
     consumers: int
     last_delivered_id: str | None
     oldest_waiting_id: str | None
@@ -142,8 +143,8 @@ class PendingJob:
 
     ``state`` is ``running`` (a live worker's child reports it), ``held`` (a live worker has
     it but has not reported running it: prefetched, or started since its last heartbeat),
-    ``retrying`` (waiting out a backoff; ``retry_due_in_ms`` says when) or ``orphaned`` (its
-    worker is gone; the sweep recovers it once ``idle_ms`` passes the visibility timeout).
+    ``orphaned`` (its worker is gone; the sweep recovers it once ``idle_ms`` passes the
+    visibility timeout) or ``recovering`` (the sweep has claimed it and is settling it).
     """
 
     queue: str
@@ -157,7 +158,6 @@ class PendingJob:
     idle_ms: int
     deliveries: int
     age_ms: int
-    retry_due_in_ms: int | None
 
 
 @dataclass(frozen=True)
@@ -283,6 +283,7 @@ def _stream_stats(queue: str, s: StreamSnapshot, oldest_waiting: str | None) -> 
         s.lag,
         s.pending,
         s.retrying,
+        s.next_retry_ms - s.now_ms if s.next_retry_ms is not None else None,
         s.consumers,
         s.last_id,
         oldest_waiting,
@@ -359,13 +360,12 @@ def _pending(
 ) -> PendingJob:
     stream = QueueKeys(row.queue).stream(row.priority)
     worker = worker_of(row.consumer)
-    if row.consumer == RETRY_CONSUMER:
-        state = "retrying"
+    if row.consumer == RECOVER_CONSUMER:
+        state = "recovering"
     elif worker not in live:
         state = "orphaned"
     else:
         state = "running" if (stream, row.entry_id) in running else "held"
-    due = row.retry_due_ms
     return PendingJob(
         row.queue,
         row.priority,
@@ -378,5 +378,4 @@ def _pending(
         row.idle_ms,
         row.deliveries,
         max(0, now - entry_ms(row.entry_id)),
-        due - now if due is not None and state == "retrying" else None,
     )

@@ -62,7 +62,9 @@ def render_queues(queues: Sequence[QueueStats]) -> list[str]:
     for q in queues:
         due = q.next_scheduled_in_ms
         when = f" (next {due_in(due)})" if due is not None else ""
-        lines.append(f"{q.queue}: {q.scheduled} scheduled{when}, {q.dead} dead-lettered")
+        retries = [s.next_retry_in_ms for s in q.streams if s.next_retry_in_ms is not None]
+        retry = f", {q.retrying} retrying (next {due_in(min(retries))})" if retries else ""
+        lines.append(f"{q.queue}: {q.scheduled} scheduled{when}{retry}, {q.dead} dead-lettered")
     return lines
 
 
@@ -165,7 +167,7 @@ def render_pending(jobs: Sequence[PendingJob]) -> list[str]:
             j.stream,
             j.entry_id,
             j.task or "?",
-            _state(j),
+            j.state,
             j.consumer,
             fmt_ms(j.idle_ms),
             j.deliveries,
@@ -175,12 +177,6 @@ def render_pending(jobs: Sequence[PendingJob]) -> list[str]:
     ]
     headers = ("STREAM", "ENTRY", "TASK", "STATE", "CONSUMER", "IDLE", "DELIVERIES", "AGE")
     return table(headers, rows)
-
-
-def _state(j: PendingJob) -> str:
-    if j.retry_due_in_ms is None:
-        return j.state
-    return f"{j.state} ({due_in(j.retry_due_in_ms)})"
 
 
 def render_registered(workers: Sequence[WorkerState]) -> list[str]:

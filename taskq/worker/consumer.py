@@ -1,7 +1,15 @@
 """One consumer (a worker's child, or ``drain`` in-process): fetch, run, record, repeat.
 
-On success the job is acked and deleted with the next fetch; on failure it stays pending for
-a retry or moves to the dead-letter stream; nothing is acked before it ran.
+On success the job is acked with the next fetch; on failure it moves to its retry set or to
+the dead-letter stream; nothing is acked before it ran.
+
+Adaptive prefetch (the default). A child takes several jobs per fetch only while the jobs it
+runs are short: each batch is sized so that, at the pace of its recent jobs, it takes about
+``BATCH_BUDGET_MS`` (one job after a slow one, up to 64 of no-op jobs). The child lists its
+batch in the scoreboard, and when a job runs longer than the master's hand-back threshold,
+the master hands the rest of the batch back for idle children (the child skips them). So no
+short job waits in one child behind a long one while another child is free. ``--prefetch N``
+fixes the batch size instead, with no hand-back.
 """
 
 from __future__ import annotations
@@ -23,9 +31,17 @@ from taskq.worker.executor import Executor, Prepared
 from taskq.worker.finish import Finisher
 from taskq.worker.outage import OutageWaiter
 from taskq.worker.outcome import Outcome
-from taskq.worker.scoreboard import Slot
+from taskq.worker.scoreboard import MAX_BATCH, Slot
 
 logger = logging.getLogger(__name__)
+
+BATCH_BUDGET_MS = 20.0
+"""Adaptive prefetch sizes a batch to take about this long at the pace of recent jobs."""
+PACE_SMOOTHING = 0.2
+"""Weight of the newest job in the pace; a slower job than the pace counts at once."""
+TRIM_EVERY_ACKS = 32
+TRIM_EVERY_S = 0.05
+"""A fetch also trims finished jobs from the streams after this many acks or this long."""
 
 
 class _Interrupted(Exception):
@@ -36,11 +52,12 @@ class _Interrupted(Exception):
 class ConsumerOptions:
     """How one consumer behaves (see ``taskq worker --help``).
 
+    ``prefetch``: jobs per fetch; None (the default) adapts it (see the module docstring).
     ``soft_time_limits``: raise :class:`SoftTimeLimitExceeded` in tasks that run past their
     soft limit (a SIGALRM timer: only in a worker's child, which owns its signals).
     """
 
-    prefetch: int = 1
+    prefetch: int | None = None
     max_tasks: int = 0
     max_memory_kb: int = 0
     burst: bool = False
@@ -79,6 +96,10 @@ class Consumer:
         self._outages = OutageWaiter(should_give_up=lambda: self._idle and self.stopping)
         self._fetched_at = time.monotonic()
         self._task_code: CodeType | None = None
+        self._pace_ms = BATCH_BUDGET_MS  # until measured: one job per fetch
+        self._acks_since_trim = 0
+        self._trimmed_at = time.monotonic()
+        self._dirty: set[str] = set()
 
     # -- signals -------------------------------------------------------------------------
 
@@ -109,11 +130,16 @@ class Consumer:
             batch = self._next_batch()
             if batch is None:
                 break
+            if self.slot is not None and self.options.prefetch is None:
+                self.slot.list_batch(
+                    [(self.broker.stream_position[d.stream], d.entry_id) for d in batch]
+                )
             for i, d in enumerate(batch):
                 if self.stopping:
-                    self._hand_back(batch[i:])
+                    self._hand_back_rest(batch[i:])
                     break
-                self._process(d)
+                if not self._process(d):
+                    break  # the master revoked the rest of the batch and hands it back
             self._check_limits()
         if self.finisher.acks:
             self._outages.call(lambda: self._fetch(0))
@@ -123,16 +149,27 @@ class Consumer:
         if self._outages.happened:
             self._outages.call(self._reconcile)
             self._outages.happened = False
-        fetched = self._outages.call(lambda: self._fetch(self.options.prefetch))
+        count = self.batch_size
+        fetched = self._outages.call(lambda: self._fetch(count))
+        if fetched.due_in_ms == 0:
+            # A delayed job or retry is due: move them into their streams now (the next
+            # fetch takes them in priority order with everything else).
+            self._outages.call(self.broker.promote)
         if fetched.deliveries or self.stopping:
-            return fetched.deliveries
-        due_in_ms = fetched.next_due_in_ms
-        if self.options.burst and (due_in_ms < 0 or due_in_ms > 50):
-            return None
+            return self._keep(fetched.deliveries, count)
+        if self.options.burst:
+            return None if fetched.due_in_ms != 0 else []
         block_ms = self.executor.app.settings.block_ms
-        if due_in_ms >= 0:
-            block_ms = max(1, min(block_ms, due_in_ms))
-        return self._read_blocking(block_ms)
+        if fetched.due_in_ms > 0:
+            block_ms = min(block_ms, fetched.due_in_ms)
+        return self._read_blocking(max(1, block_ms), count)
+
+    @property
+    def batch_size(self) -> int:
+        """Jobs the next fetch takes: fixed, or sized by the pace of recent jobs."""
+        if self.options.prefetch is not None:
+            return self.options.prefetch
+        return max(1, min(MAX_BATCH, int(BATCH_BUDGET_MS / max(self._pace_ms, 0.01))))
 
     def _fetch(self, count: int) -> Fetched:
         """Send the queued acks and take up to ``count`` jobs.
@@ -142,20 +179,34 @@ class Consumer:
         """
         # Jobs fetched less than half a visibility timeout ago cannot have been swept, so their
         # acks skip the ownership check (it costs an XPENDING per batch).
-        age_ms = (time.monotonic() - self._fetched_at) * 1000
-        fence = age_ms > self.executor.app.settings.visibility_timeout_ms / 2
-        fetched = self.broker.fetch(self.name, count, self.finisher.acks, fence_acks=fence)
+        now = time.monotonic()
+        fence = (
+            now - self._fetched_at
+        ) * 1000 > self.executor.app.settings.visibility_timeout_ms / 2
+        acks = self.finisher.acks
+        dirty = self._dirty | {d.stream for d in acks}
+        self._acks_since_trim += len(acks)
+        trim = self._acks_since_trim >= TRIM_EVERY_ACKS or (
+            bool(dirty) and now - self._trimmed_at >= TRIM_EVERY_S
+        )
+        fetched = self.broker.fetch(
+            self.name, count, acks, fence_acks=fence, trim=trim, dirty=sorted(dirty)
+        )
         self.finisher.take_acks()
+        if trim or not fetched.deliveries:  # the dirty streams were trimmed
+            self._dirty, self._acks_since_trim, self._trimmed_at = set(), 0, now
+        else:
+            self._dirty = dirty
         self._fetched_at = time.monotonic()
         return fetched
 
-    def _read_blocking(self, block_ms: int) -> list[Delivery]:
+    def _read_blocking(self, block_ms: int, count: int) -> list[Delivery]:
         self._idle = True
         try:
             if self.stopping:
                 return []
             batch = self._outages.call(
-                lambda: self.broker.read_blocking(self.name, self.options.prefetch, block_ms)
+                lambda: self.broker.read_blocking(self.name, count, block_ms)
             )
             self._fetched_at = time.monotonic()
         except (_Interrupted, BrokerUnavailable):
@@ -166,26 +217,46 @@ class Consumer:
             return []
         finally:
             self._idle = False
-        # XREADGROUP's COUNT is per stream: a read that woke on several streams at once
-        # brought up to `prefetch` jobs from each. Keep the best `prefetch` (the batch is in
-        # priority order) and hand the others back at once, for any idle child to take.
-        keep, extra = batch[: self.options.prefetch], batch[self.options.prefetch :]
-        self._hand_back(extra)
-        return keep
+        return self._keep(batch, count)
 
-    def _process(self, d: Delivery) -> None:
+    def _keep(self, batch: list[Delivery], count: int) -> list[Delivery]:
+        """XREADGROUP's COUNT is per stream: a read of several streams at once can bring up
+        to `count` jobs from each. Keep the best `count` (the batch is in priority order) and
+        hand the others back at once, for any idle child to take. (Keeping them would run a
+        lower-priority job before the rest of a higher stream.)
+        """
+        if len(batch) > count:
+            self._hand_back(batch[count:])
+        return batch[:count]
+
+    def _process(self, d: Delivery) -> bool:
+        """Run and record one delivery; False if the rest of the batch was revoked."""
         prepared = self.executor.prepare(d)
-        outcome = prepared if isinstance(prepared, Outcome) else self._run(prepared)
+        if isinstance(prepared, Outcome):
+            if self.slot is not None and not self.slot.claim_next():
+                return False
+            outcome = prepared
+        else:
+            if self.slot is not None:
+                index = self.broker.stream_position[d.stream]
+                msg = prepared.msg
+                if not self.slot.start(index, d.entry_id, msg.task, msg.id, prepared.hard_limit_s):
+                    return False
+            outcome = self._run(prepared)
+            self._pace(outcome.duration_s * 1000)
         self._outages.call(lambda: self.finisher.record(outcome, owner=self.name))
         if self.slot is not None:
             self.slot.finish(outcome.kind)
         self._done += 1
+        return True
+
+    def _pace(self, ms: float) -> None:
+        """Fold one job's duration into the pace that sizes the next batch."""
+        pace = self._pace_ms
+        self._pace_ms = ms if ms > pace else pace + PACE_SMOOTHING * (ms - pace)
 
     def _run(self, p: Prepared) -> Outcome:
         self.set_title(f"running {p.msg.task} {p.delivery.entry_id}")
-        if self.slot is not None:
-            index = self.broker.stream_position[p.delivery.stream]
-            self.slot.start(index, p.delivery.entry_id, p.msg.task, p.msg.id, p.hard_limit_s)
         soft_s = p.soft_limit_s if self.options.soft_time_limits else None
         self._task_code = _code_of(p.task)
         if soft_s:
@@ -197,6 +268,13 @@ class Consumer:
                 signal.setitimer(signal.ITIMER_REAL, 0)
             self._task_code = None
             self.set_title("idle")
+
+    def _hand_back_rest(self, rest: list[Delivery]) -> None:
+        """Stopping: hand back the jobs of the batch that did not start (unless the master
+        revoked them already and hands them back itself)."""
+        listed = self.slot is not None and self.options.prefetch is None
+        if not listed or (self.slot is not None and self.slot.take_rest()):
+            self._hand_back(rest)
 
     def _hand_back(self, rest: list[Delivery]) -> None:
         """Return prefetched jobs that did not start, without using up an attempt."""
@@ -210,7 +288,7 @@ class Consumer:
         job held. A Redis restart can bring back entries whose ack was lost with the last
         second of writes; without this they would stay pending under a live consumer for good.
         """
-        done = {d.entry_id for d, _ in self.finisher.acks}
+        done = {d.entry_id for d in self.finisher.acks}
         for d in self.broker.pending_of(self.name):
             if d.entry_id not in done:
                 logger.warning(

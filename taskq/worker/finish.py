@@ -3,6 +3,8 @@ job back, and settle the jobs of a child that exited. One log line per outcome.
 
 A success's ack is not sent on its own: it rides on the consumer's next fetch (one round trip
 per job at ``--prefetch 1``, one per batch above), so :class:`Finisher` keeps it until then.
+A retry leaves the stream for its retry set with its body patched to say how many attempts
+it used; the attempt count therefore lives in the body alone.
 """
 
 from __future__ import annotations
@@ -30,22 +32,23 @@ class Finisher:
     def __init__(self, broker: Broker, executor: Executor) -> None:
         self.broker = broker
         self.executor = executor
-        self.acks: list[tuple[Delivery, bool]] = []
-        """Successes whose ack waits for the next fetch, each with whether it ever failed."""
+        self.acks: list[Delivery] = []
+        """Successes whose ack waits for the next fetch."""
 
     def record(self, o: Outcome, *, owner: str) -> None:
         """Record a run's fate (a success's ack is queued), log it and tell middleware."""
         d = o.delivery
         if o.kind == OK:
-            self.acks.append((d, o.failed_before))
-        elif o.kind == RETRY:
-            self.broker.park(d, owner=owner, delay_ms=o.delay_ms)
+            self.acks.append(d)
+        elif o.kind == RETRY and o.msg is not None:
+            body = with_retries(d.body or b"", o.attempt)
+            self.broker.park(d, owner=owner, task=o.msg.task, body=body, delay_ms=o.delay_ms)
         else:
             self.broker.deadletter(d, owner=owner, entry=deadletter_entry(o, worker=owner))
         log_outcome(o)
         emit(self.executor.app.middleware, "after_job", o)
 
-    def take_acks(self) -> list[tuple[Delivery, bool]]:
+    def take_acks(self) -> list[Delivery]:
         """The queued acks, for the fetch that sends them."""
         acks, self.acks = self.acks, []
         return acks
@@ -83,6 +86,18 @@ class Finisher:
                 self.hand_back(d, owner=consumer)
         self.broker.forget_consumer(consumer)
         return failures
+
+    def recover(self, d: Delivery, *, owner: str) -> str:
+        """Settle a job the sweep recovered from a dead worker: its run was lost, a failed
+        attempt (retried with backoff, or dead once out of attempts). Returns the kind."""
+        prepared = self.executor.prepare(d)
+        outcome = (
+            prepared
+            if isinstance(prepared, Outcome)
+            else self.executor.lost(prepared, "worker lost: its worker stopped renewing the lease")
+        )
+        self.record(outcome, owner=owner)
+        return outcome.kind
 
 
 def deadletter_entry(o: Outcome, *, worker: str) -> Deadletter:

@@ -1,6 +1,7 @@
-"""The master's periodic work in Redis, for its children and for the fleet: renew their
-leases, run the crash-recovery sweep, write the heartbeat record (claiming the queues'
-visibility timeout), all on the master's own connection.
+"""The master's periodic work in Redis, for its children and for the fleet: move due delayed
+jobs and retries into their streams, renew the children's leases, run the crash-recovery
+sweep, write the heartbeat record (claiming the queues' visibility timeout), all on the
+master's own connection.
 
 Every step is guarded: a Redis outage or a bug in one step is logged and the step is tried
 again on a later tick; the supervisor never dies of it.
@@ -14,20 +15,28 @@ from collections.abc import Callable, Sequence
 
 from taskq.app import App
 from taskq.broker import Broker
+from taskq.broker.workers import WorkerRegistry
 from taskq.errors import BrokerError, ConfigError
+from taskq.keys import RECOVER_CONSUMER
+from taskq.worker.executor import Executor
+from taskq.worker.finish import Finisher
 from taskq.worker.record import WorkerRecord
 
 logger = logging.getLogger(__name__)
 
 FORGET_CONSUMERS_AFTER_MS = 3_600_000
 """A consumer with nothing pending, idle for this long, is deleted from the group."""
+HOUSEKEEPING_S = 1.0
+"""How often a master moves due delayed jobs and retries into their streams itself (children
+do it as soon as their fetch reports one due)."""
 
 
 class Maintenance:
     """Periodic Redis work of one worker's master."""
 
-    def __init__(self, app: App, queues: Sequence[str], worker_id: str) -> None:
+    def __init__(self, app: App, queues: Sequence[str], worker_id: str, executor: Executor) -> None:
         self.app = app
+        self.executor = executor
         self.queues = tuple(queues)
         self.worker_id = worker_id
         self._broker: Broker | None = None
@@ -59,10 +68,17 @@ class Maintenance:
         """Whatever is due: leases every third of the visibility timeout, the heartbeat, and
         (unless ``sweep`` is False, in a shutdown) the sweep."""
         s = self.app.settings
+        # Due delayed jobs and retries: children promote them when their fetch says so; this
+        # is the safety net (idle or busy children, members added without the due key).
+        self._every("promote", HOUSEKEEPING_S, lambda b: b.promote(force=True))
         self._every("renew", s.visibility_timeout_ms / 3000, lambda b: b.renew(consumers))
         self._every("heartbeat", s.heartbeat_interval_ms / 1000, lambda b: self.beat(b, record()))
         if sweep:
             self._every("sweep", s.sweep_interval_ms / 1000, lambda b: self._sweep(b, consumers))
+
+    def unregister(self) -> None:
+        """Delete this worker's record (a clean stop)."""
+        self.step(lambda b: WorkerRegistry(b.link, b.queues).unregister(self.worker_id))
 
     def claim_queues(self, record: WorkerRecord) -> None:
         """The first heartbeat, before any child exists: refuse to serve queues whose live
@@ -82,7 +98,7 @@ class Maintenance:
     def beat(self, broker: Broker, record: WorkerRecord) -> str | None:
         """Write the heartbeat record; returns (and logs once) a visibility-timeout conflict."""
         s = self.app.settings
-        conflict = broker.heartbeat(
+        conflict = WorkerRegistry(broker.link, broker.queues).heartbeat(
             self.worker_id,
             record.to_fields(),
             ttl_ms=s.worker_ttl_ms,
@@ -108,10 +124,17 @@ class Maintenance:
             self.step(action)
 
     def _sweep(self, broker: Broker, live: Sequence[str]) -> None:
+        """Crash recovery for the fleet (one master per interval, by lease): settle the jobs of
+        dead workers, delete finished jobs that linger behind long ones, forget old consumers."""
         s = self.app.settings
+        finisher = Finisher(broker, self.executor)
         for queue in self.queues:
-            if broker.try_lead_sweep(queue, self.worker_id, s.sweep_interval_ms):
-                recovered = broker.sweep(queue, min_idle_ms=s.visibility_timeout_ms)
-                if recovered:
-                    logger.warning("recovered %d jobs of lost workers on %s", recovered, queue)
+            if not broker.try_lead_sweep(queue, self.worker_id, s.sweep_interval_ms):
+                continue
+            recovered = broker.recover(queue, min_idle_ms=s.visibility_timeout_ms)
+            for d in recovered:
+                finisher.recover(d, owner=RECOVER_CONSUMER)
+            if recovered:
+                logger.warning("recovered %d jobs of lost workers on %s", len(recovered), queue)
+            broker.tidy(queue)
         broker.forget_consumers(idle_ms=FORGET_CONSUMERS_AFTER_MS, keep=live)

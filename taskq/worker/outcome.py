@@ -30,11 +30,6 @@ class Outcome(NamedTuple):
     traceback: str = ""
     duration_s: float = 0.0
 
-    @property
-    def failed_before(self) -> bool:
-        """True if an earlier attempt of this entry failed (it may have a failure record)."""
-        return self.delivery.deliveries > 1 or (self.msg is not None and self.msg.retries > 0)
-
 
 def rejected(d: Delivery, reason: str, msg: Message | None = None, attempt: int = 0) -> Outcome:
     """A delivery that cannot run at all (bad input): dead at once, with the reason."""

@@ -9,7 +9,6 @@ cold shutdowns.
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import signal
@@ -23,22 +22,23 @@ import setproctitle
 
 from taskq import __version__
 from taskq.app import App
-from taskq.broker import Broker
 from taskq.keys import consumer_name, worker_id
 from taskq.middleware import emit
 from taskq.worker.consumer import Consumer, ConsumerOptions
 from taskq.worker.executor import Executor
-from taskq.worker.finish import Finisher
 from taskq.worker.lifeline import describe_exit, die_with_parent, kill, signal_name
 from taskq.worker.maintenance import Maintenance
 from taskq.worker.outcome import JobCounts
+from taskq.worker.reclaim import Backoff, Reclaimer
 from taskq.worker.record import ChildRecord, WorkerRecord
-from taskq.worker.retry import capped_exponential
 from taskq.worker.scoreboard import LOCK_TIMEOUT_S, Scoreboard, SlotView
 
 logger = logging.getLogger(__name__)
 
 TICK_S = 0.1
+HANDBACK_AFTER_S = 0.1
+"""Adaptive prefetch: once a job has run this long, the master hands the rest of its child's
+batch back for other children."""
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class PoolOptions:
 
     concurrency: int = 1
     queues: tuple[str, ...] = ("tasks",)
-    prefetch: int = 1
+    prefetch: int | None = None
     max_tasks_per_child: int = 0
     max_memory_per_child_kb: int = 0
     time_limit_s: float | None = None
@@ -63,29 +63,6 @@ class _Child:
     consumer: str = ""
     started: float = 0.0
     killed_for: str = ""
-
-
-@dataclass
-class _Backoff:
-    """Respawn backoff while children die young or forks fail: 0.5 s, doubling, up to 30 s."""
-
-    failures: int = 0
-    not_before: float = 0.0
-
-    def failed(self) -> None:
-        self.failures += 1
-        delay_s = capped_exponential(0.5, 2.0, 30.0, self.failures - 1)
-        self.not_before = time.monotonic() + delay_s
-
-
-@dataclass
-class _Orphan:
-    """A child that exited, whose pending entries the master still has to settle."""
-
-    child: _Child
-    view: SlotView
-    cause: str
-    backoff: _Backoff = field(default_factory=_Backoff)
 
 
 @dataclass
@@ -108,10 +85,11 @@ class Pool:
             time_limit_s=self.options.time_limit_s,
             soft_time_limit_s=self.options.soft_time_limit_s,
         )
-        self.maintenance = Maintenance(self.app, self.options.queues, self.worker_id)
-        self._backoff = _Backoff()
-        self._orphans: list[_Orphan] = []
+        self.maintenance = Maintenance(self.app, self.options.queues, self.worker_id, self.executor)
+        self.reclaimer = Reclaimer(self.maintenance, self.executor)
+        self._backoff = Backoff()  # respawns while children die young or forks fail
         self._deadline = 0.0
+        self._shown_title = ""
         self._started_mono = time.monotonic()
         self._settled = JobCounts()  # of children that exited, and what the master recorded
         self._last_processed = (0, time.monotonic())
@@ -136,10 +114,10 @@ class Pool:
             self.options.concurrency,
             ",".join(self.options.queues),
         )
-        while not self.stopping or self.children or self._orphans:
+        while not self.stopping or self.children or self.reclaimer.busy:
             self._tick()
             time.sleep(TICK_S)
-        self.maintenance.step(lambda b: b.unregister(self.worker_id))
+        self.maintenance.unregister()
         emit(self.app.middleware, "worker_stop")
         logger.info(
             "worker %s stopped (%s shutdown)", self.worker_id, "cold" if self.cold else "warm"
@@ -148,9 +126,9 @@ class Pool:
 
     def _tick(self) -> None:
         # Each step is guarded: the supervisor must outlive a bug in any one of them.
-        for step in (self._reap, self._enforce_time_limits, self._check_grace):
+        for step in (self._reap, self._watch_busy_children, self._check_grace):
             self._guarded(step)
-        self._settle_orphans()
+        self._settled += self.reclaimer.tick(cold=self.cold)
         # Leases and the heartbeat go on while children finish their jobs in a warm shutdown.
         consumers = [c.consumer for c in self.children.values()]
         self.maintenance.tick(consumers=consumers, record=self._record, sweep=not self.stopping)
@@ -241,7 +219,7 @@ class Pool:
                 continue
             view = self.scoreboard.read(child.index)
             cause = _describe(status, child.killed_for)
-            self._orphans.append(_Orphan(child, view, cause))
+            self.reclaimer.child_exited(child.consumer, view, cause)
             del self.children[child.index]
             self._settled += view.counts
             self._note_exit(child, status, cause)
@@ -263,66 +241,54 @@ class Pool:
             if i not in self.children:
                 self._spawn(i)
 
-    def _enforce_time_limits(self) -> None:
-        """Kill children whose job ran past its hard limit (soft limits: the child's timer).
-
-        The kill happens under the slot's lock after checking that the slot still shows the
-        same job, so a child that has just moved on to its next job is not killed for the
-        last one.
-        """
+    def _watch_busy_children(self) -> None:
+        """Act on what each busy child's slot says (one read per child and tick): kill it for
+        a job past its hard limit, or take back the rest of its batch behind a long job."""
         now = time.monotonic()
+        adaptive = self.options.prefetch is None
         for child in self.children.values():
             view = self.scoreboard.read(child.index)
-            if child.killed_for or not (view.busy and view.hard_deadline):
+            if not view.busy or child.killed_for:
                 continue
-            if now <= view.hard_deadline:
-                continue
-            lock = self.scoreboard.lock(child.index)
-            if not lock.acquire(timeout=LOCK_TIMEOUT_S):
-                continue  # next tick
-            try:
-                again = self.scoreboard.read(child.index)
-                if again.seq != view.seq or not again.busy:
-                    continue
-                child.killed_for = "hard time limit exceeded"
-                kill(child.pid, signal.SIGKILL)
-            finally:
-                lock.release()
-            logger.warning(
-                "%s[%s] exceeded its hard time limit; killed child %d",
+            if view.hard_deadline and now > view.hard_deadline:
+                self._kill_for_hard_limit(child, view)
+            elif adaptive and view.waiting_in_batch and now - view.started_mono > HANDBACK_AFTER_S:
+                self._revoke_rest(child, view)
+
+    def _kill_for_hard_limit(self, child: _Child, view: SlotView) -> None:
+        """(Soft limits are the child's own timer.) The kill happens under the slot's lock after
+        checking that the slot still shows the same job, so a child that has just moved on to
+        its next job is not killed for the last one."""
+        lock = self.scoreboard.lock(child.index)
+        if not lock.acquire(timeout=LOCK_TIMEOUT_S):
+            return  # next tick
+        try:
+            again = self.scoreboard.read(child.index)
+            if again.seq != view.seq or not again.busy:
+                return
+            child.killed_for = "hard time limit exceeded"
+            kill(child.pid, signal.SIGKILL)
+        finally:
+            lock.release()
+        logger.warning(
+            "%s[%s] exceeded its hard time limit; killed child %d",
+            view.task,
+            view.job_id,
+            child.index + 1,
+        )
+
+    def _revoke_rest(self, child: _Child, view: SlotView) -> None:
+        """Adaptive prefetch: hand back the jobs waiting in the batch behind a long one."""
+        rest = self.scoreboard.revoke_rest(child.index, view)
+        if rest:
+            logger.info(
+                "handing back %d job(s) waiting behind %s[%s] in child %d",
+                len(rest),
                 view.task,
                 view.job_id,
                 child.index + 1,
             )
-
-    # -- jobs of children that exited ------------------------------------------------------
-
-    def _settle_orphans(self) -> None:
-        """Deal with every entry still pending under children that exited.
-
-        Each exited child is settled on its own: one that fails (Redis is down, or a bug) is
-        tried again after a backoff and holds up no other.
-        """
-        left = []
-        now = time.monotonic()
-        for orphan in self._orphans:
-            if now < orphan.backoff.not_before:
-                left.append(orphan)
-            elif not self.maintenance.step(functools.partial(self._settle_child, orphan=orphan)):
-                orphan.backoff.failed()
-                left.append(orphan)
-        self._orphans = left
-
-    def _settle_child(self, broker: Broker, *, orphan: _Orphan) -> None:
-        # A job running when its child died counts as a failed attempt, unless a cold
-        # shutdown killed it.
-        view = orphan.view
-        running = None
-        if view.busy and not self.cold and 0 <= view.stream_index < len(broker.streams):
-            running = (broker.streams[view.stream_index], view.entry_id)
-        finisher = Finisher(broker, self.executor)
-        for kind in finisher.recover_exited(orphan.child.consumer, running, orphan.cause):
-            self._settled = self._settled.counted(kind)
+            self.reclaimer.revoked(child.consumer, rest)
 
     # -- the heartbeat record --------------------------------------------------------------
 
@@ -372,10 +338,13 @@ class Pool:
 
     def _title(self) -> None:
         state = "stopping" if self.stopping else "running"
-        setproctitle.setproctitle(
+        title = (
             f"taskq: master {self.options.app_name} [{','.join(self.options.queues)}] "
             f"{len(self.children)}/{self.options.concurrency} children {state}"
         )
+        if title != self._shown_title:  # set only when it changes: the tick runs 20x a second
+            setproctitle.setproctitle(title)
+            self._shown_title = title
 
 
 def run_pool(app: App, options: PoolOptions) -> int:

@@ -5,10 +5,14 @@ enforce hard time limits, to hand back the jobs of a child that died, and for th
 record. The stream a job came from is kept as its index in the worker's stream list, never
 as a name, so no queue name is too long for the slot.
 
+A child with adaptive prefetch also lists the batch it holds. When a job of the batch runs
+long, the master *revokes* the rest of the batch (the jobs not started yet) and hands them
+back for other children, and the child skips them.
+
 Each slot has a lock (a process-shared semaphore made before the child is forked). The child
 holds it while it marks a job started or finished, and the master while it acts on what the
-slot says (a kill for the hard time limit), so the master never acts on a job that has
-already given way to the next one.
+slot says (a kill for the hard time limit, a revocation), so neither acts on a state the
+other has just left.
 """
 
 from __future__ import annotations
@@ -17,8 +21,9 @@ import mmap
 import multiprocessing
 import struct
 import time
-from dataclasses import dataclass
+from collections.abc import Sequence
 from multiprocessing.synchronize import Lock
+from typing import NamedTuple
 
 from taskq.worker.outcome import COUNTED, COUNTERS, JobCounts
 
@@ -27,15 +32,21 @@ _JOB = struct.Struct("<qddqd48s160s64s")
 entry id, task, job id."""
 _COUNTS = struct.Struct("<qqqq")  # processed, failed, retried, dead
 _PID = struct.Struct("<q")
-SLOT_SIZE = 512
+_BATCH = struct.Struct("<qqqq")  # batch number, length, next to start, revoked (0/1)
+_ENTRY = struct.Struct("<h48s")  # stream index, entry id
+MAX_BATCH = 64
+"""Jobs of one batch the slot can list (adaptive prefetch never takes more)."""
 _COUNTS_AT = _JOB.size
 _PID_AT = _COUNTS_AT + _COUNTS.size
+_BATCH_AT = _PID_AT + _PID.size
+_ENTRIES_AT = _BATCH_AT + _BATCH.size
+SLOT_SIZE = 4096
+assert _ENTRIES_AT + MAX_BATCH * _ENTRY.size <= SLOT_SIZE
 LOCK_TIMEOUT_S = 0.5
 """How long the master waits for a slot's lock; a child holds it for microseconds."""
 
 
-@dataclass(frozen=True)
-class SlotView:
+class SlotView(NamedTuple):
     """A snapshot of one child's slot.
 
     Attributes:
@@ -44,6 +55,8 @@ class SlotView:
         started_mono: monotonic start (s), for durations and limits.
         stream_index: index of the job's stream in the worker's stream list.
         hard_deadline: monotonic time (s) past which the master kills the child; 0: none.
+        batch_no, batch_len, batch_next: the listed batch, and the index of its next job.
+        revoked: the rest of the batch was handed back (by the master, or the child).
     """
 
     pid: int
@@ -59,6 +72,10 @@ class SlotView:
     failed: int
     retried: int
     dead: int
+    batch_no: int = 0
+    batch_len: int = 0
+    batch_next: int = 0
+    revoked: bool = False
 
     @property
     def busy(self) -> bool:
@@ -67,6 +84,11 @@ class SlotView:
     @property
     def counts(self) -> JobCounts:
         return JobCounts(self.processed, self.failed, self.retried, self.dead)
+
+    @property
+    def waiting_in_batch(self) -> int:
+        """Jobs of the listed batch not started yet (and not handed back)."""
+        return 0 if self.revoked else max(0, self.batch_len - self.batch_next)
 
 
 class Scoreboard:
@@ -87,11 +109,49 @@ class Scoreboard:
     def read(self, index: int) -> SlotView:
         base = index * SLOT_SIZE
         seq, started, mono, stream, hard, entry, task, job = _JOB.unpack_from(self._mem, base)
-        counts = _COUNTS.unpack_from(self._mem, base + _COUNTS_AT)
+        processed, failed, retried, dead = _COUNTS.unpack_from(self._mem, base + _COUNTS_AT)
         (pid,) = _PID.unpack_from(self._mem, base + _PID_AT)
+        batch_no, length, nxt, revoked = _BATCH.unpack_from(self._mem, base + _BATCH_AT)
         return SlotView(
-            pid, seq, started, mono, stream, hard, _text(entry), _text(task), _text(job), *counts
+            pid,
+            seq,
+            started,
+            mono,
+            stream,
+            hard,
+            _text(entry),
+            _text(task),
+            _text(job),
+            processed,
+            failed,
+            retried,
+            dead,
+            batch_no=batch_no,
+            batch_len=length,
+            batch_next=nxt,
+            revoked=bool(revoked),
         )
+
+    def revoke_rest(self, index: int, seen: SlotView) -> list[tuple[int, str]]:
+        """Take the jobs of a child's batch that it has not started, if the slot still shows
+        the batch and the job of ``seen``; returns them as (stream index, entry id).
+
+        The child will skip them: it checks the flag under the same lock before each job.
+        """
+        lock = self._locks[index]
+        if not lock.acquire(timeout=LOCK_TIMEOUT_S):
+            return []
+        try:
+            now = self.read(index)
+            if (now.batch_no, now.seq) != (seen.batch_no, seen.seq) or now.revoked:
+                return []
+            base = index * SLOT_SIZE
+            _BATCH.pack_into(
+                self._mem, base + _BATCH_AT, now.batch_no, now.batch_len, now.batch_next, 1
+            )
+            return [_entry(self._mem, base, i) for i in range(now.batch_next, now.batch_len)]
+        finally:
+            lock.release()
 
     def prepare(self, index: int) -> None:
         """Zero a slot and give it a fresh lock, before its child is forked.
@@ -116,14 +176,44 @@ class Slot:
         self._base = base
         self._lock = lock
         self._seq = 0
+        self._batch_no = 0
         self.counts = [0, 0, 0, 0]
+
+    def list_batch(self, entries: Sequence[tuple[int, str]]) -> None:
+        """List the batch the child now holds (stream index, entry id), at most MAX_BATCH."""
+        self._batch_no += 1
+        with self._lock:
+            for i, (stream, entry_id) in enumerate(entries[:MAX_BATCH]):
+                _ENTRY.pack_into(
+                    self._mem, self._base + _ENTRIES_AT + i * _ENTRY.size, stream, entry_id.encode()
+                )
+            _BATCH.pack_into(
+                self._mem,
+                self._base + _BATCH_AT,
+                self._batch_no,
+                min(len(entries), MAX_BATCH),
+                0,
+                0,
+            )
+
+    def claim_next(self) -> bool:
+        """Take the next job of the listed batch for a step that does not run it (bad input):
+        False if the rest of the batch was revoked (skip it)."""
+        with self._lock:
+            return self._advance()
 
     def start(
         self, stream_index: int, entry_id: str, task: str, job_id: str, hard_s: float | None
-    ) -> None:
+    ) -> bool:
+        """Mark a job started, unless the rest of the batch was revoked (then False: skip it).
+
+        A job that is not in a listed batch (fixed prefetch, or in-process) always starts.
+        """
         mono = time.monotonic()
-        self._seq += 1
         with self._lock:
+            if not self._advance():
+                return False
+            self._seq += 1
             _JOB.pack_into(
                 self._mem,
                 self._base,
@@ -136,6 +226,25 @@ class Slot:
                 _clip(task, 160),
                 _clip(job_id, 64),
             )
+        return True
+
+    def _advance(self) -> bool:
+        batch_no, length, nxt, revoked = _BATCH.unpack_from(self._mem, self._base + _BATCH_AT)
+        if revoked:
+            return False
+        if nxt < length:
+            _BATCH.pack_into(self._mem, self._base + _BATCH_AT, batch_no, length, nxt + 1, 0)
+        return True
+
+    def take_rest(self) -> bool:
+        """The child hands back the rest of its batch itself (it is stopping): returns False
+        if the master revoked it first (then the master hands them back)."""
+        with self._lock:
+            batch_no, length, nxt, revoked = _BATCH.unpack_from(self._mem, self._base + _BATCH_AT)
+            if revoked:
+                return False
+            _BATCH.pack_into(self._mem, self._base + _BATCH_AT, batch_no, length, nxt, 1)
+            return True
 
     def finish(self, kind: str) -> None:
         """Mark the child idle and count the outcome (``ok``, ``retry`` or ``dead``)."""
@@ -144,6 +253,11 @@ class Slot:
         with self._lock:
             _JOB.pack_into(self._mem, self._base, self._seq, 0.0, 0.0, -1, 0.0, b"", b"", b"")
             _COUNTS.pack_into(self._mem, self._base + _COUNTS_AT, *self.counts)
+
+
+def _entry(mem: mmap.mmap, base: int, i: int) -> tuple[int, str]:
+    stream, entry_id = _ENTRY.unpack_from(mem, base + _ENTRIES_AT + i * _ENTRY.size)
+    return stream, _text(entry_id)
 
 
 def _clip(text: str, size: int) -> bytes:

@@ -27,8 +27,8 @@ def test_group_creation_is_idempotent_and_a_lost_group_is_recreated(
     # The stream (and its group) vanish; a job is added before any worker looks again.
     r.delete("tasks:normal")
     r.xadd("tasks:normal", {"task": "x", "body": b"\x80"})
-    fetched = broker.fetch("c1", 10)
-    assert [d.stream for d in fetched.deliveries] == ["tasks:normal"]  # recreated at id 0
+    fetched = broker.fetch("c1", 10).deliveries
+    assert [d.stream for d in fetched] == ["tasks:normal"]  # recreated at id 0
     assert r.xinfo_groups("tasks:normal")[0]["pending"] == 1
 
 

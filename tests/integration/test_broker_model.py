@@ -1,15 +1,18 @@
 """The broker's scripts against a model of where each job must be (hypothesis, stateful).
 
-Random interleavings of enqueue, fetch (with acks), park, dead-letter, hand-back, sweep,
-renew, consumer death and Redis restarts run against a real redis-server (AOF, fsync always,
-so a restart keeps every write). After every step each job must be in exactly one place,
-the place the model expects, and no job's attempt number may go backwards. Consumers act on
-deliveries they may have lost to the sweep: the fence must make those moves no-ops.
+Random interleavings of enqueue, fetch (with acks and trims), park, dead-letter, hand-back,
+housekeeping (promotion of due retries), the crash-recovery sweep, renewal, the tidy-up
+behind long jobs, consumer death and Redis restarts run against a real redis-server (AOF,
+fsync always, so a restart keeps every write). After every step each job must be in exactly
+one place, the place the model expects, and no job's attempt number may go backwards.
+Consumers act on deliveries they may have lost to the sweep: the fence must make those
+moves no-ops.
 """
 
 from __future__ import annotations
 
 import collections
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,21 +31,27 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from taskq.broker import Broker, Delivery, connect
+from taskq import App
+from taskq.broker import Broker, Delivery
 from taskq.deadletter import Deadletter
-from taskq.keys import GROUP, PRIORITIES, RETRY_CONSUMER, QueueKeys
+from taskq.keys import GROUP, PRIORITIES, RECOVER_CONSUMER, QueueKeys
 from taskq.message import Message, with_retries
+from taskq.worker.executor import Executor
+from taskq.worker.finish import Finisher
 from tests.redis_server import RedisServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 QUEUE = "model"
+TASK = "model.task"
 CONSUMERS = ("w:1:a:0:10", "w:1:a:1:11", "w:2:b:0:20")
 LATER_MS = 3_600_000
 """A backoff that never comes due within one example."""
+MAX_ATTEMPTS = 3
 
 WAITING, PARKED, PARKED_LATER, DEAD, DONE = "waiting", "parked", "parked-later", "dead", "done"
-"""Places of a job besides ``pending:<consumer>``."""
+"""Places of a job besides ``pending:<consumer>`` (done: gone, or a finished entry the trim
+has not removed yet)."""
 
 
 @dataclass
@@ -65,14 +74,14 @@ class ConsumerState:
     done: list[tuple[str, Delivery]] = field(default_factory=list)
 
 
-def job_id_of(body: bytes | None) -> str:
-    assert body is not None
-    return str(msgpack.unpackb(body, raw=False)["id"])
+def body_of(raw: bytes | None) -> dict[str, object]:
+    assert raw is not None
+    data: dict[str, object] = msgpack.unpackb(raw, raw=False)
+    return data
 
 
 def attempt_of(d: Delivery) -> int:
-    assert d.body is not None
-    return int(msgpack.unpackb(d.body, raw=False)["retries"]) + d.deliveries
+    return int(body_of(d.body)["retries"]) + d.deliveries  # type: ignore[call-overload]
 
 
 class BrokerModel(RuleBasedStateMachine):
@@ -82,16 +91,24 @@ class BrokerModel(RuleBasedStateMachine):
     def start(self) -> None:
         self.client = redis.Redis.from_url(self.server.url)  # for the checks
         self.client.flushall()
-        self.link = connect(self.server.url)
-        self.broker = Broker(self.link, [QUEUE])
+        self.app = App(
+            self.server.url,
+            queue=QUEUE,
+            retry_backoff_ms=1,
+            retry_backoff_factor=1.0,
+            retry_jitter=False,
+        )
+        self.app.task(name=TASK)(lambda *args: None)
+        self.broker = Broker(self.app.link, [QUEUE])
         self.broker.ensure_groups()
+        self.finisher = Finisher(self.broker, Executor(self.app))
         self.keys = QueueKeys(QUEUE)
         self.jobs: dict[str, Job] = {}
         self.consumers = {c: ConsumerState() for c in CONSUMERS}
 
     def teardown(self) -> None:
         self.client.close()
-        self.link.close()
+        self.app.close()
 
     # -- producer ----------------------------------------------------------------------------
 
@@ -99,27 +116,39 @@ class BrokerModel(RuleBasedStateMachine):
     def enqueue(self, priority: str) -> None:
         # A fixed id, not a random one: hypothesis replays draws that depend on the ids.
         n = len(self.jobs)
-        msg = Message("model.task", (n,), id=f"job{n:04d}", queue=QUEUE, priority=priority)
+        msg = Message(TASK, (n,), id=f"job{n:04d}", queue=QUEUE, priority=priority)
         self.broker.publish(msg, msg.encode())
         self.jobs[msg.id] = Job(priority=priority)
 
     # -- consumers ---------------------------------------------------------------------------
 
-    @rule(consumer=st.sampled_from(CONSUMERS), count=st.integers(0, 4))
-    def fetch(self, consumer: str, count: int) -> None:
+    @rule(
+        consumer=st.sampled_from(CONSUMERS),
+        count=st.integers(0, 4),
+        trim=st.booleans(),
+        fence=st.booleans(),
+    )
+    def fetch(self, consumer: str, count: int, trim: bool, fence: bool) -> None:
+        """(One job, unfenced and untrimmed, takes the pipelined path without a script; the
+        consumer keeps the first delivery and hands the others back.)"""
         state = self.consumers[consumer]
-        acks = [(d, d.deliveries > 1) for _, d in state.done]
         ready = self._ready()
-        fetched = self.broker.fetch(consumer, count, acks)
+        acks = [d for _, d in state.done]
+        fetched = self.broker.fetch(consumer, count, acks, trim=trim, fence_acks=fence).deliveries
+        if count == 1 and len(fetched) > 1:
+            for extra in fetched[1:]:
+                body = extra.body or b""
+                assert self.broker.requeue(extra, task=TASK, body=body, owner=consumer)
+            fetched = fetched[:1]
         for job_id, _ in state.done:
             if self.jobs[job_id].place == f"pending:{consumer}":  # the fence: only if still ours
                 self.jobs[job_id].place = DONE
         state.done.clear()
-        self._check_priority(fetched.deliveries, ready)
-        for d in fetched.deliveries:
-            job_id = job_id_of(d.body)
+        self._check_priority(fetched, ready)
+        for d in fetched:
+            job_id = str(body_of(d.body)["id"])
             job = self.jobs[job_id]
-            assert job.place in (WAITING, PARKED), (job_id, job.place)
+            assert job.place == WAITING, (job_id, job.place)
             attempt = attempt_of(d)
             expected = job.attempt if job.uncounted else job.attempt + 1
             assert attempt == max(expected, 1), (job_id, attempt, job)
@@ -140,17 +169,18 @@ class BrokerModel(RuleBasedStateMachine):
             return
         if outcome in ("retry", "later"):
             delay_ms = LATER_MS if outcome == "later" else 0
-            moved = self.broker.park(d, owner=consumer, delay_ms=delay_ms)
+            body = with_retries(d.body or b"", attempt_of(d))
+            moved = self.broker.park(d, owner=consumer, task=TASK, body=body, delay_ms=delay_ms)
             new_place = PARKED_LATER if outcome == "later" else PARKED
         elif outcome == "dead":
             entry = Deadletter(
-                "", "model.task", job_id, d.body or b"", "E", "", "", 1, 0, 0, consumer, "", ""
+                "", TASK, job_id, d.body or b"", "E", "", "", 1, 0, 0, consumer, "", ""
             )
             moved = self.broker.deadletter(d, owner=consumer, entry=entry) is not None
             new_place = DEAD
         else:
             body = with_retries(d.body or b"", attempt_of(d) - 1)
-            moved = self.broker.requeue(d, task="model.task", body=body, owner=consumer) is not None
+            moved = self.broker.requeue(d, task=TASK, body=body, owner=consumer) is not None
             new_place = WAITING
             job.uncounted = moved
         assert moved == ours, (outcome, job_id, job.place, consumer)
@@ -165,16 +195,32 @@ class BrokerModel(RuleBasedStateMachine):
     # -- maintenance -------------------------------------------------------------------------
 
     @rule()
+    def promote(self) -> None:
+        """The masters' housekeeping: due retries go back into their streams. (The sweep
+        parks a lost run for the app's 1 ms backoff: wait it out, so that it is due.)"""
+        time.sleep(0.003)
+        self.broker.promote(force=True)
+        for job in self.jobs.values():
+            if job.place == PARKED:
+                job.place = WAITING
+
+    @rule()
     def sweep(self) -> None:
-        """Every entry pending under a consumer is idle for >= 0 ms: all are recovered."""
-        self.broker.sweep(QUEUE, min_idle_ms=0)
+        """Every entry pending under a consumer is idle for >= 0 ms: all are recovered, each
+        its lost run: parked for a retry (due at once) or, out of attempts, dead."""
+        for d in self.broker.recover(QUEUE, min_idle_ms=0):
+            self.finisher.recover(d, owner=RECOVER_CONSUMER)
         for job in self.jobs.values():
             if job.place.startswith("pending:"):
-                job.place = PARKED
+                job.place = PARKED if job.attempt < MAX_ATTEMPTS else DEAD
 
     @rule(consumer=st.sampled_from(CONSUMERS))
     def renew(self, consumer: str) -> None:
         self.broker.renew([consumer])
+
+    @rule()
+    def tidy(self) -> None:
+        self.broker.tidy(QUEUE)
 
     @rule()
     def restart_redis(self) -> None:
@@ -185,12 +231,8 @@ class BrokerModel(RuleBasedStateMachine):
     # -- checks ------------------------------------------------------------------------------
 
     def _ready(self) -> dict[str, int]:
-        """Jobs a fetch may deliver now, per priority (waiting, or parked and due)."""
-        ready: collections.Counter[str] = collections.Counter()
-        for job in self.jobs.values():
-            if job.place in (WAITING, PARKED):
-                ready[job.priority] += 1
-        return ready
+        """Jobs a fetch may deliver now, per priority."""
+        return collections.Counter(j.priority for j in self.jobs.values() if j.place == WAITING)
 
     def _check_priority(self, delivered: list[Delivery], ready: dict[str, int]) -> None:
         """Strict priority: a lower priority only once every ready higher one was taken."""
@@ -204,27 +246,30 @@ class BrokerModel(RuleBasedStateMachine):
         if not hasattr(self, "broker"):
             return
         found: collections.defaultdict[str, list[str]] = collections.defaultdict(list)
+        now = _now_ms(self.client)
         for p in PRIORITIES:
             stream = self.keys.stream(p)
             pending = {
                 row["message_id"].decode(): row["consumer"].decode()
                 for row in self.client.xpending_range(stream, GROUP, "-", "+", 10_000)
             }
-            retry = {
-                m.decode(): s
-                for m, s in self.client.zrange(self.keys.retry(p), 0, -1, withscores=True)
-            }
+            groups = self.client.xinfo_groups(stream)
+            last = groups[0]["last-delivered-id"].decode() if groups else "0-0"
             for entry_id, fields in self.client.xrange(stream):
                 eid = entry_id.decode()
                 owner = pending.get(eid)
-                if owner is None:
-                    place = WAITING
-                elif owner == RETRY_CONSUMER:
-                    assert eid in retry, f"{eid} is parked without a due time"
-                    place = PARKED_LATER if retry[eid] > _now_ms(self.client) + 60_000 else PARKED
-                else:
+                if owner is not None:
                     place = f"pending:{owner}"
-                found[job_id_of(fields[b"body"])].append(place)
+                elif _before(last, eid):
+                    place = WAITING
+                else:
+                    continue  # delivered and acked: a finished job not trimmed yet
+                found[str(body_of(fields[b"body"])["id"])].append(place)
+            for member, score in self.client.zrange(self.keys.retry(p), 0, -1, withscores=True):
+                body = member.split(b"\n", 3)[3]
+                found[str(body_of(body)["id"])].append(
+                    PARKED_LATER if score > now + 60_000 else PARKED
+                )
         for _, fields in self.client.xrange(self.keys.deadletter):
             found[fields[b"job_id"].decode()].append(DEAD)
         for job_id, job in self.jobs.items():
@@ -232,6 +277,13 @@ class BrokerModel(RuleBasedStateMachine):
             assert len(places) <= 1, (job_id, places)
             assert (places[0] if places else DONE) == job.place, (job_id, places, job)
         assert set(found) <= set(self.jobs)
+
+
+def _before(a: str, b: str) -> bool:
+    """Stream id ``a`` < ``b``."""
+    am, as_ = (int(x) for x in a.split("-"))
+    bm, bs = (int(x) for x in b.split("-"))
+    return (am, as_) < (bm, bs)
 
 
 def _now_ms(client: redis.Redis) -> int:

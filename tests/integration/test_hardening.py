@@ -146,7 +146,7 @@ def test_renew_and_fenced_acks_cover_more_than_a_thousand_pending_entries(
     # Then: all of them were renewed, the 1,001st and the last included.
     assert max(p["time_since_delivered"] for p in _pending(r)) < 300
     # And a fenced ack of all of them acks all of them.
-    broker.fetch("w:1:a:0:1", 0, [(d, False) for d in held], fence_acks=True)
+    broker.fetch("w:1:a:0:1", 0, held, fence_acks=True, trim=True)
     assert r.xlen("tasks:normal") == 0
 
 
@@ -165,7 +165,13 @@ def test_a_script_refuses_bad_arguments_before_writing_anything(
     app.enqueue(Message("tests.tasks.echo", (1,)))
     [d] = broker.fetch("w:1:a:0:1", 1).deliveries
     with pytest.raises(BrokerRefused, match="delay_ms"):
-        broker.park(d, owner="w:1:a:0:1", delay_ms="soon")  # type: ignore[arg-type]
+        broker.park(
+            d,
+            owner="w:1:a:0:1",
+            task="t",
+            body=b"",
+            delay_ms="soon",  # type: ignore[arg-type]
+        )
     [p] = _pending(r)
     assert p["consumer"] == b"w:1:a:0:1" and r.zcard("tasks:retry:normal") == 0
 

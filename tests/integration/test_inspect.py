@@ -21,8 +21,8 @@ import redis
 from click.testing import CliRunner, Result
 
 from taskq import App
-from taskq.keys import GROUP, PRIORITIES, RETRY_CONSUMER
-from taskq.message import Message
+from taskq.keys import GROUP, PRIORITIES
+from taskq.message import Message, with_retries
 from taskq.ops.inspect import Inspector
 from tests import tasks
 from tests.conftest import ROOT, WorkerProcess, wait_until, worker_env
@@ -173,7 +173,7 @@ def test_waiting_is_right_where_redis_lag_is_null_or_wrong(
     assert s["oldest_waiting_id"] == r.xrange("tasks:normal", "-", "+")[1][0].decode()
 
     # Given: the waiting ones purged, then a new job delivered and done, and the old one done.
-    broker.purge_waiting("tasks", ["normal"])
+    app.operators.purge_waiting("tasks", ["normal"])
     app.enqueue(Message("t", ("new",)))
     [(_, [(new_id, _fields)])] = r.xreadgroup(GROUP, "c", {"tasks:normal": ">"})
     ack_and_delete(r, new_id)
@@ -337,27 +337,24 @@ def late(redis_url: str) -> bool:
     return not worker["answered"]
 
 
-def test_pending_shows_jobs_parked_for_retry(make_app: Callable[..., App], redis_url: str) -> None:
+def test_parked_retries_are_counted_with_when_the_next_is_due(
+    make_app: Callable[..., App], redis_url: str
+) -> None:
     # Given: a delivered job parked for a retry an hour from now.
     app = make_app()
     app.enqueue(Message("some.task"))
     broker = app.broker_for(["tasks"])
     broker.ensure_groups()
     [d] = broker.fetch("host:1:0:2", 1).deliveries
-    assert broker.park(d, owner="host:1:0:2", delay_ms=3_600_000)
+    body = with_retries(d.body or b"", 1)
+    assert broker.park(d, owner="host:1:0:2", task="some.task", body=body, delay_ms=3_600_000)
 
-    # Then
-    [p] = cli_json(redis_url, "inspect", "pending")
-    assert (p["state"], p["consumer"], p["task"], p["worker"]) == (
-        "retrying",
-        RETRY_CONSUMER,
-        "some.task",
-        None,
-    )
-    assert 3_500_000 < p["retry_due_in_ms"] <= 3_600_000
+    # Then: it is out of the stream, counted as retrying, due in an hour.
+    assert cli_json(redis_url, "inspect", "pending") == []
     s = stream_of(cli_json(redis_url, "inspect"), "tasks", "normal")
-    assert (s["waiting"], s["pending"], s["retrying"]) == (0, 1, 1)
-    assert "retrying (due in 59m" in cli(redis_url, "inspect", "pending").output
+    assert (s["waiting"], s["pending"], s["retrying"], s["length"]) == (0, 0, 1, 0)
+    assert 3_500_000 < s["next_retry_in_ms"] <= 3_600_000
+    assert "1 retrying (next due in 59m" in cli(redis_url, "inspect").output
 
 
 def d_ms(entry_id: str) -> int:
@@ -511,7 +508,7 @@ def test_purge_in_batches_stops_at_the_newest_id_and_keeps_delivered_entries(
     r.xreadgroup(GROUP, "c", {"tasks:normal": ">"}, count=3)
 
     # When: purged two entries per script call.
-    removed = broker.purge_waiting("tasks", ["normal"], batch=2)
+    removed = app.operators.purge_waiting("tasks", ["normal"], batch=2)
 
     # Then
     assert removed == {"normal": (7, 0)}
@@ -521,7 +518,7 @@ def test_purge_in_batches_stops_at_the_newest_id_and_keeps_delivered_entries(
     [q] = Inspector(app.reader, ["tasks"]).queue_stats()
     normal = q.streams[1]
     assert (normal.waiting, normal.pending, normal.lag) == (1, 3, None)
-    assert broker.purge_waiting("tasks", ["normal"], include_pending=True, batch=2) == {
+    assert app.operators.purge_waiting("tasks", ["normal"], include_pending=True, batch=2) == {
         "normal": (1, 3)
     }
     assert r.xlen("tasks:normal") == 0 and r.xpending("tasks:normal", GROUP)["pending"] == 0
@@ -561,6 +558,5 @@ def test_overview_stays_fast_with_a_million_waiting_jobs(
     assert elapsed_s < 0.1, f"overview took {elapsed_s:.3f}s"
 
     # And purge removes exactly the waiting ones, in bounded script calls.
-    broker = app.broker_for(["tasks"])
-    assert broker.purge_waiting("tasks", ["normal"], batch=5_000) == {"normal": (999_999, 0)}
+    assert app.operators.purge_waiting("tasks", ["normal"], batch=5_000) == {"normal": (999_999, 0)}
     assert r.xlen("tasks:normal") == 1 and r.xpending("tasks:normal", GROUP)["pending"] == 1

@@ -130,7 +130,7 @@ def test_keys_of_a_hash_tagged_queue_share_one_slot() -> None:
         *k.streams,
         k.deadletter,
         k.schedule,
-        k.failures,
+        k.due,
         k.sweeper,
         k.workers,
         k.worker("host:1"),

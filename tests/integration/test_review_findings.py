@@ -23,9 +23,11 @@ import redis
 
 import taskq
 from taskq import App
-from taskq.keys import GROUP, PRIORITIES, RETRY_CONSUMER
+from taskq.keys import GROUP, PRIORITIES, RECOVER_CONSUMER
 from taskq.message import Message
 from taskq.testing import drain
+from taskq.worker.executor import Executor
+from taskq.worker.finish import Finisher
 from tests import tasks
 from tests.conftest import WorkerProcess, runs, wait_until
 
@@ -230,14 +232,17 @@ def test_failure_on_attempt_601_is_parked_with_the_capped_backoff(
     wait_until(lambda: runs(r), message="the run")
 
     def parked() -> float | None:
-        score = r.zscore("tasks:retry:normal", entry_id)
+        found = r.zrange("tasks:retry:normal", 0, -1, withscores=True)
+        score = found[0][1] if found else None
         return score if score is not None and score > redis_ms(r) + 60_000 else None
 
     wait_until(lambda: parked() or faults(w), timeout_s=5, message="the job to be parked")
     # Then: it is parked for the capped backoff (600 s, +/-25%), nothing crashed, it ran once.
     assert faults(w) == []
-    due_in_ms = r.zscore("tasks:retry:normal", entry_id) - redis_ms(r)
-    assert 0.75 * 600_000 - 5_000 <= due_in_ms <= 1.25 * 600_000
+    [(member, score)] = r.zrange("tasks:retry:normal", 0, -1, withscores=True)
+    assert 0.75 * 600_000 - 5_000 <= score - redis_ms(r) <= 1.25 * 600_000
+    assert msgpack.unpackb(member.split(b"\n", 3)[3], raw=False)["retries"] == 601
+    assert r.xlen("tasks:normal") == 0 and entry_id
     assert [x["attempt"] for x in runs(r)] == [601]
 
 
@@ -256,17 +261,16 @@ def test_retry_with_a_bad_countdown_is_parked_or_dead_lettered_never_half_moved(
     def state() -> tuple[str, float | None]:
         pipe = r.pipeline(transaction=True)  # one atomic snapshot of pending list + retry set
         pipe.xpending_range("tasks:normal", GROUP, job.entry_id, job.entry_id, 1)
-        pipe.zscore("tasks:retry:normal", job.entry_id)
+        pipe.zrange("tasks:retry:normal", 0, -1, withscores=True)
         pipe.xlen("tasks:deadletter")
-        pending, score, n_dead = pipe.execute()
+        pending, parked, n_dead = pipe.execute()
+        # Then (always): the job is in exactly one place, never pending and parked at once.
+        assert not (pending and parked), "pending and parked at once"
         if n_dead:
             return "dead", None
-        owner = pending[0]["consumer"].decode() if pending else ""
-        if owner == RETRY_CONSUMER:
-            # Then (always): an entry owned by the retry consumer has a due time.
-            assert score is not None, "pending under taskq:retry without a retry-set member"
-            return "parked", score
-        return owner or "gone", score
+        if parked:
+            return "parked", parked[0][1]
+        return ("pending" if pending else "gone"), None
 
     def settled() -> tuple[str, float | None] | None:
         now = state()
@@ -337,23 +341,19 @@ def test_crash_recovery_is_not_slowed_by_many_parked_retries(
     task_app: App, start_worker: StartWorker, r: redis.Redis
 ) -> None:
     """Finding 6: sweep.lua XAUTOCLAIMed from every consumer, the retry pseudo-consumer
-    included, so 20,000 parked retries delayed a crashed worker's job by many sweeps."""
-    # Given: 20,000 failed jobs parked for an hour, idle for an hour (as the sweep sees them) ...
+    included, so 20,000 parked retries delayed a crashed worker's job by many sweeps. Parked
+    retries now wait outside the stream and its pending list altogether."""
+    # Given: 20,000 failed jobs parked for an hour ...
     n, stream = 20_000, "tasks:normal"
     r.xgroup_create(stream, GROUP, id="0", mkstream=True)
-    body = Message("tests.tasks.echo", ("parked",)).encode()
-    pipe = r.pipeline(transaction=False)
-    for _ in range(n):
-        pipe.xadd(stream, {"task": "tests.tasks.echo", "body": body})
-    ids = pipe.execute()
-    r.xreadgroup(GROUP, RETRY_CONSUMER, {stream: ">"}, count=n)
     due = redis_ms(r) + 3_600_000
-    for i in range(0, n, 1000):
-        chunk = ids[i : i + 1000]
-        pipe.zadd("tasks:retry:normal", dict.fromkeys(chunk, due))
-        pipe.xclaim(stream, GROUP, RETRY_CONSUMER, 0, chunk, idle=3_600_000, justid=True)
+    pipe = r.pipeline(transaction=False)
+    for i in range(n):
+        body = Message("tests.tasks.echo", ("parked",), retries=1).encode()
+        member = b"%d\n1\ntests.tasks.echo\n%s" % (redis_ms(r) + i, body)
+        pipe.zadd("tasks:retry:normal", {member: due})
+    pipe.set("tasks:due", due)
     pipe.execute()
-    assert r.xinfo_groups(stream)[0]["pending"] == n
     # ... and one job taken just now by a consumer that then vanished.
     job = tasks.echo.delay("orphan")
     take_as_dead_consumer(r, job)
@@ -372,7 +372,7 @@ def test_crash_recovery_is_not_slowed_by_many_parked_retries(
     wait_until(lambda: runs(r), timeout_s=6, message="the orphan to be recovered and run")
     assert time.monotonic() - taken >= 0.9
     assert [(x["value"], x["attempt"]) for x in runs(r)] == [("orphan", 2)]
-    assert r.zcard("tasks:retry:normal") == n
+    wait_until(lambda: r.zcard("tasks:retry:normal") == n, message="only the parked ones left")
 
 
 # -- finding 7: negative retries -------------------------------------------------------------
@@ -467,7 +467,9 @@ def test_job_recovered_by_a_sweeper_with_a_fast_clock_runs_on_time(
     take_as_dead_consumer(r, job, idle_ms=60_000)
     # When: a sweeper whose clock is 10 minutes fast recovers it ...
     fast_clock(monkeypatch, 600_000)
-    assert task_app.broker_for(["tasks"]).sweep("tasks", min_idle_ms=3_000) == 1
+    broker = task_app.broker_for(["tasks"])
+    [recovered] = broker.recover("tasks", min_idle_ms=3_000)
+    Finisher(broker, Executor(task_app)).recover(recovered, owner=RECOVER_CONSUMER)
     # ... and a worker with a correct clock serves the queue.
     start_worker("-A", "tests.tasks", "-c", "1")
     # Then: the job runs at once.
@@ -501,7 +503,8 @@ def test_fetch_from_a_fast_clock_does_not_deliver_delayed_jobs_early(
     fast_clock(monkeypatch, 600_000)
     broker = task_app.broker_for(["tasks"])
     broker.ensure_groups()
-    fetched = broker.fetch("fast-clock-host:1:0:2", 1)
+    fetched = broker.fetch("fast-clock-host:1:0:2", 1).deliveries
+    broker.promote(force=True)
     # Then: nothing is delivered 59 s early; the job is still waiting in the schedule.
-    assert fetched.deliveries == []
+    assert fetched == []
     assert r.zcard("tasks:schedule") == 1 and r.xlen("tasks:normal") == 0

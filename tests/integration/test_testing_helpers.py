@@ -58,9 +58,9 @@ def test_drain_does_not_wait_for_a_retry_by_default(
     assert time.monotonic() - started < 5
     outcome = result.of_task("fails")[0]
     assert (outcome.attempt, outcome.error_type, outcome.error) == (1, "RuntimeError", "boom")
-    # the job waits out its backoff in the retry set, still pending in the stream
+    # the job waits out its backoff in the retry set, out of the stream
     assert r.zcard("tasks:retry:normal") == 1
-    assert r.xpending("tasks:normal", "taskq")["pending"] == 1
+    assert r.xpending("tasks:normal", "taskq")["pending"] == 0 and r.xlen("tasks:normal") == 0
 
 
 def test_drain_waits_for_retries_when_asked(make_app: Callable[..., App], r: redis.Redis) -> None:

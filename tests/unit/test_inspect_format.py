@@ -75,6 +75,7 @@ def stream(priority: str, waiting: int, pending: int, **kw: object) -> StreamSta
         "lag": None,
         "pending": pending,
         "retrying": 0,
+        "next_retry_in_ms": None,
         "consumers": 1,
         "last_delivered_id": "1-0",
         "oldest_waiting_id": None,
@@ -164,11 +165,11 @@ def test_active_pending_and_ping_lines() -> None:
         "h:10", "1", "11", "app.send_mail", "j1", "5-0", "1m05s"
     ]  # fmt: skip
     assert render_active([]) == ["no jobs running"]
-    parked = PendingJob(
-        "tasks", "normal", "tasks:normal", "5-0", "app.t", "taskq:retry", None, "retrying",
-        1_500, 2, 90_000, 30_000,
+    claimed = PendingJob(
+        "tasks", "normal", "tasks:normal", "5-0", "app.t", "taskq:recover", None, "recovering",
+        1_500, 2, 90_000,
     )  # fmt: skip
-    assert "retrying (due in 30.0s)" in render_pending([parked])[1]
+    assert "recovering" in render_pending([claimed])[1]
     assert render_pending([]) == ["no pending jobs"]
     ping = Ping(
         0.25, (WorkerPing("h:10", True, 150, 9_850), WorkerPing("h:11", False, 6_000, 4_000))

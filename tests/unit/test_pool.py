@@ -9,7 +9,8 @@ import time
 import pytest
 
 from taskq import App
-from taskq.worker.pool import Pool, PoolOptions, _Backoff, _Child, _describe, signal_name
+from taskq.worker.pool import Pool, PoolOptions, _Child, _describe, signal_name
+from taskq.worker.reclaim import Backoff
 from taskq.worker.scoreboard import SlotView
 
 app = App("redis://127.0.0.1:1/0", queue="unit")
@@ -42,14 +43,14 @@ def test_the_hard_limit_does_not_kill_a_child_that_moved_on_to_its_next_job(
         reads = iter([stale])
         real_read = pool.scoreboard.read
         monkeypatch.setattr(pool.scoreboard, "read", lambda i: next(reads, None) or real_read(i))
-        pool._enforce_time_limits()
+        pool._watch_busy_children()
         assert os.waitpid(pid, os.WNOHANG) == (0, 0)  # still alive
         assert pool.children[0].killed_for == ""
         # When the slot still shows the job that ran over, it is killed.
         slot.finish("ok")
         slot.start(0, "3-0", "t", "over again", 0.001)
         time.sleep(0.01)
-        pool._enforce_time_limits()
+        pool._watch_busy_children()
         _, status = os.waitpid(pid, 0)
         pid = 0
         assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
@@ -61,7 +62,7 @@ def test_the_hard_limit_does_not_kill_a_child_that_moved_on_to_its_next_job(
 
 
 def test_respawn_backoff_doubles_and_is_capped_for_any_number_of_failures() -> None:
-    backoff = _Backoff()
+    backoff = Backoff()
     delays = []
     for _ in range(2000):  # far past where 2.0 ** n overflows a float
         backoff.failed()

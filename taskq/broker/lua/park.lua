@@ -1,15 +1,19 @@
--- A failed job waits out its backoff in the pending list, owned by the retry pseudo-consumer.
--- KEYS: stream, retry zset, failures hash.
--- ARGV: group, entry id, owner, retry consumer, delay_ms (due that long after now, Redis clock).
+-- A failed job waits out its backoff in the retry set of its stream, out of the stream: the
+-- entry is acked and deleted, and the job comes back as a fresh entry when due (promote.lua).
+-- Its body, patched by the caller, carries the attempts used so far.
+-- KEYS: stream, retry zset, due key.
+-- ARGV: group, entry id, owner, delay_ms (after now, Redis clock), member
+--       ("<priority>\n<task>\n<body>"), first failure ms ('' for now).
 -- Returns 1, or 0 if the entry is no longer pending under `owner` (someone else took it).
-local delay = tonumber(ARGV[5])
+local delay = tonumber(ARGV[4])
 if not delay or delay < 0 or delay ~= delay then
   return redis.error_reply('ERR park: delay_ms must be a number >= 0')
 end
 if not owned(KEYS[1], ARGV[1], ARGV[2], ARGV[3]) then return 0 end
 local now = now_ms()
--- JUSTID: the owner changes, the delivery count (= attempts so far) does not.
-redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[4], 0, ARGV[2], 'JUSTID')
-redis.call('ZADD', KEYS[2], now + delay, ARGV[2])
-redis.call('HSETNX', KEYS[3], KEYS[1] .. ' ' .. ARGV[2], now)
+local first = ARGV[6] ~= '' and ARGV[6] or tostring(now)
+redis.call('ZADD', KEYS[2], now + delay, first .. '\n' .. ARGV[5])
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+redis.call('XDEL', KEYS[1], ARGV[2])
+lower_due(KEYS[3], now + delay)
 return 1

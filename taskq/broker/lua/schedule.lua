@@ -1,6 +1,6 @@
 -- Park a delayed job in the queue's schedule.
--- KEYS: schedule zset.  ARGV: at_ms (absolute due time, or '' for "in_ms from now"), in_ms,
--- member ("<priority index>\n<task>\n<body>").
+-- KEYS: schedule zset, due key.  ARGV: at_ms (absolute due time, or '' for "in_ms from now"),
+-- in_ms, member ("<priority index>\n<task>\n<body>").
 -- A countdown is relative to the Redis clock, so a producer's wrong clock cannot shift it;
 -- an eta is an absolute time and is compared with the Redis clock as it is.
 local due = tonumber(ARGV[1])
@@ -10,4 +10,5 @@ if not due then
   due = now_ms() + delay
 end
 redis.call('ZADD', KEYS[1], due, ARGV[3])
+lower_due(KEYS[2], due)
 return due

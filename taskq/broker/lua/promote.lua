@@ -1,0 +1,70 @@
+-- Housekeeping, run by every worker master every few tens of ms: move due delayed jobs and
+-- due retries into their streams as fresh entries (XADD + ZREM in one step, so each runs
+-- once), then keep the queue's due key (the earliest due time) up to date. The due key lets
+-- a call that finds nothing due return after one GET.
+-- KEYS: per queue, 9 keys: stream high/normal/low, schedule, retry high/normal/low, due key,
+--       dead-letter stream.
+-- ARGV: most members moved per set and call, force (0/1: look at the sets even when the due
+--       key says nothing is due, e.g. for members a foreign producer added with a plain ZADD).
+-- Returns ms until the next member is due (-1: none), over every queue.
+local limit, force = tonumber(ARGV[1]), ARGV[2] == '1'
+if not limit or limit < 1 then return redis.error_reply('ERR promote: bad limit') end
+local now = now_ms()
+local PER_QUEUE = 9
+
+-- A schedule member is "<priority 0-2>\n<task>\n<body>"; a retry member is the same after a
+-- "<first failure ms>\n" line. Returns stream key offset, task, body, first failure (or nil).
+local function parse(m, retry)
+  local ff
+  if retry then
+    local nl = string.find(m, '\n', 1, true)
+    if not nl then return nil end
+    ff = string.sub(m, 1, nl - 1)
+    m = string.sub(m, nl + 1)
+  end
+  local p = tonumber(string.sub(m, 1, 1))
+  local nl = string.find(m, '\n', 3, true)
+  if p == nil or p < 0 or p > 2 or string.sub(m, 2, 2) ~= '\n' or not nl then return nil end
+  return p + 1, string.sub(m, 3, nl - 1), string.sub(m, nl + 1), ff
+end
+
+local function move_due(b, set, retry)
+  local due = redis.call('ZRANGEBYSCORE', KEYS[b + set], '-inf', now, 'LIMIT', 0, limit)
+  for _, m in ipairs(due) do
+    local s, task, body, ff = parse(m, retry)
+    if s then
+      if ff then
+        redis.call('XADD', KEYS[b + s], '*', 'task', task, 'body', body, 'ff', ff)
+      else
+        redis.call('XADD', KEYS[b + s], '*', 'task', task, 'body', body)
+      end
+    elseif not (retry and string.match(m, '^%d+%-%d+$')) then
+      -- (A bare entry id is a retry parked by taskq 0.1.0, whose entry is still pending:
+      -- the sweep recovers it. Anything else is dead-lettered with the reason.)
+      redis.call('XADD', KEYS[b + 9], '*', 'task', '', 'job_id', '', 'body', m,
+        'error_type', 'Rejected',
+        'error', retry and 'malformed retry member' or 'malformed schedule member',
+        'traceback', '', 'attempts', 0, 'first_failure_ms', now, 'last_failure_ms', now,
+        'worker', '', 'stream', KEYS[b + set], 'entry_id', '')
+    end
+    redis.call('ZREM', KEYS[b + set], m)
+  end
+end
+
+local soonest = -1
+for q = 0, #KEYS / PER_QUEUE - 1 do
+  local b = q * PER_QUEUE
+  local due = tonumber(redis.call('GET', KEYS[b + 8]))
+  if force or (due and due <= now) then
+    move_due(b, 4, false)
+    for set = 5, 7 do move_due(b, set, true) end
+    due = nil
+    for set = 4, 7 do
+      local first = redis.call('ZRANGE', KEYS[b + set], 0, 0, 'WITHSCORES')
+      if first[2] and (not due or tonumber(first[2]) < due) then due = tonumber(first[2]) end
+    end
+    if due then redis.call('SET', KEYS[b + 8], due) else redis.call('DEL', KEYS[b + 8]) end
+  end
+  if due and (soonest < 0 or due - now < soonest) then soonest = math.max(0, due - now) end
+end
+return soonest

@@ -1,0 +1,67 @@
+"""The moves operators start (``taskq purge``, ``taskq deadletter retry`` and ``purge``),
+each one command or one script like every other move of a job."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from taskq.broker.link import Link
+from taskq.broker.replies import as_int, entries
+from taskq.keys import GROUP, PRIORITIES, QueueKeys
+
+
+class Operators:
+    """Operator moves on one Redis server (any queue)."""
+
+    def __init__(self, link: Link) -> None:
+        self.link = link
+
+    def purge_deadletters(self, queue: str, *, older_than_ms: int | None = None) -> int:
+        """Delete dead-letter entries (older than a time, or all); returns how many."""
+        key = QueueKeys(queue).deadletter
+        if older_than_ms is None:
+            length, _ = self.link.pipeline([("XLEN", key), ("DEL", key)], transaction=True)
+            return as_int(length)
+        # Dead-letter ids are the time of death, so MINID drops exactly the older ones.
+        return as_int(self.link.call("XTRIM", key, "MINID", f"{older_than_ms}-0"))
+
+    def deadletter_retry(
+        self, queue: str, dead_id: str, *, stream: str, task: str, body: bytes
+    ) -> bool:
+        """Move one dead-lettered job back to a job stream of its queue, in one step."""
+        keys = [QueueKeys(queue).deadletter, stream]
+        return bool(self.link.script("deadletter_retry", keys, [dead_id, task, body]))
+
+    def purge_waiting(
+        self,
+        queue: str,
+        priorities: Sequence[str] = PRIORITIES,
+        *,
+        include_pending: bool = False,
+        batch: int = 1000,
+    ) -> dict[str, tuple[int, int]]:
+        """Delete the jobs of a queue that no worker has taken yet (``taskq purge``).
+
+        Waiting entries (after the group's last-delivered-id) are XDEL'd; the group's cursor
+        and pending list are left alone, so running and retrying jobs are untouched unless
+        ``include_pending``, which acks and deletes those too. Only entries up to each
+        stream's newest id at the start go, so jobs enqueued meanwhile survive, and each
+        script call removes at most ``batch`` entries, so Redis never stalls on a big stream.
+        Delayed (scheduled) and dead-lettered jobs are not touched.
+
+        Returns:
+            Per priority, (waiting jobs removed, pending jobs removed).
+        """
+        k = QueueKeys(queue)
+        out: dict[str, tuple[int, int]] = {}
+        for p in priorities:
+            newest = entries(self.link.call("XREVRANGE", k.stream(p), "+", "-", "COUNT", 1))
+            waiting = pending = 0
+            done = not newest
+            while not done:
+                w, n, finished = self.link.script(
+                    "purge", [k.stream(p)], [GROUP, newest[0][0], batch, int(include_pending)]
+                )
+                waiting, pending, done = waiting + int(w), pending + int(n), bool(finished)
+            out[p] = (waiting, pending)
+        return out

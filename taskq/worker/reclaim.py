@@ -1,0 +1,105 @@
+"""Jobs a worker's master takes back from its children: every entry left pending under a
+child that exited (the job it ran counts as a failed attempt, the rest go back uncounted),
+and the jobs that waited in a child's batch behind a long one (adaptive prefetch).
+
+Each piece of work is kept until Redis has taken it: a Redis outage or a bug delays it, one
+exited child at a time with a backoff of its own, and never holds up the others.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from dataclasses import dataclass, field
+
+from taskq.broker import Broker
+from taskq.worker.executor import Executor
+from taskq.worker.finish import Finisher
+from taskq.worker.maintenance import Maintenance
+from taskq.worker.outcome import JobCounts
+from taskq.worker.retry import capped_exponential
+from taskq.worker.scoreboard import SlotView
+
+
+@dataclass
+class Backoff:
+    """0.5 s after the first failure, doubling, up to 30 s (respawns and settling)."""
+
+    failures: int = 0
+    not_before: float = 0.0
+
+    def failed(self) -> None:
+        self.failures += 1
+        delay_s = capped_exponential(0.5, 2.0, 30.0, self.failures - 1)
+        self.not_before = time.monotonic() + delay_s
+
+
+@dataclass
+class _Exited:
+    """A child that exited, whose pending entries are still to settle."""
+
+    consumer: str
+    view: SlotView
+    cause: str
+    backoff: Backoff = field(default_factory=Backoff)
+
+
+class Reclaimer:
+    """The master's list of jobs to take back, worked through on every tick."""
+
+    def __init__(self, maintenance: Maintenance, executor: Executor) -> None:
+        self.maintenance = maintenance
+        self.executor = executor
+        self._exited: list[_Exited] = []
+        self._revoked: list[tuple[str, list[tuple[int, str]]]] = []
+
+    @property
+    def busy(self) -> bool:
+        """Work is left (a shutdown waits for it)."""
+        return bool(self._exited or self._revoked)
+
+    def child_exited(self, consumer: str, view: SlotView, cause: str) -> None:
+        self._exited.append(_Exited(consumer, view, cause))
+
+    def revoked(self, consumer: str, rest: list[tuple[int, str]]) -> None:
+        """Jobs (stream index, entry id) taken from a child's batch: hand them back."""
+        self._revoked.append((consumer, rest))
+
+    def tick(self, *, cold: bool) -> JobCounts:
+        """Do what Redis takes now; returns the failures recorded for children that exited
+        (a job running when its child died, unless a cold shutdown killed it)."""
+        counts = JobCounts()
+        left_exited = []
+        now = time.monotonic()
+        for exited in self._exited:
+            settled: list[str] = []
+            step = functools.partial(self._settle, exited=exited, cold=cold, kinds=settled)
+            if now < exited.backoff.not_before:
+                left_exited.append(exited)
+            elif self.maintenance.step(step):
+                for kind in settled:
+                    counts = counts.counted(kind)
+            else:
+                exited.backoff.failed()
+                left_exited.append(exited)
+        self._exited = left_exited
+        left_revoked = []
+        for consumer, rest in self._revoked:
+            step = functools.partial(self._hand_back, consumer=consumer, rest=rest)
+            if not self.maintenance.step(step):
+                left_revoked.append((consumer, rest))
+        self._revoked = left_revoked
+        return counts
+
+    def _settle(self, broker: Broker, *, exited: _Exited, cold: bool, kinds: list[str]) -> None:
+        view = exited.view
+        running = None
+        if view.busy and not cold and 0 <= view.stream_index < len(broker.streams):
+            running = (broker.streams[view.stream_index], view.entry_id)
+        finisher = Finisher(broker, self.executor)
+        kinds += finisher.recover_exited(exited.consumer, running, exited.cause)
+
+    def _hand_back(self, broker: Broker, *, consumer: str, rest: list[tuple[int, str]]) -> None:
+        finisher = Finisher(broker, self.executor)
+        for d in broker.deliveries_at(rest):
+            finisher.hand_back(d, owner=consumer)
