@@ -11,6 +11,12 @@ is bracketed by a commandstats window (:class:`bench.redistime.Window`).
 bulk enqueue and drain, with ``MONITOR`` on instead of the windows, to learn
 which commands run inside scripts and MULTI/EXEC (:class:`bench.redistime.CommandLog`).
 
+``--worker-cpus`` confines the worker and everything it forks to those CPUs (set
+before the worker's ``exec``, so every child inherits it, and checked on the
+whole tree after the drain). ``run.py`` uses it for the clean pass: a ``drain``
+round with the worker tree and the producer kept off redis-server's CPU, so that
+nothing preempts Redis in the middle of a command and inflates its commandstats.
+
 Started by ``bench/run.py`` as ``python -m bench.agent --module celery_app ...``
 with the interpreter of the venv that has the system installed. Prints one
 JSON object on the last line of stdout. Every loop is bounded in time.
@@ -30,7 +36,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +47,18 @@ from redis.utils import HIREDIS_AVAILABLE
 
 from bench import job, record, redistime
 from bench.peers.base import System
-from bench.procs import descendants, pin_self, rss_kb, stop_tree, tree_cpu_seconds, unpin_self
+from bench.procs import (
+    confine_self,
+    descendants,
+    format_cpus,
+    parse_cpus,
+    pin_self,
+    rss_kb,
+    stop_tree,
+    tree_affinity,
+    tree_cpu_seconds,
+    unpin_self,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 LATENCY_BASE = 1 << 40  # job indices of latency probes, apart from drain jobs
@@ -272,8 +290,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--worker-args", default="", help="extra worker CLI arguments")
     p.add_argument("--deadline", type=float, default=300.0, help="bound of each phase, seconds")
     p.add_argument("--producer-cpu", type=int, default=-1, help="pin the producer (not workers)")
+    p.add_argument(
+        "--worker-cpus",
+        type=parse_cpus,
+        default=frozenset(),
+        help="comma list: confine the worker tree to these CPUs (default: every CPU)",
+    )
     p.add_argument("--no-incr", action="store_true", help="tasks skip their Redis INCR")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.worker_cpus and args.producer_cpu not in args.worker_cpus:
+        p.error("--producer-cpu must be one of --worker-cpus")
+    return args
 
 
 def enqueue_phases(
@@ -295,8 +322,14 @@ def enqueue_phases(
     return out
 
 
-def start_worker(argv: list[str], log_path: str) -> tuple[subprocess.Popen[bytes], int]:
-    """Spawn the worker CLI in its own session; returns it and the time just before."""
+def start_worker(
+    argv: list[str], log_path: str, cpus: Collection[int] = ()
+) -> tuple[subprocess.Popen[bytes], int]:
+    """Spawn the worker CLI in its own session; returns it and the time just before.
+
+    The worker may use every CPU, or only ``cpus`` when given: the affinity is set in
+    the child before ``exec``, so the processes and threads it starts inherit it.
+    """
     with open(log_path, "ab") as log:
         t_start = time.time_ns()
         worker = subprocess.Popen(
@@ -305,9 +338,20 @@ def start_worker(argv: list[str], log_path: str) -> tuple[subprocess.Popen[bytes
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=unpin_self,  # workers may use every CPU
+            preexec_fn=partial(confine_self, cpus) if cpus else unpin_self,
         )
     return worker, t_start
+
+
+def check_confined(worker: subprocess.Popen[bytes], cpus: frozenset[int]) -> list[int]:
+    """The CPUs the worker tree's threads may use; raises if any may run outside ``cpus``."""
+    allowed = tree_affinity(worker.pid)
+    if not allowed <= cpus:
+        raise BenchError(
+            f"worker tree not confined to CPUs {format_cpus(cpus)}: "
+            f"its threads may run on {format_cpus(allowed)}"
+        )
+    return sorted(allowed)
 
 
 def worker_phases(
@@ -319,11 +363,13 @@ def worker_phases(
     argv = system.worker_argv(args.procs, shlex.split(args.worker_args))
     out["worker_argv"] = [Path(argv[0]).name, *argv[1:]]
     meter.start("drain")
-    worker, t_start = start_worker(argv, args.worker_log)
+    worker, t_start = start_worker(argv, args.worker_log, args.worker_cpus)
     try:
         out["drain"] = drain(worker, t_start, args.record_dir, args.jobs, args.deadline)
         time.sleep(SETTLE_S)  # the last acks; the worker is idle by now
         meter.stop("drain", args.jobs)
+        if args.worker_cpus:
+            out["worker_cpus"] = check_confined(worker, args.worker_cpus)
         if "latency" in phases:
             out["latency"] = latency(
                 system,

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Collection
 from pathlib import Path
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -22,6 +23,35 @@ def pin_self(cpu: int) -> None:
 def unpin_self() -> None:
     """Let this process run on every CPU again (e.g. in a worker being spawned)."""
     os.sched_setaffinity(0, ALL_CPUS)
+
+
+def confine_self(cpus: Collection[int]) -> None:
+    """Run this process on ``cpus`` only; processes it forks or execs afterwards inherit it."""
+    os.sched_setaffinity(0, cpus)
+
+
+def parse_cpus(text: str) -> frozenset[int]:
+    """CPUs of a comma list such as ``"0,2"`` (empty: none)."""
+    return frozenset(int(c) for c in text.split(",") if c.strip())
+
+
+def format_cpus(cpus: Collection[int]) -> str:
+    """The comma list :func:`parse_cpus` reads."""
+    return ",".join(str(c) for c in sorted(cpus))
+
+
+def tree_affinity(pid: int) -> frozenset[int]:
+    """Every CPU that some live thread of ``pid`` or of its descendants may run on."""
+    cpus: set[int] = set()
+    for p in [pid, *descendants(pid)]:
+        try:
+            tids = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            with contextlib.suppress(OSError):  # the thread has exited
+                cpus |= os.sched_getaffinity(int(tid))
+    return frozenset(cpus)
 
 
 def _stat_fields(pid: int) -> list[str] | None:

@@ -12,7 +12,11 @@
 Consumers are started and connected first, then released together; the time
 runs from the release to the last acknowledgement. Every loop is bracketed by
 a commandstats window (:class:`bench.redistime.Window`), so each ceiling also
-reports its Redis time per message. Prints one JSON object.
+reports its Redis time per message. The consumers may use every CPU, as workers
+do. With ``--clean-cpus``, the three consume ceilings are then run once more
+(under ``"clean"``) with the consumers confined to those CPUs, which run.py
+picks so that nothing preempts redis-server: the clean Redis time per message.
+Prints one JSON object.
 Run as ``python -m bench.raw --redis-url URL`` (run.py does this).
 """
 
@@ -23,6 +27,7 @@ import json
 import multiprocessing as mp
 import time
 from collections.abc import Callable
+from functools import partial
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Barrier
 from typing import Any
@@ -31,12 +36,17 @@ from redis import Redis
 from redis.utils import HIREDIS_AVAILABLE
 
 from bench.job import COUNTER
-from bench.procs import pin_self, unpin_self
+from bench.procs import confine_self, parse_cpus, pin_self, unpin_self
 from bench.redistime import Window
 
 STREAM = "raw:stream"
 GROUP = "raw"
 FIELDS = {"job": b"x" * 64}  # about the size of a small job message
+CONSUMES = {  # consume ceiling -> (XREADGROUP COUNT, the task's INCR per message)
+    "consume_batched": (100, False),
+    "consume_floor": (100, True),
+    "consume_single": (1, False),
+}
 
 
 def rate(jobs: int, seconds: float) -> dict[str, Any]:
@@ -78,9 +88,16 @@ def _consumer(
     barrier: Barrier,
     out: Queue[tuple[int, int]],
     deadline_s: float,
+    cpus: frozenset[int],
 ) -> None:
-    """Read/(INCR)/ack/delete until the stream has nothing new; report (n, end_ns)."""
-    unpin_self()  # consumers, like workers, may use every CPU
+    """Read/(INCR)/ack/delete until the stream has nothing new; report (n, end_ns).
+
+    Runs on ``cpus``, or, like workers, on every CPU when that is empty.
+    """
+    if cpus:
+        confine_self(cpus)
+    else:
+        unpin_self()
     r = Redis.from_url(url)
     r.ping()
     barrier.wait()  # connected
@@ -104,16 +121,26 @@ def _consumer(
 
 
 def consume(
-    url: str, r: Redis, window: Window, jobs: int, count: int, incr: bool, args: argparse.Namespace
+    url: str,
+    r: Redis,
+    window: Window,
+    jobs: int,
+    count: int,
+    incr: bool,
+    args: argparse.Namespace,
+    cpus: frozenset[int] = frozenset(),
 ) -> dict[str, Any]:
-    """``args.procs`` consumer processes drain ``jobs`` waiting messages."""
+    """``args.procs`` consumer processes (on ``cpus``, if any) drain ``jobs`` waiting messages."""
     xadd_pipelined(r, jobs, 1000, args.deadline)
     r.xgroup_create(STREAM, GROUP, id="0")
     ctx = mp.get_context("fork")
     barrier = ctx.Barrier(args.procs + 1)
     out: Queue[tuple[int, int]] = ctx.Queue()
     workers = [
-        ctx.Process(target=_consumer, args=(url, f"c{k}", count, incr, barrier, out, args.deadline))
+        ctx.Process(
+            target=_consumer,
+            args=(url, f"c{k}", count, incr, barrier, out, args.deadline, cpus),
+        )
         for k in range(args.procs)
     ]
     for w in workers:
@@ -146,6 +173,12 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--procs", type=int, default=2)
     p.add_argument("--deadline", type=float, default=120.0, help="bound of each loop, seconds")
     p.add_argument("--producer-cpu", type=int, default=-1, help="pin the producer (not consumers)")
+    p.add_argument(
+        "--clean-cpus",
+        type=parse_cpus,
+        default=frozenset(),
+        help="comma list: also run the consume ceilings with the consumers on these CPUs only",
+    )
     return p.parse_args()
 
 
@@ -163,18 +196,24 @@ def main() -> None:
         res = loop()
         return {**res, "redis": window.stop(res["jobs"])}
 
+    def drain(count: int, incr: bool, cpus: frozenset[int]) -> dict[str, Any]:
+        return consume(url, r, window, args.jobs, count, incr, args, cpus)
+
     steps: dict[str, Callable[[], dict[str, Any]]] = {
         "xadd_one": lambda: enqueue(lambda: xadd_one(r, args.enqueue_jobs, args.deadline)),
         "xadd_pipelined": lambda: enqueue(
             lambda: xadd_pipelined(r, args.jobs, args.batch, args.deadline)
         ),
-        "consume_batched": lambda: consume(url, r, window, args.jobs, 100, False, args),
-        "consume_floor": lambda: consume(url, r, window, args.jobs, 100, True, args),
-        "consume_single": lambda: consume(url, r, window, args.jobs, 1, False, args),
+        **{name: partial(drain, *shape, frozenset()) for name, shape in CONSUMES.items()},
     }
     for name, step in steps.items():
         r.flushall()
         out[name] = step()
+    if args.clean_cpus:
+        out["clean"] = {}
+        for name, shape in CONSUMES.items():
+            r.flushall()
+            out["clean"][name] = drain(*shape, args.clean_cpus)
     r.flushall()
     print(json.dumps(out))
 

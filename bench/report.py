@@ -19,8 +19,9 @@ P50_VS_BEST_PEER = 0.8  # enqueue->start p50, times the best peer's p50
 P99_VS_BEST_PEER = 1.0  # enqueue->start p99, times the best peer's p99
 IDLE_CPU_PCT = 1.0  # idle worker tree, % of one core (strictly below)
 # Redis budget: queue-side Redis µs per job in the drain (INFO commandstats, the task's INCR
-# left out, nothing counted twice), per taskq configuration. run.py exits non-zero, with a
-# BUDGET EXCEEDED line, when one is exceeded.
+# left out, nothing counted twice), per taskq configuration, from the clean pass (no client
+# process on redis-server's CPU; the timed drain's contended figure when there is no clean
+# pass). run.py exits non-zero, with a BUDGET EXCEEDED line, when one is exceeded.
 REDIS_BUDGET_US: dict[str, float] = {"default": 15.0, "--prefetch 1": 15.0, "--prefetch 64": 5.0}
 
 BUSY_LOAD = 0.5
@@ -28,6 +29,7 @@ BUSY = " (**busy machine**: other processes were running, figures are noisier)"
 
 Run = dict[str, Any]
 Summary = dict[str, Any]
+Cost = dict[str, Any]  # redistime.cost / median_cost of one window
 
 # (raw ceiling key, label) in display order
 RAW_CEILINGS = [
@@ -95,11 +97,19 @@ def redis_costs(
 
 
 def summarize_system(
-    enqueue_runs: Sequence[Run], drain_runs: Sequence[Run], accounting: Run | None = None
+    enqueue_runs: Sequence[Run],
+    drain_runs: Sequence[Run],
+    accounting: Run | None = None,
+    clean_runs: Sequence[Run] = (),
 ) -> Summary:
-    """Median figures of one system over its runs (failed runs left out)."""
+    """Median figures of one system over its runs (failed runs left out).
+
+    ``redis`` holds the timed rounds' Redis costs (the drain's is contended), ``redis_clean``
+    the drain's from the clean passes (``clean_runs``).
+    """
     enq = [r for r in enqueue_runs if "error" not in r]
     dr = [r for r in drain_runs if "error" not in r]
+    clean = [r for r in clean_runs if "error" not in r]
 
     def m(*path: str) -> float | None:
         return med([dig(r, *path) for r in dr])
@@ -118,31 +128,47 @@ def summarize_system(
         "idle_cpu_pct": m("idle", "cpu_pct"),
         "redis": redis_costs(enq, ENQUEUE_WINDOWS, accounting)
         | redis_costs(dr, DRAIN_WINDOWS, accounting),
+        "redis_clean": redis_costs(clean, ("drain",), accounting),
         "runs_ok": f"{len(enq)}+{len(dr)} of {len(enqueue_runs)}+{len(drain_runs)}",
-        "errors": [r["error"] for r in [*enqueue_runs, *drain_runs] if "error" in r],
+        "errors": [r["error"] for r in [*enqueue_runs, *drain_runs] if "error" in r]
+        + [f"clean pass: {r['error']}" for r in clean_runs if "error" in r],
     }
 
 
 def summarize_raw(runs: Sequence[Run]) -> dict[str, Any]:
-    """Median rate of each raw ceiling, and its Redis cost per message."""
+    """Median rate of each raw ceiling, its Redis cost per message (contended for the consume
+    ceilings), and the consume ceilings' clean Redis cost (``redis_clean``)."""
     ok = [r for r in runs if "error" not in r]
     out: dict[str, Any] = {key: med([dig(r, key, "rate") for r in ok]) for key, _ in RAW_CEILINGS}
-    out["redis"] = {
-        key: median_cost([cost(r[key]["redis"], None) for r in ok if dig(r, key, "redis")])
-        for key, _ in RAW_CEILINGS
-    }
+    for out_key, path in (("redis", ()), ("redis_clean", ("clean",))):
+        out[out_key] = {
+            key: median_cost(
+                [cost(w, None) for r in ok if (w := dig(r, *path, key, "redis")) is not None]
+            )
+            for key, _ in RAW_CEILINGS
+        }
     return out
 
 
-def summarize_prefetch(by_value: dict[str, list[Run]], accounting: dict[str, Run]) -> Summary:
-    """Median drain and Redis cost per --prefetch value, and the best value."""
+def summarize_prefetch(
+    by_value: dict[str, list[Run]],
+    accounting: dict[str, Run],
+    clean: dict[str, list[Run]] | None = None,
+) -> Summary:
+    """Median drain and Redis cost per --prefetch value, and the best value.
+
+    ``clean``: the clean passes per configuration ("--prefetch N").
+    """
     rows = {}
     for value, runs in by_value.items():
+        config = prefetch_config(value)
         ok = [r for r in runs if "error" not in r]
+        clean_ok = [r for r in (clean or {}).get(config, []) if "error" not in r]
         rows[value] = {
             "drain": med([dig(r, "drain", "rate") for r in ok]),
             "drain_steady": med([dig(r, "drain", "steady_rate") for r in ok]),
-            "redis": redis_costs(ok, DRAIN_WINDOWS, accounting.get(prefetch_config(value))),
+            "redis": redis_costs(ok, DRAIN_WINDOWS, accounting.get(config)),
+            "redis_clean": redis_costs(clean_ok, ("drain",), accounting.get(config)),
         }
     scored = [(row["drain"], value) for value, row in rows.items() if row["drain"] is not None]
     best = max(scored)[1] if scored else None
@@ -245,15 +271,24 @@ def targets(
     ]  # fmt: skip
 
 
-def config_cost(config: str, me: Summary, prefetch: Summary | None) -> dict[str, Any] | None:
-    """Median drain Redis cost of one taskq configuration ("default" or "--prefetch N")."""
-    found: dict[str, Any] | None
-    if config == "default":
-        found = dig(me, "redis", "drain")
-    else:
-        value = config.removeprefix("--prefetch ")
-        found = dig(prefetch or {}, "by_prefetch", value, "redis", "drain")
-    return found
+def config_costs(
+    config: str, me: Summary, prefetch: Summary | None
+) -> tuple[Cost | None, Cost | None]:
+    """(clean, contended) median drain Redis cost of one taskq configuration.
+
+    ``config`` is "default" or "--prefetch N".
+    """
+    node: Summary | None = me
+    if config != "default":
+        node = dig(prefetch or {}, "by_prefetch", config.removeprefix("--prefetch "))
+    node = node or {}
+    return dig(node, "redis_clean", "drain"), dig(node, "redis", "drain")
+
+
+def headline(clean: Cost | None, contended: Cost | None) -> tuple[Cost | None, str]:
+    """The cost that the figures and budgets use, and its basis: the clean pass's, or the
+    timed drain's ("contended") when there is no clean figure."""
+    return (clean, "clean") if clean else (contended, "contended")
 
 
 def _budget_rows(
@@ -261,10 +296,14 @@ def _budget_rows(
 ) -> list[tuple[str, str, str, float, float | None, str]]:
     rows = []
     for config, limit in REDIS_BUDGET_US.items():
-        c = config_cost(config, me, prefetch) or {}
+        clean, contended = config_costs(config, me, prefetch)
+        found, basis = headline(clean, contended)
+        c = found or {}
+        also = f" (contended {_us(contended['us_per_job'])})" if clean and contended else ""
         detail = (
-            f"{config}: {_us(c.get('us_per_job'))} µs/job, scripts {_us(c.get('script_us'))} "
-            f"of which commands inside {_us(c.get('inside_scripts_us'))} ({c.get('split', 'n/a')})"
+            f"{config}: {basis} {_us(c.get('us_per_job'))} µs/job{also}, scripts "
+            f"{_us(c.get('script_us'))} of which commands inside "
+            f"{_us(c.get('inside_scripts_us'))} ({c.get('split', 'n/a')})"
         )
         rows.append((f"Redis time per job, {config}", f"<= {limit:g} µs", "budget", limit,
                      c.get("us_per_job"), detail))  # fmt: skip
@@ -324,11 +363,13 @@ def prefetch_table(labels: dict[str, str], prefetch: dict[str, Summary]) -> str:
     for name, pf in prefetch.items():
         for value, row in pf["by_prefetch"].items():
             mark = " (best)" if value == pf["best_prefetch"] else ""
-            us = dig(row, "redis", "drain", "us_per_job")
+            clean = dig(row, "redis_clean", "drain", "us_per_job")
+            contended = dig(row, "redis", "drain", "us_per_job")
             rows.append([labels.get(name, name), f"`--prefetch {value}`{mark}",
-                         rate(row["drain"]), rate(row["drain_steady"]), _us(us)])  # fmt: skip
+                         rate(row["drain"]), rate(row["drain_steady"]),
+                         "none" if clean is None else _us(clean), _us(contended)])  # fmt: skip
     header = ["system", "worker option", "drain (jobs/s)", "drain after 1st job (jobs/s)",
-              "Redis µs/job"]  # fmt: skip
+              "Redis µs/job, clean", "Redis µs/job, contended"]  # fmt: skip
     return md_table(header, rows)
 
 
@@ -349,43 +390,46 @@ def breakdown(c: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def _cost_cells(c: dict[str, Any] | None) -> list[str]:
+def _total(c: Cost | None) -> str:
     if not c:
-        return ["n/a"] * 9
-    total = _us(c["us_per_job"]) + (" (upper bound)" if c["split"] == "upper bound" else "")
+        return "n/a"
+    return _us(c["us_per_job"]) + (" (upper bound)" if c["split"] == "upper bound" else "")
+
+
+def _cost_cells(clean: Cost | None, contended: Cost | None) -> list[str]:
+    """Clean and contended totals, then the details of the clean cost (else the contended)."""
+    c, _ = headline(clean, contended)
+    first = [_total(clean) if clean else "none", _total(contended)]
+    if not c:
+        return [*first, *["n/a"] * 8]
     return [
-        total, rate(c["per_core"]), _us(c["script_us"]), _us(c["inside_scripts_us"]),
+        *first, rate(c["per_core"]), _us(c["script_us"]), _us(c["inside_scripts_us"]),
         _us(c["exec_us"]), _us(c["inside_exec_us"]), breakdown(c), _us(c["cpu_us"]),
         _us(c["task_incr_us"]),
     ]  # fmt: skip
 
 
-def redis_rows(
-    labels: dict[str, str], summary: dict[str, Any]
-) -> list[tuple[str, str, Any, Any, Any]]:
-    """(system, configuration, drain, enqueue 1/call, bulk) costs, for the Redis-time table."""
-    rows = []
+RedisRow = tuple[str, str, Cost | None, Cost | None, Cost | None, Cost | None]
+
+
+def redis_rows(labels: dict[str, str], summary: dict[str, Any]) -> list[RedisRow]:
+    """(system, configuration, clean drain, contended drain, enqueue 1/call, bulk) costs,
+    for the Redis-time table."""
+    rows: list[RedisRow] = []
     for name, s in summary["systems"].items():
-        r = s["redis"]
-        rows.append((labels.get(name, name), "default", r.get("drain"), r.get("enqueue_one"),
-                     r.get("enqueue_bulk")))  # fmt: skip
+        label, r = labels.get(name, name), s["redis"]
+        rows.append((label, "default", dig(s, "redis_clean", "drain"), r.get("drain"),
+                     r.get("enqueue_one"), r.get("enqueue_bulk")))  # fmt: skip
         for value, row in (dig(summary, "prefetch", name, "by_prefetch") or {}).items():
             r = row["redis"]
-            rows.append((labels.get(name, name), f"`--prefetch {value}`", r.get("drain"), None,
-                         r.get("enqueue_bulk")))  # fmt: skip
+            rows.append((label, f"`--prefetch {value}`", dig(row, "redis_clean", "drain"),
+                         r.get("drain"), None, r.get("enqueue_bulk")))  # fmt: skip
     floor = summary.get("floor", "consume_floor")
+    config = "raw floor" if floor == "consume_floor" else "raw batched consume (no INCR)"
     for name, raw in summary["raw"].items():
         r = raw["redis"]
-        config = "raw floor" if floor == "consume_floor" else "raw batched consume (no INCR)"
-        rows.append(
-            (
-                labels.get(name, name),
-                config,
-                r.get(floor),
-                r.get("xadd_one"),
-                r.get("xadd_pipelined"),
-            )
-        )
+        rows.append((labels.get(name, name), config, dig(raw, "redis_clean", floor),
+                     r.get(floor), r.get("xadd_one"), r.get("xadd_pipelined")))  # fmt: skip
     return rows
 
 
@@ -395,25 +439,35 @@ REDIS_NOTE = (
     "left out (its column). Scripts and `EXEC` rows include the commands they ran; those "
     "commands, which Redis also counts under their own names, are counted once (split found "
     'with `MONITOR` in an untimed pass; "upper bound" where that pass is missing). '
-    '"jobs/s per Redis core" = 1e6 / drain µs per job: the fleet\'s ceiling if command execution '
-    "were Redis's only work. \"Redis CPU\" is the server's main-thread CPU time per job, "
-    "network I/O and the task's `INCR` included."
+    '"drain, clean" comes from an untimed clean pass of the same drain in which every client '
+    "process (worker tree or raw consumers, and the producer) ran on CPUs other than "
+    "redis-server's, so that nothing preempted Redis in the middle of a command; the budgets "
+    'and the columns after "contended" use it. "drain, contended" is the timed drain\'s own '
+    "window, where workers may run on redis-server's CPU: a command during which Redis was "
+    "descheduled also counts the wait, which can inflate it, long commands (scripts) more "
+    'than short ones. Where the clean column says "none" (no clean pass), the columns after '
+    'it are the contended ones. "jobs/s per Redis core" = 1e6 / drain µs per job: the '
+    "fleet's ceiling if command execution were Redis's only work. \"Redis CPU\" is the "
+    "server's main-thread CPU time per job, network I/O and the task's `INCR` included. The "
+    "enqueue phases run with no worker and the producer on another CPU than Redis: nothing "
+    "contends with Redis there."
 )
 
 
 def redis_table(labels: dict[str, str], summary: dict[str, Any]) -> str:
-    """Redis time per job: drain cost with breakdown, fleet ceiling, enqueue costs."""
+    """Redis time per job: drain cost (clean, contended) with breakdown, ceiling, enqueues."""
     header = [
-        "system", "configuration", "drain: Redis µs/job", "jobs/s per Redis core",
+        "system", "configuration", "drain, clean: Redis µs/job",
+        "drain, contended: Redis µs/job", "jobs/s per Redis core",
         "scripts µs/job (incl. inside)", "commands inside scripts", "EXEC µs/job (incl. inside)",
         "commands inside EXEC", "per command (µs/job)", "Redis CPU µs/job", "task INCR µs/job",
         "enqueue 1/call: Redis µs/job", "bulk enqueue: Redis µs/job",
     ]  # fmt: skip
     rows = []
-    for label, config, drain, one, bulk in redis_rows(labels, summary):
+    for label, config, clean, contended, one, bulk in redis_rows(labels, summary):
         one_us = _us(one["us_per_job"]) if one else "n/a"
         bulk_us = _us(bulk["us_per_job"]) if bulk else "n/a"
-        rows.append([label, config, *_cost_cells(drain), one_us, bulk_us])
+        rows.append([label, config, *_cost_cells(clean, contended), one_us, bulk_us])
     return md_table(header, rows)
 
 
@@ -463,18 +517,31 @@ def _header(meta: dict[str, Any]) -> list[str]:
         f"{p['enqueue_jobs']:,} single-call enqueues, {p['latency_samples']:,} latency probes, "
         f"{p['idle_seconds']:g} s idle window, {p['procs']} worker processes; "
         f"medians of {p['runs']} run(s)",
-        "- CPU placement: "
-        + (
-            "redis-server pinned to one CPU, the producer to another (workers unpinned)"
-            if p.get("pin")
-            else "nothing pinned"
-        ),
+        "- CPU placement: " + _placement(p, meta.get("clean", {})),
     ]
     if meta["skipped"]:
         lines.append(
             "- Not measured: " + "; ".join(f"{k} ({v})" for k, v in meta["skipped"].items())
         )
     return lines
+
+
+def _placement(params: dict[str, Any], clean: dict[str, Any]) -> str:
+    """The header's CPU placement line: pinning, and where the clean passes ran."""
+    text = (
+        "redis-server pinned to one CPU, the producer to another (workers unpinned)"
+        if params.get("pin")
+        else "nothing pinned"
+    )
+    if "client_cpus" in clean:
+        runs = "run 1" if clean["runs"] == 1 else f"runs 1-{clean['runs']}"
+        cpus = ", ".join(map(str, clean["client_cpus"]))
+        return (
+            f"{text}; clean passes ({runs}): redis-server alone on CPU {clean['redis_cpu']}, "
+            f"every client process (worker tree, raw consumers, producer) on CPU {cpus}"
+        )
+    reason = clean.get("skipped", "not recorded")
+    return f"{text}; **no clean pass** ({reason}): the Redis time figures are contended"
 
 
 def _versions_table(meta: dict[str, Any], labels: dict[str, str]) -> str:

@@ -10,6 +10,11 @@ Starts a private redis-server, creates or updates the bench virtualenvs when
 needed, measures every selected system ``--runs`` times (each measurement from
 an empty Redis), prints the report and writes bench/RESULTS.md and
 bench/results.json. bench/README.md explains every figure.
+
+Besides the timed rounds, each configuration gets untimed passes: a clean pass
+(the Redis time per job, measured with every client process kept off
+redis-server's CPU; in the first ``--clean-runs`` runs) and a ``MONITOR``
+accounting pass (which commands ran inside scripts; in run 1).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import envs, report
+from bench.procs import format_cpus
 from bench.redis_server import PrivateRedis
 
 REPO = envs.REPO
@@ -102,6 +108,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="jobs of the untimed MONITOR accounting pass per configuration (2000; 0: none)",
     )
     p.add_argument(
+        "--clean-runs",
+        type=int,
+        default=1,
+        help="runs (from the first) that also make the untimed clean pass of every "
+        "configuration, for the Redis time per job (1; 0: none, Redis figures then contended)",
+    )
+    p.add_argument(
         "--no-incr",
         dest="incr",
         action="store_false",
@@ -113,7 +126,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--no-pin",
         dest="pin",
         action="store_false",
-        help="do not pin redis-server and the producer to separate CPUs",
+        help="do not pin redis-server and the producer to separate CPUs (and no clean pass)",
     )
     p.add_argument("--no-setup", action="store_true", help="do not create/update bench venvs")
     p.add_argument("--keep-workdir", action="store_true", help="keep worker logs and records")
@@ -197,12 +210,18 @@ class Runner:
         (workdir / "logs").mkdir(exist_ok=True)
         self.failures = 0
         self.producer_cpu = -1
+        self.redis_cpu = -1
+        self.clean_cpus: list[int] = []  # every CPU but redis-server's, when it is pinned
         cpus = sorted(os.sched_getaffinity(0))
         if args.pin and len(cpus) >= 2:
             # Producer and Redis on different CPUs: a fixed, cross-core round trip.
             self.producer_cpu = cpus[0]
-            server.pin(cpus[-1])
+            self.redis_cpu = cpus[-1]
+            self.clean_cpus = cpus[:-1]
+            server.pin(self.redis_cpu)
             print(f"redis-server pinned to CPU {cpus[-1]}, producers to CPU {cpus[0]}")
+        elif args.pin:
+            print(f"only {len(cpus)} CPU: redis-server and the producers are not pinned")
 
     def call(self, argv: list[str], log: Path, timeout: float) -> dict[str, Any]:
         """Run a bench subprocess, bounded; its last stdout line is JSON."""
@@ -234,14 +253,17 @@ class Runner:
         phases: str,
         worker_args: str = "",
         sizes: tuple[int, int] | None = None,
+        clean: bool = False,
     ) -> dict[str, Any]:
         """One agent round for ``entry``, from an empty Redis.
 
         ``sizes``: (jobs, single-call enqueues), instead of --jobs and --enqueue-jobs.
+        ``clean``: the worker tree is confined to :attr:`clean_cpus` (the clean pass).
         """
         a = self.args
         jobs, enqueue_jobs = sizes or (a.jobs, a.enqueue_jobs)
-        tag = f"{entry.name}-{phases.split(',')[0]}{worker_args.replace(' ', '')}-{run}"
+        kind = "clean" if clean else phases.split(",")[0]
+        tag = f"{entry.name}-{kind}{worker_args.replace(' ', '')}-{run}"
         rec = self.workdir / "records" / tag
         rec.mkdir(parents=True, exist_ok=True)
         argv = [
@@ -253,6 +275,7 @@ class Runner:
             "--idle-seconds", str(a.idle_seconds), "--procs", str(a.procs),
             "--worker-args", worker_args, "--deadline", str(a.deadline),
             "--producer-cpu", str(self.producer_cpu), *([] if a.incr else ["--no-incr"]),
+            *(["--worker-cpus", format_cpus(self.clean_cpus)] if clean else []),
         ]  # fmt: skip
         self.server.flush()
         log = self.workdir / "logs" / f"{tag}.agent.log"
@@ -262,14 +285,15 @@ class Runner:
             shutil.rmtree(rec, ignore_errors=True)
         return result
 
-    def raw(self, name: str, run: int) -> dict[str, Any]:
-        """One round of the raw redis-py ceilings in the ``name`` venv."""
+    def raw(self, name: str, run: int, clean: bool = False) -> dict[str, Any]:
+        """One round of the raw redis-py ceilings in the ``name`` venv (``clean``: + clean pass)."""
         a = self.args
         argv = [
             str(envs.python_of(RAWS[name])), "-m", "bench.raw", "--redis-url", self.server.url,
             "--jobs", str(a.jobs), "--enqueue-jobs", str(a.enqueue_jobs), "--batch", str(a.batch),
             "--procs", str(a.procs), "--deadline", str(a.deadline),
             "--producer-cpu", str(self.producer_cpu),
+            *(["--clean-cpus", format_cpus(self.clean_cpus)] if clean else []),
         ]  # fmt: skip
         self.server.flush()
         return self.call(argv, self.workdir / "logs" / f"{name}-{run}.log", 4 * a.deadline + 60)
@@ -312,7 +336,8 @@ def brief(res: dict[str, Any]) -> str:
 
 def new_data(args: argparse.Namespace, systems: list[Entry], raws: list[str]) -> dict[str, Any]:
     """The results document, before any measurement."""
-    sizes = (*SIZES, "procs", "batch", "prefetch", "account_jobs", "incr", "deadline", "pin")
+    sizes = (*SIZES, "procs", "batch", "prefetch", "account_jobs", "clean_runs", "incr",
+             "deadline", "pin")  # fmt: skip
     return {
         "meta": {
             "started": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
@@ -327,6 +352,7 @@ def new_data(args: argparse.Namespace, systems: list[Entry], raws: list[str]) ->
         "systems": {e.name: {"enqueue": [], "drain": []} for e in systems},
         "prefetch": {e.name: {} for e in systems if e.is_taskq},
         "accounting": {e.name: {} for e in systems},
+        "clean": {e.name: {} for e in systems},
     }
 
 
@@ -352,8 +378,37 @@ def account(
     print(f"        {entry.name:<14} {config}: accounting pass (MONITOR) {done}", flush=True)
 
 
-def measure_system(runner: Runner, data: dict[str, Any], entry: Entry, run: int) -> None:
-    """One run of one system: the enqueue round and the drain round (accounting in run 1)."""
+def clean_plan(runner: Runner) -> dict[str, Any]:
+    """Where the clean passes run (meta["clean"]), or why there are none."""
+    a = runner.args
+    if not a.pin:
+        return {"skipped": "--no-pin"}
+    if not runner.clean_cpus:
+        return {"skipped": f"only {len(os.sched_getaffinity(0))} CPU"}
+    if a.clean_runs <= 0:
+        return {"skipped": "--clean-runs 0"}
+    runs = min(a.clean_runs, a.runs)
+    return {"redis_cpu": runner.redis_cpu, "client_cpus": runner.clean_cpus, "runs": runs}
+
+
+def clean_pass(
+    runner: Runner, data: dict[str, Any], entry: Entry, run: int, config: str, worker_args: str = ""
+) -> None:
+    """The untimed clean pass of one configuration: a drain with Redis alone on its CPU."""
+    res = runner.agent(entry, run, "drain", worker_args, clean=True)
+    data["clean"][entry.name].setdefault(config, []).append(res)
+    done = "ERROR" if "error" in res else "done"
+    where = f"clients on CPU {format_cpus(runner.clean_cpus)}"
+    print(f"        {entry.name:<14} {config}: clean pass ({where}) {done}", flush=True)
+
+
+def measure_system(
+    runner: Runner, data: dict[str, Any], entry: Entry, run: int, clean: bool
+) -> None:
+    """One run of one system: enqueue round, drain round, clean pass (if ``clean``), accounting.
+
+    The accounting pass is made in run 1 only.
+    """
     head = f"run {run}/{runner.args.runs}"
     for phases, key in (("enqueue", "enqueue"), ("drain,latency,idle", "drain")):
         res = runner.agent(entry, run, phases)
@@ -364,6 +419,8 @@ def measure_system(runner: Runner, data: dict[str, Any], entry: Entry, run: int)
             if res.get("worker_argv"):
                 info["worker_argv"] = res["worker_argv"]
         print(f"{head}  {entry.name:<14} {brief(res)}", flush=True)
+    if clean:
+        clean_pass(runner, data, entry, run, "default")
     if run == 1:
         account(runner, data, entry, "default")
 
@@ -371,34 +428,44 @@ def measure_system(runner: Runner, data: dict[str, Any], entry: Entry, run: int)
 def measure(runner: Runner, data: dict[str, Any], systems: list[Entry], raws: list[str]) -> None:
     """All runs: raw ceilings, every system, then taskq's --prefetch configurations."""
     args = runner.args
+    clean_runs = data["meta"]["clean"].get("runs", 0)
     for run in range(1, args.runs + 1):
         head = f"run {run}/{args.runs}"
+        clean = run <= clean_runs
         for name in raws:
-            res = runner.raw(name, run)
+            res = runner.raw(name, run, clean)
             data["raw"][name].append(res)
             print(f"{head}  {name:<14} {brief(res)}", flush=True)
         for entry in systems:
-            measure_system(runner, data, entry, run)
+            measure_system(runner, data, entry, run, clean)
         for entry in (e for e in systems if e.is_taskq):
             for value in prefetch_values(args):
                 config = report.prefetch_config(value)
                 res = runner.agent(entry, run, "drain", config)
                 data["prefetch"][entry.name].setdefault(value, []).append(res)
                 print(f"{head}  {entry.name:<14} {config}: {brief(res)}", flush=True)
+                if clean:
+                    clean_pass(runner, data, entry, run, config, config)
                 if run == 1:
                     account(runner, data, entry, config, config)
 
 
 def summarize(data: dict[str, Any], systems: list[Entry]) -> dict[str, Any]:
     """Medians per system, raw ceilings, the prefetch configurations, targets and budgets."""
-    acc = data["accounting"]
+    acc, clean = data["accounting"], data["clean"]
     sys_sum = {
-        n: report.summarize_system(d["enqueue"], d["drain"], acc.get(n, {}).get("default"))
+        n: report.summarize_system(
+            d["enqueue"],
+            d["drain"],
+            acc.get(n, {}).get("default"),
+            clean.get(n, {}).get("default", []),
+        )
         for n, d in data["systems"].items()
     }
     raw_sum = {n: report.summarize_raw(runs) for n, runs in data["raw"].items()}
     pf_sum = {
-        n: report.summarize_prefetch(by, acc.get(n, {})) for n, by in data["prefetch"].items()
+        n: report.summarize_prefetch(by, acc.get(n, {}), clean.get(n, {}))
+        for n, by in data["prefetch"].items()
     }
     peers = {e.name: sys_sum[e.name] for e in systems if not e.is_taskq}
     floor = "consume_floor" if data["meta"]["params"]["incr"] else "consume_batched"
@@ -456,6 +523,9 @@ def main() -> int:
         data["meta"]["redis_version"] = server.version()
         runner = Runner(args, server, workdir)
         data["meta"]["params"]["pin"] = runner.producer_cpu >= 0
+        data["meta"]["clean"] = plan = clean_plan(runner)
+        if "skipped" in plan:
+            print(f"no clean pass ({plan['skipped']}): the Redis time figures are contended")
         measure(runner, data, systems, raws)
     data["summary"] = summarize(data, systems)
     data["meta"]["loadavg_after"] = loadavg()
