@@ -2,7 +2,8 @@
 
 The package reads as the data flow: the producer core here (``app``, ``task``, ``message``,
 ``config``, ``keys``, ``errors``, ``context``), then ``broker/`` (all Redis I/O), ``worker/``
-(the prefork pool and what happens to each job), ``ops/`` (inspect, dead letters, metrics,
+(the prefork pool and what happens to each job), ``job`` and ``results`` (the handle, and
+the status records it reads), ``ops/`` (inspect, dead letters, metrics,
 the dev server) and ``cli/`` (the ``taskq`` command). See docs/architecture.md.
 """
 
@@ -22,15 +23,23 @@ from taskq.errors import (
     ConfigError,
     DecodeError,
     EnqueueError,
+    JobNotFound,
     PayloadTooLarge,
+    ResultError,
+    ResultTimeout,
+    ResultTooLarge,
     Retry,
     SoftTimeLimitExceeded,
+    TaskFailed,
     TaskNotFound,
     TaskqError,
+    UnserializableResult,
 )
+from taskq.job import Job
 from taskq.middleware import Middleware
 from taskq.ops.deadletters import Deadletters
-from taskq.task import Job, Task
+from taskq.results import JobStatus
+from taskq.task import Task
 
 __all__ = [
     # the app and its tasks
@@ -48,14 +57,21 @@ __all__ = [
     "Job",
     # inside a task
     "JobContext",
+    "JobNotFound",
+    "JobStatus",
     "Middleware",
     "PayloadTooLarge",
+    "ResultError",
+    "ResultTimeout",
+    "ResultTooLarge",
     "Retry",
     "Settings",
     "SoftTimeLimitExceeded",
     "Task",
+    "TaskFailed",
     "TaskNotFound",
     "TaskqError",
+    "UnserializableResult",
     "__version__",
     "current_app",
     "current_job",

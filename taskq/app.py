@@ -7,6 +7,7 @@ application sets with :meth:`App.set_current`.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 from collections.abc import Callable, Iterable, Sequence
@@ -15,14 +16,17 @@ from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec, TypeVar,
 from taskq.broker import Broker, Link, connect, redact
 from taskq.broker.operators import Operators
 from taskq.broker.reads import Reader
+from taskq.broker.records import Records
 from taskq.config import Settings
 from taskq.context import JobContext, reset_current, set_current
 from taskq.current import set_current_app
-from taskq.errors import BrokerUnavailable
+from taskq.errors import BrokerUnavailable, ConfigError
+from taskq.job import Job
 from taskq.message import Message, now_ms
 from taskq.middleware import Middleware
 from taskq.registry import SHARED, Registry
-from taskq.task import Job, Task, TaskOptionArgs, build_options
+from taskq.results import decode_value, encode_result
+from taskq.task import Task, TaskOptionArgs, build_options
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack is 3.11+; only mypy reads this
@@ -99,7 +103,8 @@ class App:
         Options (see :class:`~taskq.task.TaskOptionArgs`): ``name``, ``queue``, ``priority``,
         ``max_retries``, ``time_limit_s``, ``soft_time_limit_s``, ``retry_backoff_ms``,
         ``retry_backoff_max_ms``, ``retry_jitter``, ``dont_autoretry_for`` (exception types
-        never retried), and ``bind=True`` to receive the task as first argument.
+        never retried), ``store_result`` and ``result_ttl_s`` (override the app's), and
+        ``bind=True`` to receive the task as first argument.
         """
         return decorator(fn, options, bind=bind, app=self, register=self.registry.add)
 
@@ -152,6 +157,39 @@ class App:
         return Reader(self.link)
 
     @property
+    def records(self) -> Records:
+        """Job status records and results, on this process's link."""
+        return Records(self.link)
+
+    def job(self, job_id: str, *, queue: str | None = None) -> Job:
+        """A handle for a job enqueued elsewhere (another process, an earlier run).
+
+        Its record is looked for in ``queue``, else in every queue this app's tasks use; a job
+        with no record anywhere gets a handle whose status is ``unknown``.
+
+        Raises:
+            ConfigError: ``job_id`` is not a plausible job id.
+        """
+        check_job_id(job_id)
+        queues = [queue] if queue else self.queues()
+        found = self.records.find(queues, job_id)
+        if found is None:
+            return Job(job_id, "", queues[0], "normal", app=self)
+        status = self.records.status(found, job_id)
+        return Job(
+            job_id, status.task, found, status.priority or "normal", stores_result=True, app=self
+        )
+
+    def queues(self) -> list[str]:
+        """The app's queue, then the other queues its tasks name, in registration order."""
+        names = [self.settings.queue]
+        for name in self.registered():
+            q = self.get_task(name).options.queue
+            if q and q not in names:
+                names.append(q)
+        return names
+
+    @property
     def operators(self) -> Operators:
         """The moves operators start (purge, dead-letter retry), on this process's link."""
         return Operators(self.link)
@@ -185,8 +223,8 @@ class App:
         try:
             if in_ms is not None or (msg.eta_ms is not None and msg.eta_ms > now_ms()):
                 self.broker.schedule(msg, body, in_ms=in_ms)
-                return _job(msg, None)
-            return _job(msg, self.broker.publish(msg, body))
+                return self._job(msg, None)
+            return self._job(msg, self.broker.publish(msg, body))
         except BrokerUnavailable as exc:
             raise _enqueue_unavailable(exc) from exc
 
@@ -207,7 +245,7 @@ class App:
                 ids = self.broker.publish_many(encoded)
             except BrokerUnavailable as exc:
                 raise _enqueue_unavailable(exc) from exc
-            jobs += [_job(m, i) for m, i in zip(batch, ids, strict=True)]
+            jobs += [self._job(m, i) for m, i in zip(batch, ids, strict=True)]
         return jobs
 
     def _run_eagerly(self, msg: Message) -> Job:
@@ -217,17 +255,41 @@ class App:
         policy = policy_for(task, self.settings)
         token = set_current(JobContext.of(msg, 1, policy.max_attempts, None))
         try:
-            task.run(msg.args, msg.kwargs)
+            value = task.run(msg.args, msg.kwargs)
         finally:
             reset_current(token)
-        return _job(msg, None)
+        if msg.result_ttl_s is not None:  # what a worker would store, and return from result()
+            value = decode_value(encode_result(value, max_bytes=self.settings.max_result_bytes))
+        return dataclasses.replace(self._job(msg, None), eager_value=(value,))
+
+    def _job(self, msg: Message, entry_id: str | None) -> Job:
+        """The handle; ``eta_ms`` only for a job that waits in the schedule (no entry id yet)."""
+        eta = None if entry_id else msg.eta_ms
+        stores = msg.result_ttl_s is not None
+        return Job(msg.id, msg.task, msg.queue, msg.priority, entry_id, eta, stores, self)
 
 
-def _job(msg: Message, entry_id: str | None) -> Job:
-    """The handle; ``eta_ms`` only for a job that waits in the schedule (no entry id yet)."""
-    return Job(
-        msg.id, msg.task, msg.queue, msg.priority, entry_id, None if entry_id else msg.eta_ms
-    )
+MAX_JOB_ID_CHARS = 200
+
+
+def check_job_id(job_id: str) -> None:
+    """A job id names keys: it must be non-empty, short, and free of spaces and control
+    characters.
+
+    Raises:
+        ConfigError: it is not.
+    """
+    if (
+        not isinstance(job_id, str)
+        or not job_id
+        or len(job_id) > MAX_JOB_ID_CHARS
+        or not job_id.isprintable()
+        or any(c.isspace() for c in job_id)
+    ):
+        raise ConfigError(
+            f"invalid job id {job_id!r}: expected up to {MAX_JOB_ID_CHARS} printable "
+            "characters without spaces (taskq's own ids are 32 hex digits)"
+        )
 
 
 def _enqueue_unavailable(exc: BrokerUnavailable) -> BrokerUnavailable:

@@ -39,6 +39,9 @@ class SettingsArgs(TypedDict, total=False):
     worker_ttl_ms: int
     block_ms: int
     eager: bool
+    store_results: bool
+    result_ttl_s: int
+    max_result_bytes: int
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,10 @@ class Settings:
         worker_ttl_ms: a worker record that was not refreshed for this long disappears.
         block_ms: longest single blocking read of an idle worker.
         eager: run tasks inline at enqueue time (for application tests); nothing touches Redis.
+        store_results: keep every job's status record and return value (a task's own
+            ``store_result`` overrides it); off, a job writes nothing beyond the queue's keys.
+        result_ttl_s: how long a job's record and result live after its last change.
+        max_result_bytes: a return value larger than this when encoded fails the job.
     """
 
     redis_url: str = DEFAULT_REDIS_URL
@@ -77,6 +84,9 @@ class Settings:
     worker_ttl_ms: int = 10_000
     block_ms: int = 1_000
     eager: bool = False
+    store_results: bool = False
+    result_ttl_s: int = 86_400
+    max_result_bytes: int = 512 * 1024
 
     def __post_init__(self) -> None:
         check_queue_name(self.queue)
@@ -84,7 +94,14 @@ class Settings:
             raise ConfigError("max_retries must be >= 0")
         if self.sweep_interval_ms >= self.visibility_timeout_ms:
             raise ConfigError("sweep_interval_ms must be below visibility_timeout_ms")
-        for name in ("max_payload_bytes", "retry_backoff_ms", "visibility_timeout_ms", "block_ms"):
+        for name in (
+            "max_payload_bytes",
+            "retry_backoff_ms",
+            "visibility_timeout_ms",
+            "block_ms",
+            "result_ttl_s",
+            "max_result_bytes",
+        ):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0")
         if not self.retry_backoff_factor >= 1.0:

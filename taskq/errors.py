@@ -60,6 +60,50 @@ class TaskNotFound(TaskqError):
     """No task of that name is registered with the app."""
 
 
+class ResultTimeout(TaskqError):
+    """``job.result(timeout=...)`` reached its timeout before the job ended."""
+
+
+class JobNotFound(TaskqError):
+    """Redis holds no record of the job: never enqueued with results on, expired or forgotten."""
+
+
+class TaskFailed(TaskqError):
+    """The job failed for good (dead-lettered): ``job.result()`` raises this.
+
+    Attributes:
+        job_id: the job that failed.
+        type: the remote exception's type name (``Rejected`` for bad input or an unknown task,
+            ``WorkerLost`` for a run whose worker died).
+        message: its text.
+        traceback: the remote traceback ('' when none was taken).
+        step: in a workflow, the task name of the step that failed ('' otherwise).
+    """
+
+    def __init__(
+        self, job_id: str, type: str, message: str, traceback: str = "", *, step: str = ""
+    ) -> None:
+        where = f" (step {step})" if step else ""
+        super().__init__(f"job {job_id}{where} failed: {type}: {message}")
+        self.job_id = job_id
+        self.type = type
+        self.message = message
+        self.traceback = traceback
+        self.step = step
+
+
+class ResultError(TaskqError):
+    """A task's return value cannot be stored; the job fails with this error instead."""
+
+
+class UnserializableResult(ResultError):
+    """The return value is not msgpack-serializable."""
+
+
+class ResultTooLarge(ResultError):
+    """The encoded return value is larger than ``max_result_bytes``."""
+
+
 class Retry(Exception):
     """Raise inside a task to run it again later, e.g. ``raise Retry(countdown=10)``.
 

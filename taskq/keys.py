@@ -98,6 +98,14 @@ class QueueKeys:
         """Sorted set of worker ids scored by their last heartbeat (ms)."""
         return f"{self.queue}:workers"
 
+    def job(self, job_id: str) -> str:
+        """Status record of one job that stores its result (a hash; it expires)."""
+        return f"{self.queue}:job:{job_id}"
+
+    def done(self, job_id: str) -> str:
+        """A one-element list that appears when the job ends: ``result()`` blocks on it."""
+        return f"{self.queue}:done:{job_id}"
+
     def worker(self, worker_id: str) -> str:
         """Heartbeat record of one worker (expires when the worker stops beating)."""
         return f"{self.queue}:worker:{worker_id}"

@@ -38,14 +38,17 @@ class _MessageFields(NamedTuple):
     created_ms: int
     retries: int
     eta_ms: int | None
+    result_ttl_s: int | None
 
 
 class Message(_MessageFields):
     """One job as it travels from producer to worker: an immutable value.
 
     ``retries`` counts the attempts a job used up before this stream entry was written; the
-    attempt number of a delivery is ``retries`` plus the entry's delivery count. (A named
-    tuple rather than a frozen dataclass: bulk enqueue builds one per job.)
+    attempt number of a delivery is ``retries`` plus the entry's delivery count.
+    ``result_ttl_s`` is set when the job keeps a status record and stores its result (for
+    that many seconds after it ends). (A named tuple rather than a frozen dataclass: bulk
+    enqueue builds one per job.)
     """
 
     __slots__ = ()
@@ -61,6 +64,7 @@ class Message(_MessageFields):
         created_ms: int | None = None,
         retries: int = 0,
         eta_ms: int | None = None,
+        result_ttl_s: int | None = None,
     ) -> Message:
         return super().__new__(
             cls,
@@ -73,6 +77,7 @@ class Message(_MessageFields):
             now_ms() if created_ms is None else created_ms,
             retries,
             eta_ms,
+            result_ttl_s,
         )
 
     def encode(self, *, max_bytes: int | None = None) -> bytes:
@@ -95,6 +100,8 @@ class Message(_MessageFields):
         }
         if self.eta_ms is not None:
             body_map["eta_ms"] = self.eta_ms
+        if self.result_ttl_s is not None:
+            body_map["result_ttl_s"] = self.result_ttl_s
         try:
             body: bytes = msgpack.packb(body_map, use_bin_type=True)
         except (TypeError, ValueError, OverflowError) as exc:
@@ -131,6 +138,7 @@ class Message(_MessageFields):
         msg_id, args, kwargs = get("id"), get("args", ()), get("kwargs", {})
         queue, priority = get("queue", "tasks"), get("priority", "normal")
         created_ms, retries, eta_ms = get("created_ms", 0), get("retries", 0), get("eta_ms")
+        result_ttl_s = get("result_ttl_s")
         # Fast path for what producers write; anything else is checked field by field below,
         # which also names the field that is wrong.
         well_formed = (
@@ -143,19 +151,25 @@ class Message(_MessageFields):
             and type(created_ms) is int
             and type(retries) is int
             and (eta_ms is None or type(eta_ms) is int)
+            and (result_ttl_s is None or type(result_ttl_s) is int)
         )
         if not well_formed:
             values = [_field(data, key, kind, default, body) for key, kind, default in _SCHEMA]
-            task, msg_id, args, kwargs, queue, priority, created_ms, retries, eta_ms = values
-        if priority not in PRIORITIES:
-            raise DecodeError(f"unknown priority {priority!r}", body)
-        if retries < 0:  # a negative count would buy runs past max_retries
-            raise DecodeError(f"body field 'retries' must be >= 0, not {retries}", body)
-        if not msg_id or not task:
-            raise DecodeError(f"body field {'id' if not msg_id else 'task'!r} is empty", body)
-        if any(type(k) is not str for k in kwargs):
-            raise DecodeError("body field 'kwargs' must have string keys", body)
-        return cls(task, tuple(args), kwargs, msg_id, queue, priority, created_ms, retries, eta_ms)
+            task, msg_id, args, kwargs, queue, priority, created_ms, retries, eta_ms = values[:9]
+            result_ttl_s = values[9]
+        _check_values(body, str(task), str(msg_id), kwargs, priority, retries, result_ttl_s)
+        return cls(
+            task,
+            tuple(args),
+            kwargs,
+            msg_id,
+            queue,
+            priority,
+            created_ms,
+            retries,
+            eta_ms,
+            result_ttl_s,
+        )
 
 
 _REQUIRED = object()
@@ -169,8 +183,31 @@ _SCHEMA: tuple[tuple[str, type, Any], ...] = (
     ("created_ms", int, 0),
     ("retries", int, 0),
     ("eta_ms", int, None),
+    ("result_ttl_s", int, None),
 )
 """Body fields in Message order: name, type, default (absent optional fields take it)."""
+
+
+def _check_values(
+    body: bytes,
+    task: str,
+    msg_id: str,
+    kwargs: dict[Any, Any],
+    priority: str,
+    retries: int,
+    result_ttl_s: int | None,
+) -> None:
+    """The checks on well-typed fields' values."""
+    if priority not in PRIORITIES:
+        raise DecodeError(f"unknown priority {priority!r}", body)
+    if retries < 0:  # a negative count would buy runs past max_retries
+        raise DecodeError(f"body field 'retries' must be >= 0, not {retries}", body)
+    if not msg_id or not task:
+        raise DecodeError(f"body field {'id' if not msg_id else 'task'!r} is empty", body)
+    if any(type(k) is not str for k in kwargs):
+        raise DecodeError("body field 'kwargs' must have string keys", body)
+    if result_ttl_s is not None and result_ttl_s <= 0:
+        raise DecodeError(f"body field 'result_ttl_s' must be > 0, not {result_ttl_s}", body)
 
 
 def _field(data: dict[Any, Any], key: str, kind: type, default: Any, body: bytes) -> Any:

@@ -11,12 +11,13 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Generic, NamedTuple, ParamSpec, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypedDict, TypeVar
 
 from taskq.config import check_queue_name
 from taskq.context import JobContext, current_job, reset_current, set_current
 from taskq.current import current_app
 from taskq.errors import ConfigError
+from taskq.job import Job
 from taskq.keys import PRIORITIES
 from taskq.message import Message, new_job_id, now_ms
 
@@ -44,6 +45,8 @@ class TaskOptionArgs(TypedDict, total=False):
     retry_backoff_max_ms: int
     retry_jitter: bool
     dont_autoretry_for: Iterable[type[BaseException]]
+    store_result: bool
+    result_ttl_s: int
     time_limit: float
     soft_time_limit: float
     retry_backoff: int
@@ -57,17 +60,6 @@ DEPRECATED_OPTIONS = {
     "retry_backoff_max": "retry_backoff_max_ms",
 }
 """Old option names (units not in the name) → the names that say their unit."""
-
-
-class Job(NamedTuple):
-    """Handle of an enqueued job (an immutable value)."""
-
-    id: str
-    task: str
-    queue: str
-    priority: str
-    entry_id: str | None = None
-    eta_ms: int | None = None
 
 
 @dataclass(frozen=True)
@@ -84,6 +76,8 @@ class TaskOptions:
     retry_jitter: bool | None = None
     dont_autoretry_for: tuple[type[BaseException], ...] = ()
     bind: bool = False
+    store_result: bool | None = None
+    result_ttl_s: int | None = None
 
     def __post_init__(self) -> None:
         check_priority(self.priority)
@@ -91,6 +85,14 @@ class TaskOptions:
             check_queue_name(self.queue)
         if self.max_retries is not None and self.max_retries < 0:
             raise ConfigError("max_retries must be >= 0")
+        if self.result_ttl_s is not None and (
+            isinstance(self.result_ttl_s, bool)
+            or not isinstance(self.result_ttl_s, int)
+            or self.result_ttl_s <= 0
+        ):
+            raise ConfigError(
+                f"result_ttl_s must be a whole number of seconds > 0, not {self.result_ttl_s!r}"
+            )
 
 
 def check_priority(priority: str) -> None:
@@ -179,9 +181,10 @@ class Task(Generic[P, R]):
     def starmap(self, items: Iterable[Iterable[Any]]) -> list[Job]:
         """Enqueue one job per argument tuple, pipelined in batches."""
         first = self.message((), {})  # queue and priority are checked once, not per job
-        name, queue, priority = self.name, first.queue, first.priority
+        name, queue, priority, ttl = self.name, first.queue, first.priority, first.result_ttl_s
         return self.app.enqueue_many(
-            Message(name, tuple(item), {}, queue=queue, priority=priority) for item in items
+            Message(name, tuple(item), {}, queue=queue, priority=priority, result_ttl_s=ttl)
+            for item in items
         )
 
     def message(
@@ -196,9 +199,25 @@ class Task(Generic[P, R]):
         """The Message that enqueueing these arguments would send."""
         priority = priority or self.options.priority
         check_priority(priority)
-        queue = queue or self.options.queue or self.app.settings.queue
+        settings = self.app.settings
+        queue = queue or self.options.queue or settings.queue
         check_queue_name(queue)
-        return Message(self.name, args, kwargs, queue=queue, priority=priority, eta_ms=eta_ms)
+        return Message(
+            self.name,
+            args,
+            kwargs,
+            queue=queue,
+            priority=priority,
+            eta_ms=eta_ms,
+            result_ttl_s=self.result_ttl_s(settings.store_results, settings.result_ttl_s),
+        )
+
+    def result_ttl_s(self, app_stores: bool, app_ttl_s: int) -> int | None:
+        """How long this task's results live (None: it stores none), from its options and
+        the app's ``store_results`` / ``result_ttl_s``."""
+        o = self.options
+        stores = app_stores if o.store_result is None else o.store_result
+        return (o.result_ttl_s or app_ttl_s) if stores else None
 
 
 def due_time(

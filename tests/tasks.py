@@ -189,3 +189,55 @@ def flaky_once(countdown: float) -> None:
     if job is not None and job.attempt == 1:
         raise Retry(countdown=countdown)
     record(tag="retried", start=time.time())
+
+
+# -- tasks that store their results (tests/integration/test_results.py) ------------------------
+
+
+@app.task(store_result=True)
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+@app.task(store_result=True)
+def slow_add(a: int, b: int, seconds: float = 0.5) -> int:
+    """Pushes its job id to the list ``started``, then sleeps (tests see it running)."""
+    global _client
+    if _client is None:
+        _client = redis.Redis.from_url(app.settings.redis_url)
+    job = current_job()
+    _client.rpush("started", job.id if job else "")
+    time.sleep(seconds)
+    record(tag="slow_add")
+    return a + b
+
+
+@app.task(store_result=True, max_retries=0)
+def fails_stored(message: str) -> None:
+    raise KeyError(message)
+
+
+@app.task(store_result=True, max_retries=2)
+def fails_then_adds(a: int, b: int, seconds: float = 0.3) -> int:
+    """Attempt 1 sleeps and then fails with a retry due in 1 s; attempt 2 returns a + b."""
+    job = current_job()
+    assert job is not None
+    if job.attempt == 1:
+        time.sleep(seconds)
+        raise Retry(countdown=1.0, reason="first attempt fails")
+    return a + b
+
+
+@app.task(store_result=True)
+def returns_object() -> object:
+    return object()
+
+
+@app.task(store_result=True)
+def returns_bytes(n: int) -> bytes:
+    return b"x" * n
+
+
+@app.task(store_result=True, result_ttl_s=1)
+def short_lived(value: int) -> int:
+    return value

@@ -14,23 +14,23 @@ starve its lease. Only an entry whose whole worker died stays idle long enough f
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from taskq.broker.delivery import Delivery, Fetched, delivery
-from taskq.broker.link import Command, Direct, Link, script_command
-from taskq.broker.replies import as_int, entries, flat_pairs, pending_rows, redis_ms, text
+from taskq.broker.enqueue import publish_command, schedule_command
+from taskq.broker.link import Command, Direct, Link
+from taskq.broker.pending import autoclaim, pending_of
+from taskq.broker.replies import as_int, entries, flat_pairs, redis_ms, text
 from taskq.deadletter import Deadletter
 from taskq.errors import BrokerError, BrokerRefused
-from taskq.keys import GROUP, PRIORITIES, RECOVER_CONSUMER, QueueKeys, stream_key
+from taskq.keys import GROUP, PRIORITIES, RECOVER_CONSUMER, QueueKeys
 from taskq.message import Message, now_ms
+from taskq.results import FailedRun, StoredResult
 
-RECOVER_BATCH = 100
-"""Entries one XAUTOCLAIM call of the sweep may take."""
 PROMOTE_LIMIT = 500
 """Due members one housekeeping call moves per set (the rest follow on the next call)."""
-PAGE = 1000
-"""Pending entries read per XPENDING call."""
 
 
 def _housekeeping_keys(k: QueueKeys) -> list[str]:
@@ -61,6 +61,9 @@ class Broker:
         self._reach = 0
         """The lowest-priority stream a one-job fetch reads: the one its last job came from
         (more are read only once those are empty, so a read rarely finds jobs on two)."""
+        self._tracking = False
+        """The last jobs taken keep status records: fetch with the script, which marks them
+        running as it takes them, instead of the pipelined read and a second call."""
 
     @property
     def direct(self) -> Direct:
@@ -78,13 +81,14 @@ class Broker:
     # -- producer side -------------------------------------------------------------------
 
     def publish(self, msg: Message, body: bytes) -> str:
-        """XADD one job to its priority stream; returns the entry id."""
-        return text(self.link.call(*_xadd_command(msg, body)))
+        """XADD one job to its priority stream (with its status record, if it keeps one);
+        returns the entry id."""
+        return text(self.link.call(*publish_command(msg, body)))
 
     def schedule(self, msg: Message, body: bytes, *, in_ms: int | None = None) -> None:
         """Park a delayed job in the queue's schedule: due ``in_ms`` from now by the Redis
         clock (a countdown), or at ``msg.eta_ms`` (an absolute eta)."""
-        self.link.call(*_schedule_command(msg, body, in_ms))
+        self.link.call(*schedule_command(msg, body, in_ms))
 
     def publish_many(self, jobs: Iterable[tuple[Message, bytes]]) -> list[str | None]:
         """Enqueue many jobs in one round trip; those with a future ``eta_ms`` go to the
@@ -94,9 +98,9 @@ class Broker:
         """
         now = now_ms()
         commands = [
-            _schedule_command(msg, body, None)
+            schedule_command(msg, body, None)
             if msg.eta_ms is not None and msg.eta_ms > now
-            else _xadd_command(msg, body)
+            else publish_command(msg, body)
             for msg, body in jobs
         ]
         replies = self.link.pipeline(commands)
@@ -117,6 +121,7 @@ class Broker:
         count: int,
         acks: Sequence[Delivery] = (),
         *,
+        results: Mapping[Delivery, StoredResult] | None = None,
         fence_acks: bool = True,
         trim: bool = False,
         dirty: Sequence[str] = (),
@@ -127,6 +132,8 @@ class Broker:
             consumer: the caller's consumer name.
             count: how many jobs to take (0: only ack).
             acks: finished deliveries.
+            results: the return values of those of them that keep a status record, stored
+                with their acks.
             fence_acks: ack only entries still pending under ``consumer``. The caller may skip
                 this for jobs it fetched less than half a visibility timeout ago.
             trim: delete the finished jobs at the head of the streams acked here and of the
@@ -138,25 +145,45 @@ class Broker:
             fetch: keep the first, hand the others back), and when the earliest delayed job
             or retry of these queues is due.
         """
-        if count == 1 and not fence_acks and not trim:
+        if count == 1 and not fence_acks and not trim and not results and not self._tracking:
             fetched = self._fetch_one(consumer, acks)
             if fetched.deliveries or not (dirty or acks):
+                self._mark_started(consumer, fetched.deliveries)
                 return fetched
             # Nothing new: a burst ended, so trim the streams its jobs finished in.
             dirty = [*dirty, *(d.stream for d in acks)]
             return self.fetch(consumer, 1, (), fence_acks=False, trim=True, dirty=dirty)
+        stored = [(i, results[d]) for i, d in enumerate(acks, 1) if d in results] if results else []
         argv: list[Any] = [GROUP, consumer, count, int(fence_acks), int(trim), len(acks)]
-        argv.append(len(self.streams))
+        argv += (len(self.streams), len(stored))
         for d in acks:
             argv += (self.stream_position[d.stream] + 1, d.entry_id)
+        keys = self._fetch_keys
+        if stored:
+            keys, now = [*keys], time.monotonic()
+            for i, r in stored:
+                k = self.keys[acks[i - 1].queue]
+                keys += (k.job(r.job_id), k.done(r.job_id))
+                ended_ago_ms = int((now - r.finished_mono) * 1000)
+                ran_ms = ended_ago_ms + int(r.duration_ms)
+                argv += (i, r.ttl_ms, r.value, r.attempts, ran_ms, ended_ago_ms)
         argv += sorted({self.stream_position[s] + 1 for s in (*dirty, *(d.stream for d in acks))})
-        flat = self.direct.script("fetch", self._fetch_keys, argv)
+        flat = self.direct.script("fetch", keys, argv)
         got = [
             delivery(self._where[int(flat[i]) - 1], text(flat[i + 1]), flat_pairs(flat[i + 2]))
             for i in range(1, len(flat), 3)
         ]
         self._reach = self.stream_position[got[0].stream] if got else 0
+        self._tracking = any(d.record_id for d in got)
         return Fetched(got, as_int(flat[0], -1))
+
+    def _mark_started(self, consumer: str, got: Sequence[Delivery]) -> None:
+        """Mark jobs that keep a record running when a read outside the fetch script took
+        them (a second round trip, for the first such job after others)."""
+        records = [self.keys[d.queue].job(d.record_id) for d in got if d.record_id]
+        if records:
+            self._tracking = True
+            self.direct.script("start", records, [consumer])
 
     def _fetch_one(self, consumer: str, acks: Sequence[Delivery]) -> Fetched:
         """One job, without a script: XACK the finished ones and read one entry from each
@@ -223,6 +250,7 @@ class Broker:
             where = self._where[self.stream_position[text(stream_raw)]]
             out += [delivery(where, eid, fields) for eid, fields in entries(rows)]
         out.sort(key=lambda d: self.stream_position[d.stream])
+        self._mark_started(consumer, out)
         return out
 
     def promote(self, *, force: bool = False) -> int:
@@ -237,56 +265,62 @@ class Broker:
 
     # -- moves of one pending entry (fenced on its owner) -----------------------------------
 
-    def park(self, d: Delivery, *, owner: str, task: str, body: bytes, delay_ms: int) -> bool:
+    def park(
+        self,
+        d: Delivery,
+        *,
+        owner: str,
+        task: str,
+        body: bytes,
+        delay_ms: int,
+        failed: FailedRun | None = None,
+    ) -> bool:
         """Move a failed job out of its stream into its retry set for ``delay_ms``.
 
         ``body`` is the job's body with the attempts used so far (the caller patches it); the
-        job comes back as a fresh entry when due.
+        job comes back as a fresh entry when due. ``failed`` is recorded in the job's status
+        record, for a job that keeps one.
         """
         k = self.keys[d.queue]
         member = b"%d\n%s\n%s" % (PRIORITIES.index(d.priority), task.encode(), body)
-        first = d.first_failure_ms or ""
         keys = [d.stream, k.retry(d.priority), k.due]
-        return bool(
-            self.link.script("park", keys, [GROUP, d.entry_id, owner, delay_ms, member, first])
-        )
+        args = [GROUP, d.entry_id, owner, delay_ms, member, d.first_failure_ms or ""]
+        if failed is not None:
+            keys.append(k.job(failed.job_id))
+            args += (failed.ttl_ms, failed.attempt, failed.error_type, failed.error)
+            args.append(failed.traceback)
+        return bool(self.link.script("park", keys, args))
 
-    def deadletter(self, d: Delivery, *, owner: str, entry: Deadletter) -> str | None:
-        """Move a pending job to the dead-letter stream (ack + delete at the source, atomically).
+    def deadletter(
+        self, d: Delivery, *, owner: str, entry: Deadletter, record_ttl_ms: int | None = None
+    ) -> str | None:
+        """Move a pending job to the dead-letter stream (ack + delete at the source, atomically)
+        and, with ``record_ttl_ms``, end its status record as failed.
 
         ``owner`` fences the move: it happens only if the entry is still pending under that
         consumer. Returns the dead entry id, or None if the entry was elsewhere.
         """
-        keys = [d.stream, self.keys[d.queue].deadletter]
-        first = d.first_failure_ms or ""
-        args = [GROUP, d.entry_id, owner, first, *entry.to_fields()]
+        k = self.keys[d.queue]
+        keys = [d.stream, k.deadletter]
+        if d.record_id and record_ttl_ms is not None:
+            keys += (k.job(d.record_id), k.done(d.record_id))
+        ttl = record_ttl_ms if len(keys) > 2 else ""
+        args = [GROUP, d.entry_id, owner, d.first_failure_ms or "", ttl, *entry.to_fields()]
         reply = self.link.script("deadletter", keys, args)
         return reply.decode() if isinstance(reply, bytes) else None
 
     def requeue(self, d: Delivery, *, task: str, body: bytes, owner: str) -> str | None:
         """Replace a pending entry with a fresh one at the end of the same stream (hand-back)."""
-        args = [GROUP, d.entry_id, owner, task, body, d.first_failure_ms or ""]
-        reply = self.link.script("requeue", [d.stream], args)
+        keys = [d.stream]
+        if d.record_id:
+            keys.append(self.keys[d.queue].job(d.record_id))
+        args = [GROUP, d.entry_id, owner, task, body, d.first_failure_ms or "", d.record_id or ""]
+        reply = self.link.script("requeue", keys, args)
         return reply.decode() if isinstance(reply, bytes) else None
 
     def pending_of(self, consumer: str) -> list[Delivery]:
         """Every entry pending under ``consumer``, with its body if the entry still exists."""
-        found: list[tuple[str, str, str, str, int]] = []
-        for q, k in self.keys.items():
-            for p, stream in zip(PRIORITIES, k.streams, strict=True):
-                for eid, _owner, _idle, deliveries in self._pending_rows(stream, consumer):
-                    found.append((stream, q, p, eid, deliveries))
-        if not found:
-            return []
-        bodies = self.link.pipeline([("XRANGE", f[0], f[3], f[3]) for f in found])
-        out = []
-        for (stream, q, p, eid, deliveries), rows in zip(found, bodies, strict=True):
-            row = entries(rows)
-            fields = row[0][1] if row else {}
-            ff = fields.get(b"ff")
-            body = fields.get(b"body")
-            out.append(Delivery(stream, q, p, eid, deliveries, body, int(ff) if ff else None))
-        return out
+        return pending_of(self.link, self.keys, consumer)
 
     def deliveries_at(self, places: Sequence[tuple[int, str]]) -> list[Delivery]:
         """The entries at (stream index, entry id), with their bodies; gone ones are left out."""
@@ -297,22 +331,6 @@ class Broker:
         for (i, _), rows in zip(places, self.link.pipeline(commands), strict=True):
             out += [delivery(self._where[i], eid, fields) for eid, fields in entries(rows)]
         return out
-
-    def _pending_rows(self, stream: str, consumer: str) -> list[tuple[str, str, int, int]]:
-        """XPENDING rows of one consumer on one stream, every page of them."""
-        rows: list[tuple[str, str, int, int]] = []
-        start = "-"
-        while True:
-            try:
-                got = pending_rows(
-                    self.link.call("XPENDING", stream, GROUP, start, "+", PAGE, consumer)
-                )
-            except BrokerRefused:  # no stream or no group: nothing is pending
-                return rows
-            rows += got
-            if len(got) < PAGE:
-                return rows
-            start = "(" + got[-1][0]
 
     # -- maintenance (run by worker masters) ---------------------------------------------
 
@@ -329,41 +347,8 @@ class Broker:
 
     def recover(self, queue: str, *, min_idle_ms: int, max_calls: int = 10) -> list[Delivery]:
         """Claim the entries of a queue idle past ``min_idle_ms`` (their worker died) for the
-        recovering pseudo-consumer, and return them; the caller settles each one.
-
-        XAUTOCLAIM is atomic, so sweepers need no lock; the pending list holds only jobs in
-        flight (retries wait outside the stream), so a scan from the start is short. Each call
-        takes at most ``RECOVER_BATCH`` entries, at most ``max_calls`` calls per stream.
-        """
-        k = self.keys[queue]
-        out: list[Delivery] = []
-        for p in PRIORITIES:
-            cursor = "0-0"
-            for _ in range(max_calls):
-                try:
-                    reply = self.link.call(
-                        "XAUTOCLAIM",
-                        k.stream(p),
-                        GROUP,
-                        RECOVER_CONSUMER,
-                        min_idle_ms,
-                        cursor,
-                        "COUNT",
-                        RECOVER_BATCH,
-                    )
-                except BrokerRefused as exc:  # no stream or group yet: nothing to recover
-                    if "NOGROUP" in str(exc) or "no such key" in str(exc):
-                        break
-                    raise
-                cursor = text(reply[0])
-                # Entries deleted meanwhile come back as nil (6.2) or are only listed (7.0).
-                claimed = [row for row in reply[1] if isinstance(row, list) and row[1]]
-                # (Each is settled as the lost run of a fresh delivery: its body counts the
-                # attempts before it.)
-                out += [delivery((k.stream(p), queue, p), eid, f) for eid, f in entries(claimed)]
-                if cursor == "0-0":
-                    break
-        return out
+        recovering pseudo-consumer, and return them; the caller settles each one."""
+        return autoclaim(self.link, queue, min_idle_ms=min_idle_ms, max_calls=max_calls)
 
     def tidy(self, queue: str, *, limit: int = 1000) -> int:
         """Delete finished jobs that linger in a queue's streams behind an older running job
@@ -384,14 +369,3 @@ class Broker:
     def _forget(self, *, idle_ms: int, only: str, keep: Sequence[str]) -> int:
         args = [GROUP, idle_ms, only, RECOVER_CONSUMER, *keep]
         return as_int(self.link.script("forget_consumers", self.streams, args))
-
-
-def _xadd_command(msg: Message, body: bytes) -> Command:
-    return ("XADD", stream_key(msg.queue, msg.priority), "*", "task", msg.task, "body", body)
-
-
-def _schedule_command(msg: Message, body: bytes, in_ms: int | None) -> Command:
-    member = b"%d\n%s\n%s" % (PRIORITIES.index(msg.priority), msg.task.encode(), body)
-    at = "" if in_ms is not None else msg.eta_ms
-    k = QueueKeys(msg.queue)
-    return script_command("schedule", [k.schedule, k.due], [at, in_ms or 0, member])

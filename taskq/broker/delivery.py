@@ -12,6 +12,7 @@ class Delivery(NamedTuple):
         deliveries: the entry's delivery count (1 for a fresh read; more once the sweep
             recovered it from a dead worker).
         first_failure_ms: when the job first failed (Redis clock), for a retried job.
+        record_id: the job's id when it keeps a status record (the entry's ``job`` field).
     """
 
     stream: str
@@ -21,14 +22,22 @@ class Delivery(NamedTuple):
     deliveries: int
     body: bytes | None
     first_failure_ms: int | None = None
+    record_id: str | None = None
 
 
 def delivery(where: tuple[str, str, str], entry_id: str, fields: dict[bytes, Any]) -> Delivery:
     """A fresh delivery of a stream entry (its fields as XREADGROUP returns them)."""
     stream, queue, priority = where
-    ff = fields.get(b"ff")
+    ff, job = fields.get(b"ff"), fields.get(b"job")
     return Delivery(
-        stream, queue, priority, entry_id, 1, fields.get(b"body"), int(ff) if ff else None
+        stream,
+        queue,
+        priority,
+        entry_id,
+        1,
+        fields.get(b"body"),
+        int(ff) if ff else None,
+        job.decode() if job else None,
     )
 
 

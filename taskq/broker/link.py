@@ -37,9 +37,9 @@ class Connection(Protocol):
     def disconnect(self) -> None: ...
 
 
-PROLOGUES = ("_fence", "_now", "_stream")
+PROLOGUES = ("_fence", "_now", "_stream", "_record")
 """Helper functions every script starts with: the ownership fence, the Redis clock, stream
-ids and the trim of finished jobs."""
+ids and the trim of finished jobs, and the job status records."""
 
 
 @functools.cache

@@ -4,6 +4,7 @@ each one command or one script like every other move of a job."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from taskq.broker.link import Link
 from taskq.broker.replies import as_int, entries
@@ -26,11 +27,27 @@ class Operators:
         return as_int(self.link.call("XTRIM", key, "MINID", f"{older_than_ms}-0"))
 
     def deadletter_retry(
-        self, queue: str, dead_id: str, *, stream: str, task: str, body: bytes
+        self,
+        queue: str,
+        dead_id: str,
+        *,
+        stream: str,
+        task: str,
+        body: bytes,
+        record: tuple[str, int] | None = None,
     ) -> bool:
-        """Move one dead-lettered job back to a job stream of its queue, in one step."""
-        keys = [QueueKeys(queue).deadletter, stream]
-        return bool(self.link.script("deadletter_retry", keys, [dead_id, task, body]))
+        """Move one dead-lettered job back to a job stream of its queue, in one step.
+
+        ``record`` (job id, TTL ms), for a job that keeps a status record: it is waiting
+        again, and its done list goes so that waiters block until the new end.
+        """
+        k = QueueKeys(queue)
+        keys = [k.deadletter, stream]
+        args: list[Any] = [dead_id, task, body]
+        if record is not None:
+            keys += (k.job(record[0]), k.done(record[0]))
+            args += record
+        return bool(self.link.script("deadletter_retry", keys, args))
 
     def purge_waiting(
         self,

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from taskq.cli.deadletter import deadletter
 from taskq.cli.inspect import inspect, purge
+from taskq.cli.job import job
 from taskq.cli.main import main
 from taskq.cli.server import server
 from taskq.cli.worker import worker
 
-for command in (worker, server, inspect, purge, deadletter):
+for command in (worker, server, inspect, purge, deadletter, job):
     main.add_command(command)
 
 __all__ = ["main"]

@@ -34,6 +34,7 @@ class Context:
                 )
             self._app = load_app(path) if path else App()
             if self._redis_url:
+                self._app.close()  # a link opened on the old URL must not be reused
                 self._app.settings = self._app.settings.replace(redis_url=self._redis_url)
         return self._app
 

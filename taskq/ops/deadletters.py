@@ -89,8 +89,9 @@ class Deadletters:
         k = QueueKeys(self.queue)
         stream = job.stream if job.stream in k.streams else k.stream(msg.priority)
         body = with_retries(job.body, 0)
+        record = (msg.id, msg.result_ttl_s * 1000) if msg.result_ttl_s is not None else None
         moved = self.operators.deadletter_retry(
-            self.queue, dead_id, stream=stream, task=msg.task, body=body
+            self.queue, dead_id, stream=stream, task=msg.task, body=body, record=record
         )
         return "" if moved else "no such dead-lettered job"
 

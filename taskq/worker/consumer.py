@@ -183,14 +183,20 @@ class Consumer:
         fence = (
             now - self._fetched_at
         ) * 1000 > self.executor.app.settings.visibility_timeout_ms / 2
-        acks = self.finisher.acks
+        acks, results = self.finisher.acks, self.finisher.results
         dirty = self._dirty | {d.stream for d in acks}
         self._acks_since_trim += len(acks)
         trim = self._acks_since_trim >= TRIM_EVERY_ACKS or (
             bool(dirty) and now - self._trimmed_at >= TRIM_EVERY_S
         )
         fetched = self.broker.fetch(
-            self.name, count, acks, fence_acks=fence, trim=trim, dirty=sorted(dirty)
+            self.name,
+            count,
+            acks,
+            results=results,
+            fence_acks=fence,
+            trim=trim,
+            dirty=sorted(dirty),
         )
         self.finisher.take_acks()
         if trim or not fetched.deliveries:  # the dirty streams were trimmed

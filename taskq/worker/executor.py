@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from taskq.broker import Delivery
 from taskq.config import Settings
 from taskq.context import JobContext, reset_current, set_current
-from taskq.errors import DecodeError, Retry, TaskNotFound
+from taskq.errors import DecodeError, ResultError, Retry, TaskNotFound
 from taskq.message import Message
+from taskq.results import encode_result
 from taskq.task import Task
 from taskq.worker.outcome import DEAD, OK, RETRY, Outcome, rejected
 from taskq.worker.retry import RetryPolicy
@@ -95,12 +96,20 @@ class Executor:
         )
         started = time.perf_counter()
         try:
-            p.task.run(msg.args, msg.kwargs)
+            value = p.task.run(msg.args, msg.kwargs)
         except Exception as exc:  # the task's failure, classified below
             return self._failure(p, exc, time.perf_counter() - started)
         finally:
             reset_current(token)
-        return Outcome(OK, p.delivery, msg, p.attempt, duration_s=time.perf_counter() - started)
+        duration_s = time.perf_counter() - started
+        if msg.result_ttl_s is None:
+            return Outcome(OK, p.delivery, msg, p.attempt, duration_s=duration_s)
+        try:
+            stored = encode_result(value, max_bytes=self.app.settings.max_result_bytes)
+        except ResultError as exc:  # the same value would fail again: no retry
+            error = f"{msg.task}: {exc}"
+            return Outcome(DEAD, p.delivery, msg, p.attempt, 0, type(exc).__name__, error)
+        return Outcome(OK, p.delivery, msg, p.attempt, duration_s=duration_s, result=stored)
 
     def _failure(self, p: Prepared, exc: Exception, duration_s: float) -> Outcome:
         kind, delay_ms = self._decide(p, exc)

@@ -10,11 +10,13 @@ it used; the attempt count therefore lives in the body alone.
 from __future__ import annotations
 
 import logging
+import time
 
 from taskq.broker import Broker, Delivery
 from taskq.deadletter import Deadletter
-from taskq.message import with_retries
+from taskq.message import Message, with_retries
 from taskq.middleware import emit
+from taskq.results import FailedRun, StoredResult
 from taskq.worker.executor import Executor, Prepared
 from taskq.worker.outcome import DEAD, OK, RETRY, Outcome
 
@@ -34,23 +36,47 @@ class Finisher:
         self.executor = executor
         self.acks: list[Delivery] = []
         """Successes whose ack waits for the next fetch."""
+        self.results: dict[Delivery, StoredResult] = {}
+        """The return values among them that are stored with their acks."""
 
     def record(self, o: Outcome, *, owner: str) -> None:
         """Record a run's fate (a success's ack is queued), log it and tell middleware."""
         d = o.delivery
         if o.kind == OK:
             self.acks.append(d)
+            if o.result is not None and o.msg is not None:
+                self.results[d] = StoredResult(
+                    o.msg.id,
+                    self._ttl_ms(o.msg),
+                    o.result,
+                    o.attempt,
+                    o.duration_s * 1000,
+                    time.monotonic(),
+                )
         elif o.kind == RETRY and o.msg is not None:
             body = with_retries(d.body or b"", o.attempt)
-            self.broker.park(d, owner=owner, task=o.msg.task, body=body, delay_ms=o.delay_ms)
+            failed = None
+            if d.record_id:
+                ttl = self._ttl_ms(o.msg)
+                failed = FailedRun(d.record_id, ttl, o.attempt, o.error_type, o.error, o.traceback)
+            self.broker.park(
+                d, owner=owner, task=o.msg.task, body=body, delay_ms=o.delay_ms, failed=failed
+            )
         else:
-            self.broker.deadletter(d, owner=owner, entry=deadletter_entry(o, worker=owner))
+            entry = deadletter_entry(o, worker=owner)
+            self.broker.deadletter(d, owner=owner, entry=entry, record_ttl_ms=self._ttl_ms(o.msg))
         log_outcome(o)
         emit(self.executor.app.middleware, "after_job", o)
 
+    def _ttl_ms(self, msg: Message | None) -> int:
+        """How long the job's record lives after this change."""
+        if msg is not None and msg.result_ttl_s is not None:
+            return msg.result_ttl_s * 1000
+        return self.executor.app.settings.result_ttl_s * 1000
+
     def take_acks(self) -> list[Delivery]:
-        """The queued acks, for the fetch that sends them."""
-        acks, self.acks = self.acks, []
+        """The queued acks (and their results, dropped here), once a fetch has sent them."""
+        acks, self.acks, self.results = self.acks, [], {}
         return acks
 
     def hand_back(self, d: Delivery, *, owner: str) -> None:

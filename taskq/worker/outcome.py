@@ -29,6 +29,8 @@ class Outcome(NamedTuple):
     error: str = ""
     traceback: str = ""
     duration_s: float = 0.0
+    result: bytes | None = None
+    """The encoded return value of a success whose job stores its result."""
 
 
 def rejected(d: Delivery, reason: str, msg: Message | None = None, attempt: int = 0) -> Outcome:

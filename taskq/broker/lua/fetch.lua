@@ -5,14 +5,21 @@
 -- It also tells the caller when the earliest delayed job or retry is due (from the queues'
 -- due keys), so that the caller promotes them when they are (promote.lua): a cheap check on
 -- every fetch instead of a poll.
--- KEYS: the job streams, in read order, then each queue's due key.
--- ARGV: group, consumer, count, fence (0/1), trim (0/1), n_acks, number of streams, then
---       n_acks pairs (stream key index, entry id), then the key indexes of the streams with
---       acks since the caller's last trim.
+-- Jobs that keep a status record: an ack may carry the job's result, stored with the ack
+-- (only if the ack happens: a fenced-off ack stores nothing), and a job taken here is marked
+-- running in its record.
+-- KEYS: the job streams, in read order, then each queue's due key, then per result its
+--       record and done list.
+-- ARGV: group, consumer, count, fence (0/1), trim (0/1), n_acks, number of streams,
+--       n_results, then n_acks pairs (stream key index, entry id), then per result: the
+--       index of its ack (1-based), ttl ms, result (msgpack), attempts, ms since the run
+--       started, ms since it ended; then the key indexes of the streams with acks since the
+--       caller's last trim.
 -- Returns {ms until something is due (-1: nothing; 0: due now), then per delivery: stream key
 --          index, entry id, fields}.
 local group, consumer = ARGV[1], ARGV[2]
 local count, nacks, nstreams = tonumber(ARGV[3]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local nresults = tonumber(ARGV[8])
 local fence, trim = ARGV[4] == '1', ARGV[5] == '1'
 local PAGE = 1000
 
@@ -33,7 +40,7 @@ end
 -- caller skips the fence for jobs it fetched less than half a visibility timeout ago: the
 -- sweep only takes entries idle for a whole one. One XACK per stream for the whole batch.
 local acked, order = {}, {}
-local a = 8
+local a = 9
 for _ = 1, nacks do
   local k = tonumber(ARGV[a])
   if not acked[k] then
@@ -43,14 +50,34 @@ for _ = 1, nacks do
   acked[k][#acked[k] + 1] = ARGV[a + 1]
   a = a + 2
 end
+local done = {}
 for _, k in ipairs(order) do
   local mine = fence and pending_here(KEYS[k]) or {}
   if mine then
     local ids = {'XACK', KEYS[k], group}
     for _, id in ipairs(acked[k]) do
-      if mine[id] or not fence then ids[#ids + 1] = id end
+      if mine[id] or not fence then
+        ids[#ids + 1] = id
+        done[k .. ' ' .. id] = true
+      end
     end
     if #ids > 3 then redis.call(unpack(ids)) end
+  end
+end
+
+local now
+if nresults > 0 then
+  now = now_ms()
+  local r = #KEYS - 2 * nresults
+  for _ = 1, nresults do
+    local i = 9 + 2 * (tonumber(ARGV[a]) - 1)
+    if done[ARGV[i] .. ' ' .. ARGV[i + 1]] then
+      finish_record(KEYS[r + 1], KEYS[r + 2], 'succeeded', tonumber(ARGV[a + 1]),
+        now - tonumber(ARGV[a + 5]), 'result', ARGV[a + 2], 'attempts', ARGV[a + 3],
+        'started_ms', now - tonumber(ARGV[a + 4]), 'worker', consumer)
+    end
+    r = r + 2
+    a = a + 6
   end
 end
 
@@ -72,6 +99,11 @@ for k = 1, nstreams do
       out[#out + 1] = e[1]
       out[#out + 1] = e[2]
       got = got + 1
+      local job = tracked_id(e[2])
+      if job then
+        now = now or now_ms()
+        mark_running(record_key(KEYS[k], job), consumer, now)
+      end
     end
   end
 end
@@ -83,9 +115,9 @@ if trim or got == 0 then
 end
 
 local soonest
-for k = nstreams + 1, #KEYS do
+for k = nstreams + 1, #KEYS - 2 * nresults do
   local due = tonumber(redis.call('GET', KEYS[k]))
   if due and (not soonest or due < soonest) then soonest = due end
 end
-if soonest then out[1] = math.max(0, soonest - now_ms()) end
+if soonest then out[1] = math.max(0, soonest - (now or now_ms())) end
 return out

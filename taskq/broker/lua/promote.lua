@@ -28,15 +28,29 @@ local function parse(m, retry)
   return p + 1, string.sub(m, 3, nl - 1), string.sub(m, nl + 1), ff
 end
 
+-- The id of a job that keeps a status record (its body has a result TTL). Only bodies that
+-- mention the key are decoded.
+local function job_of(body)
+  if not string.find(body, 'result_ttl_s', 1, true) then return nil end
+  local ok, m = pcall(cmsgpack.unpack, body)
+  if ok and type(m) == 'table' and m.result_ttl_s and type(m.id) == 'string' then return m.id end
+  return nil
+end
+
 local function move_due(b, set, retry)
   local due = redis.call('ZRANGEBYSCORE', KEYS[b + set], '-inf', now, 'LIMIT', 0, limit)
   for _, m in ipairs(due) do
     local s, task, body, ff = parse(m, retry)
     if s then
-      if ff then
-        redis.call('XADD', KEYS[b + s], '*', 'task', task, 'body', body, 'ff', ff)
-      else
-        redis.call('XADD', KEYS[b + s], '*', 'task', task, 'body', body)
+      local fields, job = {'task', task, 'body', body}, job_of(body)
+      if job then fields[5], fields[6] = 'job', job end
+      if ff then fields[#fields + 1], fields[#fields + 2] = 'ff', ff end
+      local id = redis.call('XADD', KEYS[b + s], '*', unpack(fields))
+      if job then
+        local rec = record_key(KEYS[b + s], job)
+        if redis.call('HSET', rec, 'state', 'waiting', 'entry', id) == 2 then
+          redis.call('DEL', rec)  -- the record had expired
+        end
       end
     elseif not (retry and string.match(m, '^%d+%-%d+$')) then
       -- (A bare entry id is a retry parked by taskq 0.1.0, whose entry is still pending:

@@ -1,0 +1,118 @@
+"""Reading job status records, waiting for a job to end, and forgetting it.
+
+Waiting blocks in Redis, not in a poll loop and not on pub/sub: the script that ends a job
+pushes one element onto the job's done list, and a waiter blocks on that list with
+``BLMOVE done done LEFT LEFT``, which hands the element back to the same list at once, so
+every waiter on the job wakes and the element stays for late ones. A waiter blocks in slices
+of :data:`WAIT_SLICE_S` and re-reads the record after each, and after a dropped connection
+or a Redis restart it reconnects with backoff and reads again, so it neither hangs on a dead
+connection nor misses an end that happened while it was away.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+
+from taskq.broker.link import Link
+from taskq.broker.replies import flat_pairs, info_records, pending_rows, redis_ms, text
+from taskq.errors import BrokerRefused, BrokerUnavailable
+from taskq.keys import GROUP, QueueKeys
+from taskq.results import FINAL, RUNNING, SUCCEEDED, UNKNOWN, WAITING, JobStatus
+
+WAIT_SLICE_S = 5.0
+"""Longest single block of a waiter; it then re-reads the record (and finds a dead link)."""
+RECONNECT_BACKOFF_S = (0.05, 1.0)
+"""First and longest pause between a waiter's attempts while Redis is unreachable."""
+
+
+class Records:
+    """Job status records on one Redis server."""
+
+    def __init__(self, link: Link) -> None:
+        self.link = link
+
+    def status(self, queue: str, job_id: str) -> JobStatus:
+        """The job's status from its record (``unknown`` when there is none)."""
+        raw, now = self.link.pipeline([("HGETALL", QueueKeys(queue).job(job_id)), ("TIME",)])
+        return JobStatus.from_record(job_id, flat_pairs(raw), redis_ms(now))
+
+    def find(self, queues: Sequence[str], job_id: str) -> str | None:
+        """The first of ``queues`` that holds a record of the job."""
+        replies = self.link.pipeline([("EXISTS", QueueKeys(q).job(job_id)) for q in queues])
+        return next((q for q, r in zip(queues, replies, strict=True) if r), None)
+
+    def wait(self, queue: str, job_id: str, timeout_s: float | None) -> JobStatus:
+        """Block until the job ends, its record is gone, or ``timeout_s`` passes; return its
+        status then (the caller tells the three apart by the state)."""
+        k = QueueKeys(queue)
+        done = k.done(job_id)
+        deadline = math.inf if timeout_s is None else time.monotonic() + timeout_s
+        pause_s = RECONNECT_BACKOFF_S[0]
+        while True:
+            try:
+                status = self.status(queue, job_id)
+                left_s = deadline - time.monotonic()
+                if status.state in FINAL or status.state == UNKNOWN or left_s <= 0:
+                    return status
+                block_s = max(0.001, min(left_s, WAIT_SLICE_S))
+                self.link.call("BLMOVE", done, done, "LEFT", "LEFT", f"{block_s:.3f}")
+                pause_s = RECONNECT_BACKOFF_S[0]
+            except BrokerUnavailable:
+                left_s = deadline - time.monotonic()
+                if left_s <= 0:
+                    return JobStatus(job_id, WAITING, tracked=True)
+                time.sleep(min(pause_s, left_s))
+                pause_s = min(pause_s * 2, RECONNECT_BACKOFF_S[1])
+
+    def forget(self, queue: str, job_id: str) -> bool:
+        """Delete the job's record and done list; True if there was a record."""
+        k = QueueKeys(queue)
+        return bool(self.link.call("DEL", k.job(job_id), k.done(job_id)))
+
+    def entry_status(self, queue: str, priority: str, job_id: str, entry_id: str) -> JobStatus:
+        """What the queue's own keys tell of a job without a record, from its stream entry:
+        ``waiting`` (not delivered yet), ``running`` (pending under a consumer),
+        ``succeeded`` (acked; finished entries linger until the next trim; a failure removes
+        its entry) or ``unknown`` (the entry is gone)."""
+        stream = QueueKeys(queue).stream(priority)
+        try:
+            rows, pending, groups = self.link.pipeline(
+                [
+                    ("XRANGE", stream, entry_id, entry_id),
+                    ("XPENDING", stream, GROUP, entry_id, entry_id, 1),
+                    ("XINFO", "GROUPS", stream),
+                ]
+            )
+        except BrokerRefused:  # no stream or no group
+            return JobStatus(job_id, UNKNOWN)
+        if not rows:
+            return JobStatus(job_id, UNKNOWN)
+        held = pending_rows(pending)
+        if held:
+            return JobStatus(
+                job_id,
+                RUNNING,
+                queue=queue,
+                priority=priority,
+                entry_id=entry_id,
+                worker=held[0][1],
+                attempts=held[0][3],
+            )
+        last = next(
+            (
+                text(g.get("last-delivered-id", "0-0"))
+                for g in info_records(groups)
+                if text(g.get("name", "")) == GROUP
+            ),
+            "0-0",
+        )
+        delivered = _id_key(entry_id) <= _id_key(last)
+        state = SUCCEEDED if delivered else WAITING
+        return JobStatus(job_id, state, queue=queue, priority=priority, entry_id=entry_id)
+
+
+def _id_key(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)

@@ -1,0 +1,67 @@
+"""``taskq job ID``: one job's status, attempts and result; ``--wait`` for its outcome."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+from taskq.app import check_job_id
+from taskq.config import check_queue_name
+from taskq.errors import ResultTimeout, TaskFailed
+from taskq.ops.jobview import render_job
+from taskq.results import FAILED, UNKNOWN, JobStatus
+
+EXIT_FAILED, EXIT_TIMEOUT = 1, 2
+
+
+@click.command("job")
+@click.argument("job_id")
+@click.option("-Q", "--queue", help="The job's queue (default: every queue of the app).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--wait", is_flag=True, help="Wait for the job to end: exit 0 if it succeeded.")
+@click.option(
+    "--timeout", type=click.FloatRange(min=0), help="With --wait: give up after S seconds (exit 2)."
+)
+@click.pass_obj
+def job(
+    obj: Any, job_id: str, queue: str | None, as_json: bool, wait: bool, timeout: float | None
+) -> None:
+    """Show a job: status, task, arguments, attempts with each error, worker, times, result.
+
+    With --wait, wait for it to end (exit 0 succeeded, 1 failed, 2 timed out). Only jobs that
+    store their results keep a record; others show what their stream entry tells.
+    """
+    check_job_id(job_id)
+    if queue is not None:
+        check_queue_name(queue)
+    app = obj.app()
+    handle = app.job(job_id, queue=queue)
+    code = 0
+    if wait and handle.stores_result:
+        try:
+            handle.wait(timeout)
+        except TaskFailed:
+            code = EXIT_FAILED
+        except ResultTimeout:
+            code = EXIT_TIMEOUT
+    status = handle.status()
+    _show(status, app.reader.now_ms(), as_json)
+    if status.state == UNKNOWN:
+        click.echo(f"no record of job {job_id} (never stored, expired or forgotten)", err=True)
+        code = EXIT_FAILED
+    elif status.state == FAILED:
+        code = EXIT_FAILED
+    elif code == EXIT_TIMEOUT:
+        click.echo(f"job {job_id} is still {status.state} after {timeout}s", err=True)
+    sys.exit(code)
+
+
+def _show(status: JobStatus, now_ms: int, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(status.to_json(), indent=2, default=repr))
+    else:
+        for line in render_job(status, now_ms):
+            click.echo(line)

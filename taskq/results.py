@@ -1,0 +1,239 @@
+"""Job status records and stored results: the one format the broker's scripts write and the
+Job handle, ``taskq job`` and the dashboard read (docs/protocol.md, "Status records").
+
+A job that stores its result (``store_results``, or a task's ``store_result``) has a hash
+``<queue>:job:<id>`` from the moment it is enqueued, changed by the very script that moves
+the job (enqueue, take, retry, succeed, dead-letter), so the record never disagrees with the
+queue. Values are msgpack, like job arguments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import msgpack
+
+from taskq.errors import ResultTooLarge, UnserializableResult
+
+WAITING, SCHEDULED, RUNNING, RETRYING = "waiting", "scheduled", "running", "retrying"
+SUCCEEDED, FAILED, UNKNOWN = "succeeded", "failed", "unknown"
+STATES = (WAITING, SCHEDULED, RUNNING, RETRYING, SUCCEEDED, FAILED, UNKNOWN)
+"""What ``job.status().state`` can be."""
+FINAL = frozenset({SUCCEEDED, FAILED})
+"""The states a job ends in: its record then holds a result or its failure."""
+
+
+def encode_result(value: Any, *, max_bytes: int) -> bytes:
+    """A task's return value as stored (msgpack, as arguments are).
+
+    Raises:
+        UnserializableResult: msgpack cannot encode it (the message names the type).
+        ResultTooLarge: it is over ``max_bytes`` encoded.
+    """
+    try:
+        raw: bytes = msgpack.packb(value, use_bin_type=True)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise UnserializableResult(
+            f"the return value ({type(value).__name__}) is not msgpack-serializable: {exc}"
+        ) from None
+    if len(raw) > max_bytes:
+        raise ResultTooLarge(
+            f"the return value is {len(raw)} bytes encoded, over the {max_bytes}-byte limit "
+            "(max_result_bytes)"
+        )
+    return raw
+
+
+def decode_value(raw: bytes) -> Any:
+    return msgpack.unpackb(raw, raw=False, strict_map_key=False)
+
+
+def encode_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
+    """The arguments as the record keeps them: msgpack ``[args, kwargs]``."""
+    return bytes(msgpack.packb([list(args), kwargs], use_bin_type=True))
+
+
+class StoredResult(NamedTuple):
+    """A success to store with its ack (the worker builds it, the fetch script writes it)."""
+
+    job_id: str
+    ttl_ms: int
+    value: bytes
+    attempts: int
+    duration_ms: float
+    finished_mono: float
+    """``time.monotonic()`` when the run ended: the record's times are placed on the Redis
+    clock from it when the ack is sent."""
+
+
+class FailedRun(NamedTuple):
+    """A failed attempt to record with the retry or dead-letter move."""
+
+    job_id: str
+    ttl_ms: int
+    attempt: int
+    error_type: str
+    error: str
+    traceback: str
+
+
+@dataclass(frozen=True)
+class AttemptError:
+    """One failed attempt, as the record keeps it (``attempt:<n>``)."""
+
+    attempt: int
+    error_type: str
+    error: str
+    traceback: str
+    worker: str
+    finished_ms: int
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """Where a job is and what became of it.
+
+    Attributes:
+        state: one of :data:`STATES`. A scheduled or retrying job whose due time has passed
+            is ``waiting`` (due, about to enter its stream).
+        tracked: the job keeps a status record (results on); without one, only ``waiting``,
+            ``running``, ``succeeded`` (while its entry lingers) and ``unknown`` can be told.
+        attempts: runs used, counting the one in progress while ``running``.
+        worker: the consumer running it (only while ``running``).
+        due_ms: when a scheduled or retrying job is due (Redis clock, ms).
+        errors: every failed attempt, oldest first; the last one is why a failed job failed.
+        result: the stored return value (msgpack), for a succeeded job.
+    """
+
+    job_id: str
+    state: str
+    tracked: bool = False
+    task: str = ""
+    queue: str = ""
+    priority: str = ""
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] | None = None
+    attempts: int = 0
+    worker: str | None = None
+    enqueued_ms: int | None = None
+    started_ms: int | None = None
+    finished_ms: int | None = None
+    due_ms: int | None = None
+    entry_id: str | None = None
+    errors: tuple[AttemptError, ...] = ()
+    result: bytes | None = None
+
+    @property
+    def last_error(self) -> AttemptError | None:
+        return self.errors[-1] if self.errors else None
+
+    @property
+    def value(self) -> Any:
+        """The decoded return value (None if there is none)."""
+        return decode_value(self.result) if self.result is not None else None
+
+    @classmethod
+    def from_record(cls, job_id: str, raw: Mapping[bytes, bytes], now_ms: int) -> JobStatus:
+        """Parse a record (HGETALL); an empty one is ``unknown``."""
+        if not raw:
+            return cls(job_id, UNKNOWN)
+
+        def text(name: str) -> str:
+            return raw.get(name.encode(), b"").decode(errors="replace")
+
+        def ms(name: str) -> int | None:
+            value = text(name)
+            return int(value) if value.isdigit() else None
+
+        state = text("state") or UNKNOWN
+        due = ms("due_ms")
+        if state in (SCHEDULED, RETRYING) and due is not None and due <= now_ms:
+            state = WAITING
+        attempts = ms("attempts") or 0
+        args, kwargs = _arguments(raw.get(b"args"))
+        return cls(
+            job_id,
+            state,
+            tracked=True,
+            task=text("task"),
+            queue=text("queue"),
+            priority=text("priority"),
+            args=args,
+            kwargs=kwargs,
+            attempts=attempts + 1 if state == RUNNING else attempts,
+            worker=text("worker") or None if state == RUNNING else None,
+            enqueued_ms=ms("enqueued_ms"),
+            started_ms=ms("started_ms"),
+            finished_ms=ms("finished_ms") if state in FINAL else None,
+            due_ms=due if state in (SCHEDULED, RETRYING) else None,
+            entry_id=text("entry") or None,
+            errors=_attempt_errors(raw),
+            result=raw.get(b"result") if state == SUCCEEDED else None,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The status as plain JSON types (``taskq job --json``); the result is decoded."""
+        return {
+            "job_id": self.job_id,
+            "state": self.state,
+            "tracked": self.tracked,
+            "task": self.task,
+            "queue": self.queue,
+            "priority": self.priority,
+            "args": _jsonable(list(self.args)),
+            "kwargs": _jsonable(dict(self.kwargs)) if self.kwargs is not None else None,
+            "attempts": self.attempts,
+            "worker": self.worker,
+            "enqueued_ms": self.enqueued_ms,
+            "started_ms": self.started_ms,
+            "finished_ms": self.finished_ms,
+            "due_ms": self.due_ms,
+            "entry_id": self.entry_id,
+            "errors": [vars(e) for e in self.errors],
+            "result": _jsonable(self.value),
+        }
+
+
+def _arguments(raw: bytes | None) -> tuple[tuple[Any, ...], Mapping[str, Any] | None]:
+    if raw is None:
+        return (), None
+    try:
+        args, kwargs = decode_value(raw)
+        return tuple(args), dict(kwargs)
+    except (ValueError, TypeError, msgpack.UnpackException):
+        return (), None
+
+
+def _attempt_errors(raw: Mapping[bytes, bytes]) -> tuple[AttemptError, ...]:
+    found = []
+    for name, value in raw.items():
+        if not name.startswith(b"attempt:") or not name[8:].isdigit():
+            continue
+        try:
+            e = decode_value(value)
+            found.append(
+                AttemptError(
+                    int(name[8:]),
+                    str(e.get("error_type", "")),
+                    str(e.get("error", "")),
+                    str(e.get("traceback", "")),
+                    str(e.get("worker", "")),
+                    int(e.get("finished_ms", 0)),
+                )
+            )
+        except (ValueError, TypeError, AttributeError, msgpack.UnpackException):
+            continue
+    return tuple(sorted(found, key=lambda e: e.attempt))
+
+
+def _jsonable(value: Any) -> Any:
+    """msgpack values as JSON can hold them (bytes shown as text, with escapes)."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="backslashreplace")
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    return value
