@@ -12,6 +12,7 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from taskq.app import App, task
+from taskq.canvas import Chain, Chord, Group, Signature, chain, chord, group
 from taskq.config import Settings
 from taskq.context import JobContext, current_job
 from taskq.current import current_app
@@ -35,7 +36,7 @@ from taskq.errors import (
     TaskqError,
     UnserializableResult,
 )
-from taskq.job import Job
+from taskq.job import Flow, Job
 from taskq.middleware import Middleware
 from taskq.ops.deadletters import Deadletters
 from taskq.results import JobStatus
@@ -48,12 +49,17 @@ __all__ = [
     "BrokerError",
     "BrokerRefused",
     "BrokerUnavailable",
+    # workflows
+    "Chain",
+    "Chord",
     "ConfigError",
     # hooks and operations
     "Deadletter",
     "Deadletters",
     "DecodeError",
     "EnqueueError",
+    "Flow",
+    "Group",
     "Job",
     # inside a task
     "JobContext",
@@ -66,6 +72,7 @@ __all__ = [
     "ResultTooLarge",
     "Retry",
     "Settings",
+    "Signature",
     "SoftTimeLimitExceeded",
     "Task",
     "TaskFailed",
@@ -73,7 +80,10 @@ __all__ = [
     "TaskqError",
     "UnserializableResult",
     "__version__",
+    "chain",
+    "chord",
     "current_app",
     "current_job",
+    "group",
     "task",
 ]

@@ -17,11 +17,12 @@ from taskq.broker import Broker, Link, connect, redact
 from taskq.broker.operators import Operators
 from taskq.broker.reads import Reader
 from taskq.broker.records import Records
+from taskq.canvas import Workflow
 from taskq.config import Settings
 from taskq.context import JobContext, reset_current, set_current
 from taskq.current import set_current_app
 from taskq.errors import BrokerUnavailable, ConfigError
-from taskq.job import Job
+from taskq.job import Flow, Job
 from taskq.message import Message, now_ms
 from taskq.middleware import Middleware
 from taskq.registry import SHARED, Registry
@@ -179,6 +180,23 @@ class App:
         return Job(
             job_id, status.task, found, status.priority or "normal", stores_result=True, app=self
         )
+
+    def flow(self, flow_id: str, *, queue: str | None = None) -> Flow | None:
+        """The handle of a workflow started elsewhere, from its record (None: no record)."""
+        from taskq.launch import flow_handle
+
+        check_job_id(flow_id)
+        found = self.records.find([queue] if queue else self.queues(), flow_id, flow=True)
+        if found is None:
+            return None
+        return flow_handle(flow_id, found, self.records.flow(found, flow_id), self)
+
+    def launch(self, workflow: Workflow) -> Flow:
+        """Start a workflow (``chain(...)``, ``group(...)``, ``chord(...)``, a signature);
+        its ``apply_async()`` does this with the app of its first task."""
+        from taskq.launch import launch  # the workflow machinery, loaded when first used
+
+        return launch(workflow, self)
 
     def queues(self) -> list[str]:
         """The app's queue, then the other queues its tasks name, in registration order."""

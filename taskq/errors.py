@@ -77,19 +77,20 @@ class TaskFailed(TaskqError):
             ``WorkerLost`` for a run whose worker died).
         message: its text.
         traceback: the remote traceback ('' when none was taken).
-        step: in a workflow, the task name of the step that failed ('' otherwise).
+        task: the task of the job that failed: in a workflow, the step that failed (the
+            workflow's later steps never ran).
     """
 
     def __init__(
-        self, job_id: str, type: str, message: str, traceback: str = "", *, step: str = ""
+        self, job_id: str, type: str, message: str, traceback: str = "", *, task: str = ""
     ) -> None:
-        where = f" (step {step})" if step else ""
+        where = f" ({task})" if task else ""
         super().__init__(f"job {job_id}{where} failed: {type}: {message}")
         self.job_id = job_id
         self.type = type
         self.message = message
         self.traceback = traceback
-        self.step = step
+        self.task = task
 
 
 class ResultError(TaskqError):

@@ -3,6 +3,7 @@ status, and, for a job that stores its result, the result itself."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -77,10 +78,13 @@ class Job:
         if status.state == SUCCEEDED:
             return status
         if status.state == FAILED:
+            if status.cause is not None:  # an earlier step of its workflow failed
+                c = status.cause
+                raise TaskFailed(c.job_id, c.error_type, c.error, task=c.task)
             e = status.last_error
             if e is None:
                 raise TaskFailed(self.id, "Unknown", "the job failed")
-            raise TaskFailed(self.id, e.error_type, e.error, e.traceback)
+            raise TaskFailed(self.id, e.error_type, e.error, e.traceback, task=self.task)
         if status.state == UNKNOWN:
             raise JobNotFound(f"no record of job {self.id} in queue {self.queue!r} (expired?)")
         assert status.state not in FINAL
@@ -96,3 +100,63 @@ class Job:
         if self.app is None:
             raise ConfigError(f"job {self.id} has no app: get handles from enqueue or app.job()")
         return self.app
+
+
+@dataclass(frozen=True)
+class Flow:
+    """Handle of a workflow (chain, group, chord, or a signature with callbacks).
+
+    Attributes:
+        jobs: the jobs whose results are the workflow's result: the last step of a chain,
+            every member of a group, a chord's body (its last step).
+        single: the result is one value (else the list of the jobs' results, in order).
+    """
+
+    id: str
+    kind: str
+    queue: str
+    jobs: tuple[Job, ...]
+    single: bool = True
+    app: App | None = field(default=None, repr=False, compare=False)
+    eager_value: tuple[Any] | None = field(default=None, repr=False, compare=False)
+
+    def result(self, timeout: float | None = None) -> Any:
+        """The workflow's result: the last step's (chain, chord) or the list of the members'
+        (group), waiting for it.
+
+        Raises:
+            TaskFailed: a step failed for good; ``step`` names its task.
+            ResultTimeout: it had not ended after ``timeout`` seconds (for the whole wait).
+        """
+        if self.eager_value is not None:
+            return self.eager_value[0]
+        values = self.results(timeout)
+        return values[0] if self.single else values
+
+    def results(
+        self, timeout: float | None = None, *, return_exceptions: bool = False
+    ) -> list[Any]:
+        """Each job's result in order; with ``return_exceptions``, a failed job's
+        :class:`~taskq.errors.TaskFailed` in its place instead of raising it."""
+        if self.eager_value is not None:
+            value = self.eager_value[0]
+            return [value] if self.single else list(value)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        out: list[Any] = []
+        for job in self.jobs:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                out.append(job.result(left))
+            except TaskFailed as exc:
+                if not return_exceptions:
+                    raise
+                out.append(exc)
+        return out
+
+    def status(self) -> JobStatus:
+        """The status of the job whose result ends the workflow (the first of a group)."""
+        return self.jobs[0].status() if self.jobs else JobStatus(self.id, SUCCEEDED)
+
+    def forget(self) -> None:
+        for job in self.jobs:
+            job.forget()

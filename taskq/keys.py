@@ -11,8 +11,17 @@ import functools
 import os
 from dataclasses import dataclass
 
+from taskq.errors import ConfigError
+
 PRIORITIES: tuple[str, ...] = ("high", "normal", "low")
 """Priority names, in the order a worker reads them."""
+
+
+def check_priority(priority: str) -> None:
+    """Raises ConfigError for a priority that is not one of :data:`PRIORITIES`."""
+    if priority not in PRIORITIES:
+        raise ConfigError(f"unknown priority {priority!r}; use one of {', '.join(PRIORITIES)}")
+
 
 GROUP = "taskq"
 """The one consumer group on every job stream."""
@@ -105,6 +114,14 @@ class QueueKeys:
     def done(self, job_id: str) -> str:
         """A one-element list that appears when the job ends: ``result()`` blocks on it."""
         return f"{self.queue}:done:{job_id}"
+
+    def chord(self, chord_id: str) -> str:
+        """A chord's state while its header runs: header results by index, and its body."""
+        return f"{self.queue}:chord:{chord_id}"
+
+    def flow(self, flow_id: str) -> str:
+        """A workflow's record: its kind, its steps, the jobs whose results are its result."""
+        return f"{self.queue}:flow:{flow_id}"
 
     def worker(self, worker_id: str) -> str:
         """Heartbeat record of one worker (expires when the worker stops beating)."""

@@ -6,6 +6,7 @@ A job is one stream entry with two fields: ``task`` (the task name, plain text s
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from typing import Any, NamedTuple
@@ -14,6 +15,8 @@ import msgpack
 
 from taskq.errors import DecodeError, EnqueueError, PayloadTooLarge
 from taskq.keys import PRIORITIES
+
+logger = logging.getLogger(__name__)
 
 PROTOCOL_VERSION = 1
 """Major version written by this code; a body with a higher ``v`` is dead-lettered, not run."""
@@ -39,6 +42,7 @@ class _MessageFields(NamedTuple):
     retries: int
     eta_ms: int | None
     result_ttl_s: int | None
+    wf: dict[str, Any] | None
 
 
 class Message(_MessageFields):
@@ -47,8 +51,9 @@ class Message(_MessageFields):
     ``retries`` counts the attempts a job used up before this stream entry was written; the
     attempt number of a delivery is ``retries`` plus the entry's delivery count.
     ``result_ttl_s`` is set when the job keeps a status record and stores its result (for
-    that many seconds after it ends). (A named tuple rather than a frozen dataclass: bulk
-    enqueue builds one per job.)
+    that many seconds after it ends). ``wf`` is the job's part in a workflow: what to start
+    when it succeeds or fails (see :mod:`taskq.flow`). (A named tuple rather than a frozen
+    dataclass: bulk enqueue builds one per job.)
     """
 
     __slots__ = ()
@@ -65,6 +70,7 @@ class Message(_MessageFields):
         retries: int = 0,
         eta_ms: int | None = None,
         result_ttl_s: int | None = None,
+        wf: dict[str, Any] | None = None,
     ) -> Message:
         return super().__new__(
             cls,
@@ -78,6 +84,7 @@ class Message(_MessageFields):
             retries,
             eta_ms,
             result_ttl_s,
+            wf,
         )
 
     def encode(self, *, max_bytes: int | None = None) -> bytes:
@@ -102,6 +109,8 @@ class Message(_MessageFields):
             body_map["eta_ms"] = self.eta_ms
         if self.result_ttl_s is not None:
             body_map["result_ttl_s"] = self.result_ttl_s
+        if self.wf is not None:
+            body_map["wf"] = self.wf
         try:
             body: bytes = msgpack.packb(body_map, use_bin_type=True)
         except (TypeError, ValueError, OverflowError) as exc:
@@ -138,7 +147,7 @@ class Message(_MessageFields):
         msg_id, args, kwargs = get("id"), get("args", ()), get("kwargs", {})
         queue, priority = get("queue", "tasks"), get("priority", "normal")
         created_ms, retries, eta_ms = get("created_ms", 0), get("retries", 0), get("eta_ms")
-        result_ttl_s = get("result_ttl_s")
+        result_ttl_s, wf = get("result_ttl_s"), get("wf")
         # Fast path for what producers write; anything else is checked field by field below,
         # which also names the field that is wrong.
         well_formed = (
@@ -152,11 +161,14 @@ class Message(_MessageFields):
             and type(retries) is int
             and (eta_ms is None or type(eta_ms) is int)
             and (result_ttl_s is None or type(result_ttl_s) is int)
+            and (wf is None or type(wf) is dict)
         )
+        if len(data) > len(_KNOWN_KEYS) or not _KNOWN_KEYS.issuperset(data):
+            _tell_unknown(data)
         if not well_formed:
             values = [_field(data, key, kind, default, body) for key, kind, default in _SCHEMA]
             task, msg_id, args, kwargs, queue, priority, created_ms, retries, eta_ms = values[:9]
-            result_ttl_s = values[9]
+            result_ttl_s, wf = values[9], values[10]
         _check_values(body, str(task), str(msg_id), kwargs, priority, retries, result_ttl_s)
         return cls(
             task,
@@ -169,6 +181,7 @@ class Message(_MessageFields):
             retries,
             eta_ms,
             result_ttl_s,
+            wf,
         )
 
 
@@ -184,8 +197,27 @@ _SCHEMA: tuple[tuple[str, type, Any], ...] = (
     ("retries", int, 0),
     ("eta_ms", int, None),
     ("result_ttl_s", int, None),
+    ("wf", dict, None),
 )
 """Body fields in Message order: name, type, default (absent optional fields take it)."""
+
+
+_KNOWN_KEYS = frozenset({"v", *(key for key, _, _ in _SCHEMA)})
+_told: set[str] = set()
+
+
+def _tell_unknown(data: dict[Any, Any]) -> None:
+    """Log, once per key and process, body keys this version does not know: a newer producer
+    asked for something (a workflow step, say) that this worker will not do."""
+    new = {str(k) for k in data if k not in _KNOWN_KEYS} - _told
+    if new:
+        _told.update(new)
+        logger.warning(
+            "job %s has body key(s) %s that this worker does not know: it runs without them "
+            "(upgrade the worker)",
+            data.get("id"),
+            ", ".join(sorted(new)),
+        )
 
 
 def _check_values(
@@ -217,6 +249,12 @@ def _field(data: dict[Any, Any], key: str, kind: type, default: Any, body: bytes
     if value is _REQUIRED:
         raise DecodeError(f"body has no {key!r}", body)
     raise DecodeError(f"body field {key!r} must be {kind.__name__}", body)
+
+
+def lua_pack(value: Any) -> bytes:
+    """msgpack for taskq's scripts: Redis's Lua msgpack reads no ``bin`` type, so bytes
+    travel as (raw) strings, which Lua keeps byte for byte."""
+    return bytes(msgpack.packb(value, use_bin_type=False))
 
 
 def with_retries(body: bytes, retries: int) -> bytes:

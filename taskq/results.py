@@ -18,8 +18,8 @@ import msgpack
 from taskq.errors import ResultTooLarge, UnserializableResult
 
 WAITING, SCHEDULED, RUNNING, RETRYING = "waiting", "scheduled", "running", "retrying"
-SUCCEEDED, FAILED, UNKNOWN = "succeeded", "failed", "unknown"
-STATES = (WAITING, SCHEDULED, RUNNING, RETRYING, SUCCEEDED, FAILED, UNKNOWN)
+SUCCEEDED, FAILED, UNKNOWN, PENDING = "succeeded", "failed", "unknown", "pending"
+STATES = (PENDING, WAITING, SCHEDULED, RUNNING, RETRYING, SUCCEEDED, FAILED, UNKNOWN)
 """What ``job.status().state`` can be."""
 FINAL = frozenset({SUCCEEDED, FAILED})
 """The states a job ends in: its record then holds a result or its failure."""
@@ -55,17 +55,23 @@ def encode_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
     return bytes(msgpack.packb([list(args), kwargs], use_bin_type=True))
 
 
-class StoredResult(NamedTuple):
-    """A success to store with its ack (the worker builds it, the fetch script writes it)."""
+class Completion(NamedTuple):
+    """What a success writes with its ack (the worker builds it, the fetch script writes it):
+    the result in the job's record, if it keeps one, and the workflow ops it starts."""
 
     job_id: str
+    recorded: bool
     ttl_ms: int
-    value: bytes
+    value: bytes | None
     attempts: int
     duration_ms: float
     finished_mono: float
     """``time.monotonic()`` when the run ended: the record's times are placed on the Redis
     clock from it when the ack is sent."""
+    ops: list[Any] | None = None
+    """The workflow writes (``taskq.flow`` ops), if any."""
+    op_keys: tuple[str, ...] = ()
+    """The keys they touch."""
 
 
 class FailedRun(NamedTuple):
@@ -92,12 +98,23 @@ class AttemptError:
 
 
 @dataclass(frozen=True)
+class Cause:
+    """Why a workflow step failed without running: an earlier step failed for good."""
+
+    job_id: str
+    task: str
+    error_type: str
+    error: str
+
+
+@dataclass(frozen=True)
 class JobStatus:
     """Where a job is and what became of it.
 
     Attributes:
         state: one of :data:`STATES`. A scheduled or retrying job whose due time has passed
-            is ``waiting`` (due, about to enter its stream).
+            is ``waiting`` (due, about to enter its stream); ``pending`` is a workflow step
+            whose turn has not come.
         tracked: the job keeps a status record (results on); without one, only ``waiting``,
             ``running``, ``succeeded`` (while its entry lingers) and ``unknown`` can be told.
         attempts: runs used, counting the one in progress while ``running``.
@@ -105,6 +122,7 @@ class JobStatus:
         due_ms: when a scheduled or retrying job is due (Redis clock, ms).
         errors: every failed attempt, oldest first; the last one is why a failed job failed.
         result: the stored return value (msgpack), for a succeeded job.
+        cause: for a workflow step that failed because an earlier step did, that step.
     """
 
     job_id: str
@@ -124,6 +142,7 @@ class JobStatus:
     entry_id: str | None = None
     errors: tuple[AttemptError, ...] = ()
     result: bytes | None = None
+    cause: Cause | None = None
 
     @property
     def last_error(self) -> AttemptError | None:
@@ -171,6 +190,7 @@ class JobStatus:
             entry_id=text("entry") or None,
             errors=_attempt_errors(raw),
             result=raw.get(b"result") if state == SUCCEEDED else None,
+            cause=_cause(raw),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -193,6 +213,28 @@ class JobStatus:
             "entry_id": self.entry_id,
             "errors": [vars(e) for e in self.errors],
             "result": _jsonable(self.value),
+            "cause": vars(self.cause) if self.cause else None,
+        }
+
+
+@dataclass(frozen=True)
+class FlowView:
+    """A workflow as ``taskq job FLOW_ID`` shows it: its steps (those that keep a status
+    record, in order) and, per chord, ``(header results counted, header size)``; the count is
+    None once the chord ended (its body enqueued, or the chord failed)."""
+
+    flow_id: str
+    kind: str
+    steps: tuple[JobStatus, ...]
+    chords: tuple[tuple[int | None, int], ...]
+    found: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "flow_id": self.flow_id,
+            "kind": self.kind,
+            "steps": [s.to_json() for s in self.steps],
+            "chords": [{"done": d, "size": n} for d, n in self.chords],
         }
 
 
@@ -226,6 +268,16 @@ def _attempt_errors(raw: Mapping[bytes, bytes]) -> tuple[AttemptError, ...]:
         except (ValueError, TypeError, AttributeError, msgpack.UnpackException):
             continue
     return tuple(sorted(found, key=lambda e: e.attempt))
+
+
+def _cause(raw: Mapping[bytes, bytes]) -> Cause | None:
+    if b"cause" not in raw:
+        return None
+
+    def text(name: str) -> str:
+        return raw.get(name.encode(), b"").decode(errors="replace")
+
+    return Cause(text("cause"), text("cause_task"), text("cause_type"), text("cause_error"))
 
 
 def _jsonable(value: Any) -> Any:

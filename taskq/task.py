@@ -8,17 +8,18 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypedDict, TypeVar
 
+from taskq.canvas import Signature, Workflow
 from taskq.config import check_queue_name
 from taskq.context import JobContext, current_job, reset_current, set_current
 from taskq.current import current_app
 from taskq.errors import ConfigError
 from taskq.job import Job
-from taskq.keys import PRIORITIES
+from taskq.keys import check_priority
 from taskq.message import Message, new_job_id, now_ms
 
 if TYPE_CHECKING:
@@ -95,11 +96,6 @@ class TaskOptions:
             )
 
 
-def check_priority(priority: str) -> None:
-    if priority not in PRIORITIES:
-        raise ConfigError(f"unknown priority {priority!r}; use one of {', '.join(PRIORITIES)}")
-
-
 class Task(Generic[P, R]):
     """A registered task. Call it to run inline; ``delay``/``apply_async`` to enqueue it."""
 
@@ -152,6 +148,15 @@ class Task(Generic[P, R]):
         """Enqueue with the task's default options."""
         return self.app.enqueue(self.message(args, kwargs))
 
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """A signature: this call, to make later or in a workflow (it gets the previous
+        step's result as its first argument)."""
+        return Signature(self.name, args, kwargs, task_obj=self)
+
+    def si(self, *args: Any, **kwargs: Any) -> Signature:
+        """An immutable signature: it ignores the previous step's result."""
+        return Signature(self.name, args, kwargs, immutable=True, task_obj=self)
+
     def apply_async(
         self,
         args: Iterable[Any] = (),
@@ -161,6 +166,8 @@ class Task(Generic[P, R]):
         countdown: float | None = None,
         eta: datetime | float | None = None,
         queue: str | None = None,
+        link: Workflow | Iterable[Workflow] | None = None,
+        link_error: Signature | Iterable[Signature] | None = None,
     ) -> Job:
         """Enqueue with options.
 
@@ -169,10 +176,37 @@ class Task(Generic[P, R]):
             countdown: run no sooner than this many seconds from now.
             eta: run no sooner than this time (an aware ``datetime`` or a POSIX timestamp).
             queue: queue name, overriding the task's.
+            link: workflows to start with the result when the job succeeds.
+            link_error: signatures to start, with the job's id, if it fails for good.
         """
+        if link is not None or link_error is not None:
+            return self._linked(args, kwargs, priority, countdown, eta, queue, link, link_error)
         eta_ms, in_ms = due_time(countdown, eta)
         msg = self.message(tuple(args), kwargs or {}, priority=priority, eta_ms=eta_ms, queue=queue)
         return self.app.enqueue(msg, in_ms=in_ms)
+
+    def _linked(
+        self,
+        args: Iterable[Any],
+        kwargs: dict[str, Any] | None,
+        priority: str | None,
+        countdown: float | None,
+        eta: datetime | float | None,
+        queue: str | None,
+        link: Workflow | Iterable[Workflow] | None,
+        link_error: Signature | Iterable[Signature] | None,
+    ) -> Job:
+        """``apply_async`` with callbacks: the job runs as a one-step workflow."""
+        if eta is not None:
+            raise ConfigError("link and link_error take a countdown, not an eta")
+        sig = Signature(self.name, tuple(args), kwargs or {}, task_obj=self)
+        sig = sig.set(priority=priority, queue=queue, countdown=countdown)
+        sig = sig.on_success(*_many(link)).on_error(*_many(link_error))
+        flow = sig.apply_async(app=self.app)
+        if flow.eager_value is not None:  # eager mode: it ran already
+            msg = self.message(tuple(args), kwargs or {})
+            return Job(msg.id, msg.task, msg.queue, msg.priority, eager_value=flow.eager_value)
+        return flow.jobs[0]
 
     def map(self, items: Iterable[Any]) -> list[Job]:
         """Enqueue one job per item (the item is the single argument), pipelined in batches."""
@@ -272,3 +306,10 @@ def build_options(options: Mapping[str, Any]) -> tuple[str | None, TaskOptions]:
         return name, TaskOptions(**opts)
     except TypeError as exc:
         raise ConfigError(f"unknown task option: {exc}") from None
+
+
+def _many(value: Any) -> list[Any]:
+    """One callback or an iterable of them, as a list."""
+    if value is None:
+        return []
+    return list(value) if isinstance(value, list | tuple | Iterator) else [value]

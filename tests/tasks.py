@@ -241,3 +241,40 @@ def returns_bytes(n: int) -> bytes:
 @app.task(store_result=True, result_ttl_s=1)
 def short_lived(value: int) -> int:
     return value
+
+
+# -- workflow tasks (tests/integration/test_workflows.py) ------------------------------------
+
+
+@app.task(store_result=True)
+def tsum(values: list[int], extra: int = 0) -> int:
+    """A chord body: records its run (the tests count body runs), returns the sum."""
+    record(tag="tsum", n=len(values))
+    return sum(values) + extra
+
+
+@app.task(store_result=True)
+def collect(values: list[object]) -> list[object]:
+    """A chord body that returns the header results as they came."""
+    record(tag="collect", n=len(values))
+    return values
+
+
+@app.task(store_result=True)
+def square(x: int, seconds: float = 0.0) -> int:
+    if seconds:
+        time.sleep(seconds)
+    return x * x
+
+
+@app.task(store_result=True)
+def errback(failed_job_id: str) -> str:
+    """A link_error callback: records the id of the job that failed."""
+    record(tag="errback", failed=failed_job_id)
+    return failed_job_id
+
+
+@app.task(store_result=True)
+def tag(value: object, label: str) -> list[object]:
+    record(tag=label, got=value)
+    return [label, value]

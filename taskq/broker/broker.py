@@ -26,8 +26,8 @@ from taskq.broker.replies import as_int, entries, flat_pairs, redis_ms, text
 from taskq.deadletter import Deadletter
 from taskq.errors import BrokerError, BrokerRefused
 from taskq.keys import GROUP, PRIORITIES, RECOVER_CONSUMER, QueueKeys
-from taskq.message import Message, now_ms
-from taskq.results import FailedRun, StoredResult
+from taskq.message import Message, lua_pack, now_ms
+from taskq.results import Completion, FailedRun
 
 PROMOTE_LIMIT = 500
 """Due members one housekeeping call moves per set (the rest follow on the next call)."""
@@ -85,6 +85,10 @@ class Broker:
         returns the entry id."""
         return text(self.link.call(*publish_command(msg, body)))
 
+    def launch(self, keys: Sequence[str], ops: bytes) -> None:
+        """Start a workflow: run its ops (``taskq.flow``) in one script."""
+        self.link.script("launch", keys, [ops])
+
     def schedule(self, msg: Message, body: bytes, *, in_ms: int | None = None) -> None:
         """Park a delayed job in the queue's schedule: due ``in_ms`` from now by the Redis
         clock (a countdown), or at ``msg.eta_ms`` (an absolute eta)."""
@@ -121,7 +125,7 @@ class Broker:
         count: int,
         acks: Sequence[Delivery] = (),
         *,
-        results: Mapping[Delivery, StoredResult] | None = None,
+        completions: Mapping[Delivery, Completion] | None = None,
         fence_acks: bool = True,
         trim: bool = False,
         dirty: Sequence[str] = (),
@@ -132,8 +136,8 @@ class Broker:
             consumer: the caller's consumer name.
             count: how many jobs to take (0: only ack).
             acks: finished deliveries.
-            results: the return values of those of them that keep a status record, stored
-                with their acks.
+            completions: what some of them write with their acks: results for their status
+                records, the next steps of their workflows.
             fence_acks: ack only entries still pending under ``consumer``. The caller may skip
                 this for jobs it fetched less than half a visibility timeout ago.
             trim: delete the finished jobs at the head of the streams acked here and of the
@@ -145,7 +149,7 @@ class Broker:
             fetch: keep the first, hand the others back), and when the earliest delayed job
             or retry of these queues is due.
         """
-        if count == 1 and not fence_acks and not trim and not results and not self._tracking:
+        if count == 1 and not fence_acks and not trim and not completions and not self._tracking:
             fetched = self._fetch_one(consumer, acks)
             if fetched.deliveries or not (dirty or acks):
                 self._mark_started(consumer, fetched.deliveries)
@@ -153,20 +157,22 @@ class Broker:
             # Nothing new: a burst ended, so trim the streams its jobs finished in.
             dirty = [*dirty, *(d.stream for d in acks)]
             return self.fetch(consumer, 1, (), fence_acks=False, trim=True, dirty=dirty)
-        stored = [(i, results[d]) for i, d in enumerate(acks, 1) if d in results] if results else []
+        ends = (
+            [(i, completions[d]) for i, d in enumerate(acks, 1) if d in completions]
+            if completions
+            else []
+        )
         argv: list[Any] = [GROUP, consumer, count, int(fence_acks), int(trim), len(acks)]
-        argv += (len(self.streams), len(stored))
+        argv += (len(self.streams), len(ends), len(self._fetch_keys))
         for d in acks:
             argv += (self.stream_position[d.stream] + 1, d.entry_id)
         keys = self._fetch_keys
-        if stored:
+        if ends:
             keys, now = [*keys], time.monotonic()
-            for i, r in stored:
-                k = self.keys[acks[i - 1].queue]
-                keys += (k.job(r.job_id), k.done(r.job_id))
-                ended_ago_ms = int((now - r.finished_mono) * 1000)
-                ran_ms = ended_ago_ms + int(r.duration_ms)
-                argv += (i, r.ttl_ms, r.value, r.attempts, ran_ms, ended_ago_ms)
+            for i, c in ends:
+                blob, touched = completion_blob(self.keys[acks[i - 1].queue], c, now)
+                keys += touched
+                argv += (i, blob)
         argv += sorted({self.stream_position[s] + 1 for s in (*dirty, *(d.stream for d in acks))})
         flat = self.direct.script("fetch", keys, argv)
         got = [
@@ -292,10 +298,17 @@ class Broker:
         return bool(self.link.script("park", keys, args))
 
     def deadletter(
-        self, d: Delivery, *, owner: str, entry: Deadletter, record_ttl_ms: int | None = None
+        self,
+        d: Delivery,
+        *,
+        owner: str,
+        entry: Deadletter,
+        record_ttl_ms: int | None = None,
+        ops: tuple[bytes, Sequence[str]] | None = None,
     ) -> str | None:
-        """Move a pending job to the dead-letter stream (ack + delete at the source, atomically)
-        and, with ``record_ttl_ms``, end its status record as failed.
+        """Move a pending job to the dead-letter stream (ack + delete at the source, atomically),
+        with ``record_ttl_ms`` end its status record as failed, and run the workflow ``ops``
+        (msgpack, and the keys they touch) its failure causes.
 
         ``owner`` fences the move: it happens only if the entry is still pending under that
         consumer. Returns the dead entry id, or None if the entry was elsewhere.
@@ -305,7 +318,11 @@ class Broker:
         if d.record_id and record_ttl_ms is not None:
             keys += (k.job(d.record_id), k.done(d.record_id))
         ttl = record_ttl_ms if len(keys) > 2 else ""
-        args = [GROUP, d.entry_id, owner, d.first_failure_ms or "", ttl, *entry.to_fields()]
+        blob = b""
+        if ops is not None:
+            blob = ops[0]
+            keys += ops[1]
+        args = [GROUP, d.entry_id, owner, d.first_failure_ms or "", ttl, blob, *entry.to_fields()]
         reply = self.link.script("deadletter", keys, args)
         return reply.decode() if isinstance(reply, bytes) else None
 
@@ -369,3 +386,18 @@ class Broker:
     def _forget(self, *, idle_ms: int, only: str, keep: Sequence[str]) -> int:
         args = [GROUP, idle_ms, only, RECOVER_CONSUMER, *keep]
         return as_int(self.link.script("forget_consumers", self.streams, args))
+
+
+def completion_blob(k: QueueKeys, c: Completion, now_mono: float) -> tuple[bytes, list[str]]:
+    """A completion as ``fetch.lua`` reads it, and the keys it touches."""
+    ended_ago_ms = int((now_mono - c.finished_mono) * 1000)
+    fields: dict[str, Any] = {"e": ended_ago_ms}
+    keys = list(c.op_keys)
+    if c.recorded:
+        record, done = k.job(c.job_id), k.done(c.job_id)
+        fields.update(r=record, d=done, t=c.ttl_ms, v=c.value, a=c.attempts)
+        fields["s"] = ended_ago_ms + int(c.duration_ms)
+        keys += (record, done)
+    if c.ops:
+        fields["o"] = c.ops
+    return lua_pack(fields), keys

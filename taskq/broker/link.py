@@ -37,7 +37,7 @@ class Connection(Protocol):
     def disconnect(self) -> None: ...
 
 
-PROLOGUES = ("_fence", "_now", "_stream", "_record")
+PROLOGUES = ("_fence", "_now", "_stream", "_record", "_flow")
 """Helper functions every script starts with: the ownership fence, the Redis clock, stream
 ids and the trim of finished jobs, and the job status records."""
 

@@ -14,12 +14,15 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
+from typing import Any
+
+import msgpack
 
 from taskq.broker.link import Link
-from taskq.broker.replies import flat_pairs, info_records, pending_rows, redis_ms, text
+from taskq.broker.replies import as_int, flat_pairs, info_records, pending_rows, redis_ms, text
 from taskq.errors import BrokerRefused, BrokerUnavailable
 from taskq.keys import GROUP, QueueKeys
-from taskq.results import FINAL, RUNNING, SUCCEEDED, UNKNOWN, WAITING, JobStatus
+from taskq.results import FINAL, RUNNING, SUCCEEDED, UNKNOWN, WAITING, FlowView, JobStatus
 
 WAIT_SLICE_S = 5.0
 """Longest single block of a waiter; it then re-reads the record (and finds a dead link)."""
@@ -38,10 +41,36 @@ class Records:
         raw, now = self.link.pipeline([("HGETALL", QueueKeys(queue).job(job_id)), ("TIME",)])
         return JobStatus.from_record(job_id, flat_pairs(raw), redis_ms(now))
 
-    def find(self, queues: Sequence[str], job_id: str) -> str | None:
-        """The first of ``queues`` that holds a record of the job."""
-        replies = self.link.pipeline([("EXISTS", QueueKeys(q).job(job_id)) for q in queues])
+    def find(self, queues: Sequence[str], job_id: str, *, flow: bool = False) -> str | None:
+        """The first of ``queues`` that holds a record of the job (or of the workflow)."""
+        keys = [QueueKeys(q).flow(job_id) if flow else QueueKeys(q).job(job_id) for q in queues]
+        replies = self.link.pipeline([("EXISTS", k) for k in keys])
         return next((q for q, r in zip(queues, replies, strict=True) if r), None)
+
+    def flow(self, queue: str, flow_id: str) -> dict[bytes, bytes]:
+        """A workflow's record (HGETALL; empty if there is none)."""
+        return flat_pairs(self.link.call("HGETALL", QueueKeys(queue).flow(flow_id)))
+
+    def flow_view(self, queue: str, flow_id: str) -> FlowView:
+        """A workflow with the status of each of its steps and the progress of its chords."""
+        raw = self.flow(queue, flow_id)
+        info = msgpack.unpackb(raw.get(b"info", b"\x80"), raw=False)
+        steps, chords = info.get("steps", []), info.get("chords", [])
+        commands: list[tuple[Any, ...]] = [("TIME",)]
+        commands += [("HGETALL", QueueKeys(q).job(i)) for i, _task, q in steps]
+        commands += [("HMGET", key, "done") for key, _n in chords]
+        replies = self.link.pipeline(commands)
+        now = redis_ms(replies[0])
+        statuses = [
+            JobStatus.from_record(i, flat_pairs(r), now)
+            for (i, _t, _q), r in zip(steps, replies[1 : 1 + len(steps)], strict=True)
+        ]
+        progress = [
+            (as_int(r[0]) if r[0] is not None else None, n)
+            for (_key, n), r in zip(chords, replies[1 + len(steps) :], strict=True)
+        ]
+        kind = text(raw.get(b"kind", b""))
+        return FlowView(flow_id, kind, tuple(statuses), tuple(progress), bool(raw))
 
     def wait(self, queue: str, job_id: str, timeout_s: float | None) -> JobStatus:
         """Block until the job ends, its record is gone, or ``timeout_s`` passes; return its

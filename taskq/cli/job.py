@@ -11,7 +11,8 @@ import click
 from taskq.app import check_job_id
 from taskq.config import check_queue_name
 from taskq.errors import ResultTimeout, TaskFailed
-from taskq.ops.jobview import render_job
+from taskq.job import Flow
+from taskq.ops.jobview import render_flow, render_job
 from taskq.results import FAILED, UNKNOWN, JobStatus
 
 EXIT_FAILED, EXIT_TIMEOUT = 1, 2
@@ -39,6 +40,10 @@ def job(
         check_queue_name(queue)
     app = obj.app()
     handle = app.job(job_id, queue=queue)
+    if not handle.stores_result:
+        flow = app.flow(job_id, queue=queue)
+        if flow is not None:
+            sys.exit(_show_flow(app, flow, as_json, wait, timeout))
     code = 0
     if wait and handle.stores_result:
         try:
@@ -57,6 +62,28 @@ def job(
     elif code == EXIT_TIMEOUT:
         click.echo(f"job {job_id} is still {status.state} after {timeout}s", err=True)
     sys.exit(code)
+
+
+def _show_flow(app: Any, flow: Flow, as_json: bool, wait: bool, timeout: float | None) -> int:
+    """Show a workflow's steps; with ``wait``, wait for its result first. Returns the exit
+    status."""
+    code = 0
+    if wait:
+        try:
+            flow.result(timeout)
+        except TaskFailed:
+            code = EXIT_FAILED
+        except ResultTimeout:
+            code = EXIT_TIMEOUT
+    view = app.records.flow_view(flow.queue, flow.id)
+    if as_json:
+        click.echo(json.dumps(view.to_json(), indent=2, default=repr))
+    else:
+        for line in render_flow(view):
+            click.echo(line)
+    if any(s.state == FAILED for s in view.steps):
+        code = EXIT_FAILED
+    return code
 
 
 def _show(status: JobStatus, now_ms: int, as_json: bool) -> None:

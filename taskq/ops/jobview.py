@@ -6,7 +6,7 @@ import time
 from typing import Any
 
 from taskq.ops.render import fmt_ms
-from taskq.results import RUNNING, SUCCEEDED, UNKNOWN, JobStatus
+from taskq.results import FAILED, RUNNING, SUCCEEDED, UNKNOWN, FlowView, JobStatus
 
 MAX_VALUE_CHARS = 2_000
 """Longer arguments and results are cut in the text view (``--json`` has them whole)."""
@@ -73,3 +73,21 @@ def _short(text: str) -> str:
     if len(text) <= MAX_VALUE_CHARS:
         return text
     return text[:MAX_VALUE_CHARS] + f"... ({len(text) - MAX_VALUE_CHARS} more characters)"
+
+
+def render_flow(v: FlowView) -> list[str]:
+    """The lines ``taskq job FLOW_ID`` prints: one per step, then each chord's header."""
+    lines = [f"{v.kind} {v.flow_id}: {len(v.steps)} step(s) with a status record"]
+    for n, s in enumerate(v.steps, 1):
+        detail = ""
+        if s.state == FAILED and s.cause is not None:
+            detail = f" (not run: {s.cause.task} failed: {s.cause.error_type})"
+        elif s.state == FAILED and s.last_error is not None:
+            detail = f" ({_short(s.last_error.error_type + ': ' + s.last_error.error)})"
+        elif s.state == SUCCEEDED:
+            detail = f" -> {_short(repr(s.value))}"
+        lines.append(f"  {n}. {s.task or '?'} {s.job_id}: {s.state}{detail}")
+    for done, size in v.chords:
+        state = f"{done} of {size} header results in" if done is not None else "ended"
+        lines.append(f"  chord of {size}: {state}")
+    return lines

@@ -183,7 +183,7 @@ class Consumer:
         fence = (
             now - self._fetched_at
         ) * 1000 > self.executor.app.settings.visibility_timeout_ms / 2
-        acks, results = self.finisher.acks, self.finisher.results
+        acks, completions = self.finisher.acks, self.finisher.completions
         dirty = self._dirty | {d.stream for d in acks}
         self._acks_since_trim += len(acks)
         trim = self._acks_since_trim >= TRIM_EVERY_ACKS or (
@@ -193,7 +193,7 @@ class Consumer:
             self.name,
             count,
             acks,
-            results=results,
+            completions=completions,
             fence_acks=fence,
             trim=trim,
             dirty=sorted(dirty),

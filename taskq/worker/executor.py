@@ -11,6 +11,7 @@ from taskq.broker import Delivery
 from taskq.config import Settings
 from taskq.context import JobContext, reset_current, set_current
 from taskq.errors import DecodeError, ResultError, Retry, TaskNotFound
+from taskq.flow import needs_result
 from taskq.message import Message
 from taskq.results import encode_result
 from taskq.task import Task
@@ -102,7 +103,7 @@ class Executor:
         finally:
             reset_current(token)
         duration_s = time.perf_counter() - started
-        if msg.result_ttl_s is None:
+        if not needs_result(msg):
             return Outcome(OK, p.delivery, msg, p.attempt, duration_s=duration_s)
         try:
             stored = encode_result(value, max_bytes=self.app.settings.max_result_bytes)

@@ -14,9 +14,10 @@ import time
 
 from taskq.broker import Broker, Delivery
 from taskq.deadletter import Deadletter
+from taskq.flow import on_failure, on_success
 from taskq.message import Message, with_retries
 from taskq.middleware import emit
-from taskq.results import FailedRun, StoredResult
+from taskq.results import Completion, FailedRun
 from taskq.worker.executor import Executor, Prepared
 from taskq.worker.outcome import DEAD, OK, RETRY, Outcome
 
@@ -36,8 +37,8 @@ class Finisher:
         self.executor = executor
         self.acks: list[Delivery] = []
         """Successes whose ack waits for the next fetch."""
-        self.results: dict[Delivery, StoredResult] = {}
-        """The return values among them that are stored with their acks."""
+        self.completions: dict[Delivery, Completion] = {}
+        """What some of them write with their acks: results, next workflow steps."""
 
     def record(self, o: Outcome, *, owner: str) -> None:
         """Record a run's fate (a success's ack is queued), log it and tell middleware."""
@@ -45,13 +46,17 @@ class Finisher:
         if o.kind == OK:
             self.acks.append(d)
             if o.result is not None and o.msg is not None:
-                self.results[d] = StoredResult(
+                ops = on_success(o.msg, o.result) if o.msg.wf else None
+                self.completions[d] = Completion(
                     o.msg.id,
+                    o.msg.result_ttl_s is not None,
                     self._ttl_ms(o.msg),
                     o.result,
                     o.attempt,
                     o.duration_s * 1000,
                     time.monotonic(),
+                    ops.ops if ops else None,
+                    tuple(ops.keys) if ops else (),
                 )
         elif o.kind == RETRY and o.msg is not None:
             body = with_retries(d.body or b"", o.attempt)
@@ -64,7 +69,12 @@ class Finisher:
             )
         else:
             entry = deadletter_entry(o, worker=owner)
-            self.broker.deadletter(d, owner=owner, entry=entry, record_ttl_ms=self._ttl_ms(o.msg))
+            failure_ops = None
+            if o.msg is not None and o.msg.wf:
+                writes = on_failure(o.msg, o.error_type, o.error)
+                failure_ops = (writes.packed(), writes.keys) if writes.ops else None
+            ttl = self._ttl_ms(o.msg)
+            self.broker.deadletter(d, owner=owner, entry=entry, record_ttl_ms=ttl, ops=failure_ops)
         log_outcome(o)
         emit(self.executor.app.middleware, "after_job", o)
 
@@ -76,7 +86,7 @@ class Finisher:
 
     def take_acks(self) -> list[Delivery]:
         """The queued acks (and their results, dropped here), once a fetch has sent them."""
-        acks, self.acks, self.results = self.acks, [], {}
+        acks, self.acks, self.completions = self.acks, [], {}
         return acks
 
     def hand_back(self, d: Delivery, *, owner: str) -> None:

@@ -24,7 +24,7 @@ from taskq.cli import main
 from taskq.errors import ConfigError
 from taskq.keys import GROUP
 from taskq.message import Message
-from taskq.results import FINAL, StoredResult
+from taskq.results import FINAL, Completion
 from taskq.testing import drain
 from tests import tasks
 from tests.conftest import ROOT, WorkerProcess, runs, wait_until, worker_env
@@ -147,9 +147,10 @@ def test_a_job_that_ran_twice_leaves_one_result(task_app: App) -> None:
     with redis.Redis.from_url(task_app.settings.redis_url) as c:
         c.xclaim("tasks:normal", GROUP, "B", 0, [a.entry_id])
         for consumer, value in (("B", 2), ("A", 3)):
-            stored = StoredResult(job.id, 60_000, msgpack.packb(value), 1, 1.0, time.monotonic())
+            value_bytes = msgpack.packb(value)
+            stored = Completion(job.id, True, 60_000, value_bytes, 1, 1.0, time.monotonic())
             other = Broker(broker.link, ["tasks"])
-            other.fetch(consumer, 0, [a], results={a: stored}, fence_acks=False)
+            other.fetch(consumer, 0, [a], completions={a: stored}, fence_acks=False)
         # then the first completion's result stands, and one done marker woke the waiters
         assert job.result(timeout=1) == 2
         assert c.lrange(f"tasks:done:{job.id}", 0, -1) == [b"succeeded"]

@@ -5,21 +5,23 @@
 -- It also tells the caller when the earliest delayed job or retry is due (from the queues'
 -- due keys), so that the caller promotes them when they are (promote.lua): a cheap check on
 -- every fetch instead of a poll.
--- Jobs that keep a status record: an ack may carry the job's result, stored with the ack
--- (only if the ack happens: a fenced-off ack stores nothing), and a job taken here is marked
--- running in its record.
--- KEYS: the job streams, in read order, then each queue's due key, then per result its
---       record and done list.
+-- An ack may come with a completion: the job's result for its status record, and the
+-- writes that start what follows it in a workflow (_flow.lua), done only if the ack happens
+-- (a fenced-off ack does nothing) and only once (a record already ended keeps its first
+-- outcome). A job taken here that keeps a record is marked running in it.
+-- KEYS: the job streams, in read order, then each queue's due key, then every key the
+--       completions touch.
 -- ARGV: group, consumer, count, fence (0/1), trim (0/1), n_acks, number of streams,
---       n_results, then n_acks pairs (stream key index, entry id), then per result: the
---       index of its ack (1-based), ttl ms, result (msgpack), attempts, ms since the run
---       started, ms since it ended; then the key indexes of the streams with acks since the
---       caller's last trim.
+--       n_completions, number of streams and due keys, then n_acks pairs (stream key index,
+--       entry id), then per completion: the index of its ack (1-based) and a msgpack map
+--       {r = record, d = done list, t = ttl ms, v = result, a = attempts, s = ms since the
+--       run started, e = ms since it ended, o = ops}; then the key indexes of the streams
+--       with acks since the caller's last trim.
 -- Returns {ms until something is due (-1: nothing; 0: due now), then per delivery: stream key
 --          index, entry id, fields}.
 local group, consumer = ARGV[1], ARGV[2]
 local count, nacks, nstreams = tonumber(ARGV[3]), tonumber(ARGV[6]), tonumber(ARGV[7])
-local nresults = tonumber(ARGV[8])
+local ncompletions, nfetchkeys = tonumber(ARGV[8]), tonumber(ARGV[9])
 local fence, trim = ARGV[4] == '1', ARGV[5] == '1'
 local PAGE = 1000
 
@@ -40,7 +42,7 @@ end
 -- caller skips the fence for jobs it fetched less than half a visibility timeout ago: the
 -- sweep only takes entries idle for a whole one. One XACK per stream for the whole batch.
 local acked, order = {}, {}
-local a = 9
+local a = 10
 for _ = 1, nacks do
   local k = tonumber(ARGV[a])
   if not acked[k] then
@@ -66,18 +68,20 @@ for _, k in ipairs(order) do
 end
 
 local now
-if nresults > 0 then
+if ncompletions > 0 then
   now = now_ms()
-  local r = #KEYS - 2 * nresults
-  for _ = 1, nresults do
-    local i = 9 + 2 * (tonumber(ARGV[a]) - 1)
+  for _ = 1, ncompletions do
+    local i = 10 + 2 * (tonumber(ARGV[a]) - 1)
     if done[ARGV[i] .. ' ' .. ARGV[i + 1]] then
-      finish_record(KEYS[r + 1], KEYS[r + 2], 'succeeded', tonumber(ARGV[a + 1]),
-        now - tonumber(ARGV[a + 5]), 'result', ARGV[a + 2], 'attempts', ARGV[a + 3],
-        'started_ms', now - tonumber(ARGV[a + 4]), 'worker', consumer)
+      local c = cmsgpack.unpack(ARGV[a + 1])
+      local first = 1
+      if c.r then
+        first = finish_record(c.r, c.d, 'succeeded', c.t, now - c.e, 'result', c.v,
+          'attempts', c.a, 'started_ms', now - c.s, 'worker', consumer)
+      end
+      if first == 1 and c.o then run_ops(c.o, now) end
     end
-    r = r + 2
-    a = a + 6
+    a = a + 2
   end
 end
 
@@ -115,7 +119,7 @@ if trim or got == 0 then
 end
 
 local soonest
-for k = nstreams + 1, #KEYS - 2 * nresults do
+for k = nstreams + 1, nfetchkeys do
   local due = tonumber(redis.call('GET', KEYS[k]))
   if due and (not soonest or due < soonest) then soonest = due end
 end

@@ -1,0 +1,113 @@
+-- Shared prologue: the writes that start and end workflow steps ("ops", built by
+-- taskq/flow.py and passed as one msgpack list). Each op is a list whose first element
+-- names it; every key an op names is also declared in KEYS by the caller.
+
+-- A msgpack array header for n elements.
+local function array_header(n)
+  if n < 16 then return string.char(0x90 + n) end
+  if n < 65536 then return string.char(0xdc, math.floor(n / 256), n % 256) end
+  return string.char(0xdd, math.floor(n / 16777216) % 256, math.floor(n / 65536) % 256,
+    math.floor(n / 256) % 256, n % 256)
+end
+
+local run_ops
+
+-- ["job", stream, task, body, id, record, ttl ms, queue, priority, args]: a step enters its
+-- stream; its record (if it keeps one) says waiting.
+local function op_job(op, now)
+  local fields = {'task', op[3], 'body', op[4]}
+  if op[6] ~= '' then fields[5], fields[6] = 'job', op[5] end
+  local id = redis.call('XADD', op[2], '*', unpack(fields))
+  if op[6] ~= '' then
+    redis.call('HSET', op[6], 'state', 'waiting', 'task', op[3], 'queue', op[8],
+      'priority', op[9], 'args', op[10], 'enqueued_ms', now, 'entry', id)
+    redis.call('PEXPIRE', op[6], op[7])
+  end
+end
+
+-- ["schedule", schedule, due key, delay ms, member, record, ttl ms, task, queue, priority,
+-- args]: a step with a countdown waits in the schedule.
+local function op_schedule(op, now)
+  local due = now + op[4]
+  redis.call('ZADD', op[2], due, op[5])
+  lower_due(op[3], due)
+  if op[6] ~= '' then
+    redis.call('HSET', op[6], 'state', 'scheduled', 'task', op[8], 'queue', op[9],
+      'priority', op[10], 'args', op[11], 'enqueued_ms', now, 'due_ms', due)
+    redis.call('PEXPIRE', op[6], op[4] + op[7])
+  end
+end
+
+-- ["chord_add", key, index, result]: one header result, counted once per index; the last
+-- one enqueues the body with every result in order, and the chord's state goes.
+local function op_chord_add(op, now)
+  if redis.call('EXISTS', op[2]) == 0 then return end  -- ended (or failed) already
+  if redis.call('HSETNX', op[2], 'r:' .. op[3], op[4]) == 0 then return end
+  local done = redis.call('HINCRBY', op[2], 'done', 1)
+  local c = redis.call('HMGET', op[2], 'n', 'ttl', 'pre', 'post', 'imm', 'op')
+  local n = tonumber(c[1])
+  if done < n then
+    redis.call('PEXPIRE', op[2], c[2])
+    return
+  end
+  local body = c[3]
+  if c[5] ~= '1' then
+    local names = {}
+    for i = 0, n - 1 do names[#names + 1] = 'r:' .. i end
+    local parts = {c[3], array_header(n)}
+    for start = 1, n, 1000 do  -- HMGET in slices: unpack has a stack limit
+      local slice = {}
+      for i = start, math.min(n, start + 999) do slice[#slice + 1] = names[i] end
+      for _, r in ipairs(redis.call('HMGET', op[2], unpack(slice))) do parts[#parts + 1] = r end
+    end
+    parts[#parts + 1] = c[4]
+    body = table.concat(parts)
+  end
+  redis.call('DEL', op[2])
+  local job = cmsgpack.unpack(c[6])
+  job[4] = body
+  run_ops({job}, now)
+end
+
+-- ["fail", record, done, ttl ms, cause id, cause task, cause type, cause error]: a later step
+-- of a workflow will never run, because an earlier one failed.
+local function op_fail(op, now)
+  finish_record(op[2], op[3], 'failed', op[4], now, 'cause', op[5], 'cause_task', op[6],
+    'cause_type', op[7], 'cause_error', op[8])
+end
+
+local OPS = {
+  job = op_job,
+  schedule = op_schedule,
+  chord_add = op_chord_add,
+  fail = op_fail,
+  -- ["record", record, ttl ms, task, queue, priority]: a later step, not started yet.
+  record = function(op, now)
+    redis.call('HSET', op[2], 'state', 'pending', 'task', op[4], 'queue', op[5],
+      'priority', op[6])
+    redis.call('PEXPIRE', op[2], op[3])
+  end,
+  -- ["chord_new", key, n, ttl ms, pre, post, immutable, body op]: a chord's state.
+  chord_new = function(op, now)
+    redis.call('HSET', op[2], 'n', op[3], 'done', 0, 'ttl', op[4], 'pre', op[5], 'post', op[6],
+      'imm', op[7], 'op', op[8])
+    redis.call('PEXPIRE', op[2], op[4])
+  end,
+  -- ["chord_fail", key, ops]: the chord fails (once: its state goes) and runs its ops.
+  chord_fail = function(op, now)
+    if redis.call('DEL', op[2]) == 1 then run_ops(op[3], now) end
+  end,
+  -- ["flow", key, ttl ms, kind, info]: a workflow's own record.
+  flow = function(op, now)
+    redis.call('HSET', op[2], 'kind', op[4], 'info', op[5], 'created_ms', now)
+    redis.call('PEXPIRE', op[2], op[3])
+  end,
+}
+
+run_ops = function(ops, now)
+  for _, op in ipairs(ops) do
+    local f = OPS[op[1]]
+    if not f then error('unknown workflow op ' .. tostring(op[1])) end
+    f(op, now)
+  end
+end

@@ -1,0 +1,309 @@
+"""How a workflow runs: laid out as fragments that travel in its jobs' bodies (``wf``), and
+turned into Redis writes ("ops") when a job succeeds or fails for good.
+
+A job's ``wf`` map (docs/protocol.md, "Workflows") says what follows it:
+
+- ``next``: fragments to start with its result when it succeeds (the next chain step, a
+  chord, ``link`` callbacks);
+- ``chord``: ``[chord key, index]``: its result is header result ``index`` of that chord;
+- ``fail``: status records of later steps to end as failed if it fails for good;
+- ``abort``: chords that fail with it (each with the records and callbacks that go with it);
+- ``errback``: ``link_error`` fragments to start, with its id, if it fails for good.
+
+A fragment is a job (``{"t": "job", ...}``: a resolved signature with a pre-assigned id) or a
+chord (``{"t": "chord", ...}``: its header members and its body). The ops that start them run
+in the same script as the parent's ack or its move to the dead letters (``_flow.lua``), so a
+crash between the two can neither lose nor duplicate a step, and a chord's state counts each
+header index once, so its body is enqueued exactly once.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import msgpack
+
+from taskq.canvas import Chain, Chord, Group, Signature, Workflow
+from taskq.errors import ConfigError
+from taskq.job import Job
+from taskq.keys import PRIORITIES, QueueKeys
+from taskq.message import Message, lua_pack, new_job_id
+
+if TYPE_CHECKING:
+    from taskq.app import App
+
+Op = list[Any]
+"""One write ``_flow.lua`` knows: ``["job", ...]``, ``["chord_add", ...]``, ... (see there)."""
+
+_MARK_VALUE = msgpack.ExtType(71, os.urandom(16))
+"""Stands for the parent's result as a step's first argument while its body is encoded."""
+_MARK = bytes(msgpack.packb(_MARK_VALUE))
+"""Its encoding, which is then replaced by the result's own bytes: the result is spliced in
+as msgpack, never decoded and encoded again, so no type changes on the way."""
+NIL = b"\xc0"
+
+
+@dataclass
+class Ops:
+    """Writes to make in one script, and every key they touch (declared to Redis)."""
+
+    ops: list[Op] = field(default_factory=list)
+    keys: list[str] = field(default_factory=list)
+
+    def add(self, op: Op, *keys: str) -> None:
+        self.ops.append(op)
+        self.keys += [k for k in keys if k and k not in self.keys]
+
+    def extend(self, other: Ops) -> None:
+        self.ops += other.ops
+        self.keys += [k for k in other.keys if k not in self.keys]
+
+    def packed(self) -> bytes:
+        return lua_pack(self.ops)
+
+
+# -- layout: a workflow as fragments ------------------------------------------------------
+
+
+@dataclass
+class Context:
+    """What follows the part being laid out."""
+
+    next: list[dict[str, Any]] = field(default_factory=list)
+    fail: list[list[Any]] = field(default_factory=list)
+    chord: list[Any] | None = None
+    abort: list[dict[str, Any]] = field(default_factory=list)
+    errback: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class Laid:
+    fragments: list[dict[str, Any]]
+    """What starts the part."""
+    terminal: list[Job]
+    """The jobs whose results are the part's result."""
+    steps: list[dict[str, Any]]
+    """Every job fragment, for the status records created up front."""
+
+
+class Layout:
+    """Lays a workflow out for one app (its task options and settings)."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+
+    def lay(self, w: Workflow, ctx: Context) -> Laid:
+        if isinstance(w, Signature):
+            return self._signature(w, ctx)
+        if isinstance(w, Chain):
+            return self._chain(w, ctx)
+        if isinstance(w, Chord):
+            return self._chord(w, ctx)
+        parts = [self.lay(m, ctx) for m in w.members]
+        for m, part in zip(w.members, parts, strict=True):
+            if len(part.terminal) != 1:
+                raise ConfigError(f"a group member must end in one job, not {m!r}")
+        return Laid(
+            [f for p in parts for f in p.fragments],
+            [j for p in parts for j in p.terminal],
+            [s for p in parts for s in p.steps],
+        )
+
+    def _signature(self, s: Signature, ctx: Context) -> Laid:
+        task = s.task_obj if s.task_obj is not None else self.app.get_task(s.task)
+        msg = task.message(tuple(s.args), dict(s.kwargs), priority=s.priority, queue=s.queue)
+        ttl = None if ctx.chord is not None else msg.result_ttl_s  # headers report to the chord
+        job_id = new_job_id()
+        wf: dict[str, Any] = {}
+        nexts = [*ctx.next, *(f for w in s.link for f in self.lay(w, Context()).fragments)]
+        errbacks = [*ctx.errback, *(self._callback(e) for e in s.link_error)]
+        for key, value in (
+            ("next", nexts),
+            ("fail", ctx.fail),
+            ("chord", ctx.chord),
+            ("abort", ctx.abort),
+            ("errback", errbacks),
+        ):
+            if value:
+                wf[key] = value
+        frag = {
+            "t": "job",
+            "id": job_id,
+            "task": msg.task,
+            "args": list(msg.args),
+            "kwargs": msg.kwargs,
+            "queue": msg.queue,
+            "priority": msg.priority,
+            "ttl": ttl,
+            "imm": s.immutable,
+            "countdown_ms": int(s.countdown_s * 1000) if s.countdown_s else 0,
+            "wf": wf or None,
+        }
+        job = Job(job_id, msg.task, msg.queue, msg.priority, stores_result=ttl is not None)
+        return Laid([frag], [job], [frag])
+
+    def _callback(self, s: Signature) -> dict[str, Any]:
+        return self._signature(s, Context()).fragments[0]
+
+    def _chain(self, c: Chain, ctx: Context) -> Laid:
+        steps = with_implicit_chords(list(c.steps))
+        errback = [*ctx.errback, *(self._callback(e) for e in c.link_error)]
+        laid = self.lay(steps[-1], Context(ctx.next, ctx.fail, ctx.chord, ctx.abort, errback))
+        all_steps, terminal = list(laid.steps), laid.terminal
+        for step in reversed(steps[:-1]):
+            downstream = [_record_ref(f) for f in laid.steps if f["ttl"] is not None]
+            inner = Context(laid.fragments, [*downstream, *ctx.fail], None, ctx.abort, errback)
+            laid = self.lay(step, inner)
+            all_steps = [*laid.steps, *all_steps]
+        return Laid(laid.fragments, terminal, all_steps)
+
+    def _chord(self, c: Chord, ctx: Context) -> Laid:
+        body = self.lay(c.body, ctx)
+        if len(body.fragments) != 1 or body.fragments[0]["t"] != "job":
+            raise ConfigError("a chord's body must start with one task (not a group or chord)")
+        if body.fragments[0]["countdown_ms"]:
+            raise ConfigError("a chord's body cannot have a countdown")
+        first = body.fragments[0]
+        chord_id = new_job_id()
+        key = QueueKeys(first["queue"]).chord(chord_id)
+        downstream = [_record_ref(f) for f in body.steps if f["ttl"] is not None]
+        errback = [*ctx.errback, *(self._callback(e) for e in c.link_error)]
+        abort = {"key": key, "fail": [*downstream, *ctx.fail], "errback": errback}
+        members, steps = [], list(body.steps)
+        for i, m in enumerate(c.header.members):
+            laid = self.lay(m, Context(chord=[key, i], abort=[*ctx.abort, abort]))
+            if len(laid.fragments) != 1 or len(laid.terminal) != 1:
+                raise ConfigError(f"a chord header member must start with one task, not {m!r}")
+            members += laid.fragments
+            steps += laid.steps
+        ttl = self.app.settings.result_ttl_s
+        frag = {"t": "chord", "key": key, "n": len(members), "ttl": ttl, "body": first}
+        frag["members"] = members
+        return Laid([frag], body.terminal, steps)
+
+
+def with_implicit_chords(steps: list[Workflow]) -> list[Workflow]:
+    """A group followed by more steps is a chord whose body is the rest of the chain."""
+    for i, step in enumerate(steps[:-1]):
+        if isinstance(step, Group):
+            rest = steps[i + 1 :]
+            body = rest[0] if len(rest) == 1 else Chain(tuple(rest))
+            if not isinstance(body, Signature | Chain):
+                raise ConfigError("a group in a chain must be followed by a task or a chain")
+            return [*steps[:i], Chord(step, body)]
+    return steps
+
+
+def _record_ref(frag: dict[str, Any]) -> list[Any]:
+    """``[record key, done key, ttl ms]`` of a job fragment that keeps a record."""
+    k = QueueKeys(frag["queue"])
+    return [k.job(frag["id"]), k.done(frag["id"]), frag["ttl"] * 1000]
+
+
+# -- ops: fragments as writes -----------------------------------------------------------
+
+
+def spawn(fragments: Sequence[dict[str, Any]], parent: bytes | None) -> Ops:
+    """The writes that start ``fragments``; ``parent`` is the encoded result (or the failed
+    job's id, for error callbacks) that mutable steps get as their first argument."""
+    out = Ops()
+    for frag in fragments:
+        if frag["t"] == "chord":
+            out.extend(_chord_ops(frag, parent))
+        else:
+            out.extend(_job_ops(frag, parent))
+    return out
+
+
+def _job_ops(frag: dict[str, Any], parent: bytes | None) -> Ops:
+    """``["job", stream, task, body, id, record, ttl ms, queue, priority, args]``, or for a
+    step with a countdown ``["schedule", schedule, due, delay ms, member, record, ttl ms,
+    task, queue, priority, args]`` (record '' when the step keeps none)."""
+    k = QueueKeys(frag["queue"])
+    spliced = parent is not None and not frag["imm"]
+    first = (_MARK_VALUE,) if spliced else ()
+    msg = Message(
+        frag["task"],
+        (*first, *frag["args"]),
+        frag["kwargs"],
+        frag["id"],
+        frag["queue"],
+        frag["priority"],
+        result_ttl_s=frag["ttl"],
+        wf=frag["wf"],
+    )
+    args = msgpack.packb([[*first, *frag["args"]], frag["kwargs"]], use_bin_type=True)
+    body, args = msg.encode(), bytes(args)
+    if spliced:
+        assert parent is not None
+        body, args = body.replace(_MARK, parent, 1), args.replace(_MARK, parent, 1)
+    record = k.job(frag["id"]) if frag["ttl"] is not None else ""
+    ttl_ms = (frag["ttl"] or 0) * 1000
+    out = Ops()
+    if frag["countdown_ms"]:
+        member = b"%d\n%s\n%s" % (PRIORITIES.index(frag["priority"]), frag["task"].encode(), body)
+        info = [frag["task"], frag["queue"], frag["priority"], args]
+        op = ["schedule", k.schedule, k.due, frag["countdown_ms"], member, record, ttl_ms, *info]
+        out.add(op, k.schedule, k.due, record)
+    else:
+        stream = k.stream(frag["priority"])
+        op = ["job", stream, frag["task"], body, frag["id"], record, ttl_ms]
+        out.add([*op, frag["queue"], frag["priority"], args], stream, record)
+    return out
+
+
+def _chord_ops(frag: dict[str, Any], parent: bytes | None) -> Ops:
+    """``["chord_new", key, n, ttl ms, pre, post, immutable, body op]``: the chord's state,
+    holding its body's job op with the body split around its first argument (the header's
+    results, joined in by the script that counts the last one); then the header members."""
+    body = frag["body"]
+    template = _job_ops(body, None if body["imm"] else _MARK)
+    [op] = template.ops
+    pre, _, post = op[3].partition(_MARK)
+    op[3], op[9] = b"", op[9].replace(_MARK, NIL, 1)
+    out = Ops()
+    chord_op = ["chord_new", frag["key"], frag["n"], frag["ttl"] * 1000, pre, post]
+    chord_op += [int(bool(body["imm"])), lua_pack(op)]
+    out.add(chord_op, frag["key"], *template.keys)
+    out.extend(spawn(frag["members"], parent))
+    return out
+
+
+def on_success(msg: Message, result: bytes) -> Ops:
+    """What a job's success starts: its next steps and callbacks, and its chord's count."""
+    wf = msg.wf or {}
+    out = spawn(wf.get("next", ()), result)
+    chord = wf.get("chord")
+    if chord:
+        out.add(["chord_add", chord[0], chord[1], result], chord[0])
+    return out
+
+
+def on_failure(msg: Message, error_type: str, error: str) -> Ops:
+    """What a job's failure for good does: later steps fail, error callbacks start (with the
+    failed job's id), and each chord it belongs to fails, once."""
+    wf = msg.wf or {}
+    cause = [msg.id, msg.task, error_type, error]
+    out = Ops()
+    for ref in wf.get("fail", ()):
+        out.add(["fail", *ref, *cause], ref[0], ref[1])
+    job_id = bytes(msgpack.packb(msg.id))
+    out.extend(spawn(wf.get("errback", ()), job_id))
+    for chord in wf.get("abort", ()):
+        inner = Ops()
+        for ref in chord["fail"]:
+            inner.add(["fail", *ref, *cause], ref[0], ref[1])
+        inner.extend(spawn(chord["errback"], job_id))
+        out.add(["chord_fail", chord["key"], inner.ops], chord["key"], *inner.keys)
+    return out
+
+
+def needs_result(msg: Message) -> bool:
+    """Whether the job's success needs its encoded result (to store, or to pass on)."""
+    if msg.result_ttl_s is not None:
+        return True
+    wf = msg.wf
+    return bool(wf and (wf.get("next") or wf.get("chord")))
