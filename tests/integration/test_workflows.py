@@ -219,3 +219,28 @@ def test_a_worker_names_body_keys_it_does_not_know(
     with caplog.at_level("WARNING", logger="taskq.message"):
         assert drain(task_app).ok == 1
     assert "zz" in caplog.text and "does not know" in caplog.text
+
+
+@pytest.mark.slow
+def test_a_chord_of_10000_runs_its_body_once_and_leaves_no_state(
+    task_app: App, r: redis.Redis
+) -> None:
+    # given a warmed-up Redis (scripts loaded, streams and groups made)
+    warm = chord(group(tasks.square.s(i) for i in range(10)), tasks.tsum.s()).delay()
+    drain(task_app, timeout_s=20)
+    assert warm.result(timeout=1) == sum(i * i for i in range(10))
+    r.delete("runs")
+    baseline = int(r.info("memory")["used_memory"])
+    # when a 10,000-job chord runs to its end
+    c = chord(group(tasks.square.s(i) for i in range(10_000)), tasks.tsum.s()).delay()
+    peak = int(r.info("memory")["used_memory"])
+    drain(task_app, timeout_s=120)
+    assert c.result(timeout=1) == sum(i * i for i in range(10_000))
+    # then its body ran once, and Redis holds no more than the body's and the flow's records
+    [body] = _tags(r, "tsum")
+    assert body["n"] == 10_000
+    r.delete("runs")
+    assert not r.keys("tasks:chord:*")
+    after = int(r.info("memory")["used_memory"])
+    assert peak - baseline > 1_000_000  # the waiting header jobs were real data
+    assert after - baseline < 64 * 1024, (baseline, peak, after)
