@@ -34,6 +34,7 @@ import importlib.metadata
 import json
 import multiprocessing as mp
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -47,7 +48,7 @@ from dataclasses import dataclass, field
 from multiprocessing.context import ForkProcess
 from multiprocessing.synchronize import Event
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from redis import Redis
 from redis.exceptions import RedisError
@@ -56,9 +57,11 @@ from redis.utils import HIREDIS_AVAILABLE
 from bench import envs, record
 from bench.agent import BenchError, percentile, start_worker
 from bench.procs import pin_self, stop_tree, unpin_self
-from bench.redis_server import PrivateRedis
 from bench.report import md_table
 from bench.run import RAWS, Entry, Runner, loadavg, machine, taskq_problem
+
+if TYPE_CHECKING:  # imported where it is used: it imports taskq, which the peers' venvs lack
+    from bench.redis_server import PrivateRedis
 
 REPO = envs.REPO
 ORDER = ("results", "chords", "async")  # sections of RESULTS-features.md, in this order
@@ -85,6 +88,9 @@ class Family:
     ``attr`` names the object each peer module exposes for this family (``RESULTS``,
     ``CHORDS``, ``ASYNC``). ``agent(system, ctx)`` measures one system inside its venv;
     ``raw(ctx)`` the raw floor; ``render(data)`` returns the section's Markdown body.
+    ``extra(session, systems, run)``, if given, makes the family's further rounds of run
+    ``run`` (after the raw floors and the systems; ``systems`` are those that can run) and
+    keeps their figures in ``session.data`` itself.
     """
 
     key: str
@@ -97,6 +103,7 @@ class Family:
     raw: Callable[[AgentCtx], Params]
     render: Callable[[dict[str, Any]], list[str]]
     raws: Sequence[str] = ("raw", "raw-hiredis")
+    extra: Callable[[Session, Sequence[Entry], int], None] | None = None
 
     def label(self, name: str) -> str:
         """Display name of a system or raw floor."""
@@ -234,7 +241,7 @@ def _brief(res: Params) -> str:
 
 
 def measure(s: Session, systems: Sequence[Entry], raws: Sequence[str]) -> None:
-    """All runs: the raw floors first, then every system."""
+    """All runs: the raw floors first, then every system, then the family's extra rounds."""
     for run in range(1, s.args.runs + 1):
         head = f"run {run}/{s.args.runs}"
         for name in raws:
@@ -251,6 +258,8 @@ def measure(s: Session, systems: Sequence[Entry], raws: Sequence[str]) -> None:
                 if key in res:
                     info[key] = res[key]
             print(f"{head}  {entry.name:<14} {_brief(res)}", flush=True)
+        if s.family.extra is not None:
+            s.family.extra(s, systems, run)
 
 
 def new_data(family: Family, args: argparse.Namespace) -> dict[str, Any]:
@@ -286,6 +295,8 @@ def run_family(family: Family, argv: Sequence[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix=f"taskq-bench-{family.key}-"))
     (workdir / "logs").mkdir()
     print(f"work dir {workdir}; load average {loadavg()}", flush=True)
+    from bench.redis_server import PrivateRedis  # here: it imports taskq (not in peer venvs)
+
     with PrivateRedis(workdir, args.redis_server) as server:
         runner = Runner(args, server, workdir)
         s = Session(family, args, workdir, server, runner, data)
@@ -661,7 +672,22 @@ class MemoryProbe:
             "new_keys_bytes_per_result": sum(sizes.values()) / n,
             "used_memory_delta_per_result": (used_after - self.used_before) / n,
             "example_keys": [k.decode(errors="replace") for k in new[:3]],
+            "kinds": kinds(sizes, n),
         }
+
+
+_ID = re.compile(r"[0-9a-fA-F-]{8,}|[0-9]+")  # a uuid, hex id or number inside a key name
+
+
+def kinds(sizes: dict[bytes, int], n: int) -> Params:
+    """New keys by kind (the name with its ids as ``*``): keys per result, median bytes."""
+    groups: dict[str, list[int]] = {}
+    for key, size in sizes.items():
+        groups.setdefault(_ID.sub("*", key.decode(errors="replace")), []).append(size)
+    return {
+        kind: {"keys_per_result": len(v) / n, "median_bytes": statistics.median(v)}
+        for kind, v in sorted(groups.items(), key=lambda kv: -sum(kv[1]))
+    }
 
 
 # ------------------------------------------------------------------ raw floors

@@ -560,7 +560,9 @@ def render(data: dict[str, Any], labels: dict[str, str]) -> str:
     """The whole bench/RESULTS.md."""
     meta, summary = data["meta"], data["summary"]
     out = ["# taskq benchmark results", "",
-           "Written by `bench/run.py`; methodology in [README.md](README.md).", "",
+           "Written by `bench/run.py`; methodology in [README.md](README.md). Feature "
+           "benchmarks (stored results, chords, async tasks): "
+           "[RESULTS-features.md](RESULTS-features.md).", "",
            *_header(meta), "", "## Targets", ""]  # fmt: skip
     if summary["targets"]:
         out += [

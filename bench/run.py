@@ -33,13 +33,15 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import envs, report
 from bench.procs import format_cpus
-from bench.redis_server import PrivateRedis
+
+if TYPE_CHECKING:  # imported where it is used: it imports taskq, which the peers' venvs lack
+    from bench.redis_server import PrivateRedis
 
 REPO = envs.REPO
 
@@ -519,6 +521,8 @@ def main() -> int:
     print(f"work dir {workdir}; load average {loadavg()}", flush=True)
     if float(loadavg().split()[0]) > report.BUSY_LOAD:
         print("warning: the machine is busy; figures will be noisy", flush=True)
+    from bench.redis_server import PrivateRedis  # here: it imports taskq (not in peer venvs)
+
     with PrivateRedis(workdir, args.redis_server) as server:
         data["meta"]["redis_version"] = server.version()
         runner = Runner(args, server, workdir)

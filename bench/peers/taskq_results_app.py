@@ -1,27 +1,39 @@
-"""taskq with results stored (results and chords families), written against the planned API.
+"""taskq with stored results (results and chords families; the results family's drain).
 
-Planned: ``App(redis_url=..., store_results=True)``; ``add.delay(1, 2).result(timeout=5)``;
-results in keys under the queue's prefix (``tasks:``); ``from taskq import chord, group``;
+Stored results (issue 13): ``App(redis_url=..., store_results=True)``, so every job keeps
+its status record ``tasks:job:<id>`` and, once it ends, the one-element done list
+``tasks:done:<id>`` that ``add.delay(1, 2).result(timeout=5)`` blocks on (``BLMOVE``); both
+are the new keys under the queue's prefix (``tasks:``) that the memory phase sizes.
+
+:data:`SYSTEM` is the results-on half of the results family's "drain with results on vs
+off": the main bench's ``noop`` task (:func:`bench.job.job`) on this app, drained by
+``bench.agent`` exactly as ``bench/peers/taskq_app.py``'s plain app is (the results-off
+half).
+
+Chords are still planned: ``from taskq import chord, group``;
 ``chord(group(add.s(i, i) ...), tsum.s()).apply_async().result(timeout=...)``. Until taskq
-has them, :func:`problem` says which is missing and the bench reports "not available yet".
-The module still imports (the tasks are registered on an app without stored results).
+has them, :func:`problem` says so and the chords bench reports "not available yet". The
+module also imports on a taskq without stored results (an older checkout): the tasks are
+then registered on a plain app and :func:`problem` names the missing setting for every
+family.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import taskq
-from bench.peers.base import redis_url
+from bench.job import job
+from bench.peers.base import Item, System, redis_url
 from bench.peers.featurebase import Chords, Results, taskq_cli
 
 
 def _make_app() -> tuple[taskq.App, str | None]:
     """The app with stored results, or a plain one and why ``store_results`` was refused."""
-    planned: dict[str, Any] = {"store_results": True}  # not a known setting yet
     try:
-        return taskq.App(redis_url=redis_url(), queue="tasks", **planned), None
-    except Exception as exc:  # ConfigError (unknown setting) or TypeError, for now
+        return taskq.App(redis_url=redis_url(), queue="tasks", store_results=True), None
+    except Exception as exc:  # ConfigError (unknown setting) on a taskq without results
         plain = taskq.App(redis_url=redis_url(), queue="tasks")
         why = str(exc).split(";")[0]  # ConfigError lists every known setting after the ";"
         return plain, f"App does not accept store_results ({type(exc).__name__}: {why})"
@@ -42,6 +54,13 @@ def tsum(values: list[int]) -> int:
     return sum(values)
 
 
+@app.task
+def noop(i: int, t_ns: int) -> None:
+    """The drain's task, as in bench/peers/taskq_app.py: one record and one INCR; its
+    result (None) is stored."""
+    job(i)
+
+
 def problem(family: str) -> str | None:
     """Why ``family`` cannot run on this taskq yet, or None."""
     if _STORE_PROBLEM:
@@ -53,11 +72,11 @@ def problem(family: str) -> str | None:
     return None
 
 
-def worker_argv(procs: int) -> list[str]:
-    """The taskq worker on this app."""
+def worker_argv(procs: int, extra: Sequence[str] = ()) -> list[str]:
+    """The taskq worker on this app (the same command line as the main bench's)."""
     return [
         *taskq_cli(), "worker", "-A", "bench.peers.taskq_results_app:app", "-c", str(procs),
-        "--loglevel", "warning",
+        "--loglevel", "warning", *extra,
     ]  # fmt: skip
 
 
@@ -104,5 +123,23 @@ class TaskqChords(Chords):
         return [h.result(timeout=timeout_s) for h in handles]
 
 
+class TaskqResultsDrain(System):
+    """``bench.agent``'s view of this app (the drain with results on): ``noop.delay`` for one
+    job, ``noop.starmap`` for a batch, as bench/peers/taskq_app.py does on the plain app."""
+
+    name = "taskq-results-on"
+    packages = ("taskq", "redis", "hiredis", "msgpack")
+
+    def worker_argv(self, procs: int, extra: Sequence[str] = ()) -> list[str]:
+        return worker_argv(procs, extra)
+
+    def enqueue_one(self, i: int, t_ns: int) -> None:
+        noop.delay(i, t_ns)
+
+    def enqueue_bulk(self, items: Sequence[Item]) -> None:
+        noop.starmap(items)
+
+
 RESULTS = TaskqResults()
 CHORDS = TaskqChords()
+SYSTEM = TaskqResultsDrain()
