@@ -11,6 +11,7 @@ import dataclasses
 import itertools
 import os
 from collections.abc import Callable, Iterable, Sequence
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec, TypeVar, overload
 
 from taskq.broker import Broker, Link, connect, redact
@@ -23,8 +24,10 @@ from taskq.context import JobContext, reset_current, set_current
 from taskq.current import set_current_app
 from taskq.errors import BrokerUnavailable, ConfigError
 from taskq.job import Flow, Job
+from taskq.keys import check_job_id
 from taskq.message import Message, now_ms
 from taskq.middleware import Middleware
+from taskq.periodic import Periodic, periodic_of
 from taskq.registry import SHARED, Registry
 from taskq.results import decode_value, encode_result
 from taskq.task import Task, TaskOptionArgs, build_options
@@ -69,6 +72,7 @@ class App:
             self.settings = settings.replace(**changes) if changes else settings
         self.registry = Registry(fallback=SHARED)
         self.middleware: list[Middleware] = []
+        self.periodics: dict[str, Periodic] = {}
         self._link: Link | None = None
         self._broker: Broker | None = None
         self._pid = 0
@@ -108,6 +112,68 @@ class App:
         ``bind=True`` to receive the task as first argument.
         """
         return decorator(fn, options, bind=bind, app=self, register=self.registry.add)
+
+    def periodic(
+        self,
+        *,
+        every: float | timedelta | None = None,
+        cron: str | None = None,
+        tz: str = "UTC",
+        args: Sequence[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+        queue: str | None = None,
+        priority: str | None = None,
+        catch_up: str = "one",
+        name: str | None = None,
+    ) -> Callable[[Callable[..., Any]], Task[..., Any]]:
+        """Register a function as a task and run it on a schedule: ``@app.periodic(every=30)``
+        (seconds or a timedelta, aligned to the epoch) or ``@app.periodic(cron="*/5 * * * *",
+        tz="Europe/Paris")``. Stacked on ``@app.task(...)``, it schedules that task.
+
+        Every ``taskq worker`` of the task's queue schedules it (unless ``--no-periodic``);
+        exactly one job is enqueued per tick. ``catch_up`` says what happens to ticks missed
+        while no worker ran: ``"one"`` (one job for all of them), ``"none"``, or ``"all"``
+        (up to 100). See docs/periodic.md.
+        """
+
+        def wrap(fn: Callable[..., Any]) -> Task[..., Any]:
+            t = fn if isinstance(fn, Task) else self.task(fn)
+            self.add_periodic(
+                t, every=every, cron=cron, tz=tz, args=args, kwargs=kwargs, queue=queue,
+                priority=priority, catch_up=catch_up, name=name,
+            )  # fmt: skip
+            return t
+
+        return wrap
+
+    def add_periodic(
+        self,
+        task: Task[..., Any],
+        *,
+        every: float | timedelta | None = None,
+        cron: str | None = None,
+        tz: str = "UTC",
+        args: Sequence[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+        queue: str | None = None,
+        priority: str | None = None,
+        catch_up: str = "one",
+        name: str | None = None,
+    ) -> Periodic:
+        """Schedule a task (see :meth:`periodic`); ``name`` (default: the task's name) tells
+        two schedules of one task apart.
+
+        Raises:
+            ConfigError: a bad schedule, zone, mode or argument, or a name already used.
+        """
+        p = periodic_of(
+            task, every=every, cron=cron, tz=tz, args=tuple(args), kwargs=kwargs, queue=queue,
+            priority=priority, catch_up=catch_up, name=name,
+        )  # fmt: skip
+        if p.name in self.periodics:
+            raise ConfigError(f"periodic {p.name!r} is declared twice; give each a name=")
+        self.periodics[p.name] = p
+        return p
 
     def add_middleware(self, middleware: Middleware) -> None:
         """Add lifecycle hooks (see :mod:`taskq.middleware`)."""
@@ -285,29 +351,6 @@ class App:
         eta = None if entry_id else msg.eta_ms
         stores = msg.result_ttl_s is not None
         return Job(msg.id, msg.task, msg.queue, msg.priority, entry_id, eta, stores, self)
-
-
-MAX_JOB_ID_CHARS = 200
-
-
-def check_job_id(job_id: str) -> None:
-    """A job id names keys: it must be non-empty, short, and free of spaces and control
-    characters.
-
-    Raises:
-        ConfigError: it is not.
-    """
-    if (
-        not isinstance(job_id, str)
-        or not job_id
-        or len(job_id) > MAX_JOB_ID_CHARS
-        or not job_id.isprintable()
-        or any(c.isspace() for c in job_id)
-    ):
-        raise ConfigError(
-            f"invalid job id {job_id!r}: expected up to {MAX_JOB_ID_CHARS} printable "
-            "characters without spaces (taskq's own ids are 32 hex digits)"
-        )
 
 
 def _enqueue_unavailable(exc: BrokerUnavailable) -> BrokerUnavailable:

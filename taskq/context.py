@@ -24,6 +24,7 @@ class JobContext(NamedTuple):
     priority: str
     created_ms: int
     entry_id: str | None
+    scheduled_ms: int | None = None
 
     @property
     def is_last_attempt(self) -> bool:
@@ -41,6 +42,7 @@ class JobContext(NamedTuple):
             msg.priority,
             msg.created_ms,
             entry_id,
+            msg.tick_ms,
         )
 
 

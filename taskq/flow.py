@@ -31,6 +31,7 @@ from taskq.errors import ConfigError
 from taskq.job import Job
 from taskq.keys import PRIORITIES, QueueKeys
 from taskq.message import Message, lua_pack, new_job_id
+from taskq.results import encode_args
 
 if TYPE_CHECKING:
     from taskq.app import App
@@ -235,8 +236,7 @@ def _job_ops(frag: dict[str, Any], parent: bytes | None) -> Ops:
         result_ttl_s=frag["ttl"],
         wf=frag["wf"],
     )
-    args = msgpack.packb([[*first, *frag["args"]], frag["kwargs"]], use_bin_type=True)
-    body, args = msg.encode(), bytes(args)
+    body, args = msg.encode(), encode_args((*first, *frag["args"]), frag["kwargs"])
     if spliced:
         assert parent is not None
         body, args = body.replace(_MARK, parent, 1), args.replace(_MARK, parent, 1)
@@ -249,9 +249,23 @@ def _job_ops(frag: dict[str, Any], parent: bytes | None) -> Ops:
         op = ["schedule", k.schedule, k.due, frag["countdown_ms"], member, record, ttl_ms, *info]
         out.add(op, k.schedule, k.due, record)
     else:
-        stream = k.stream(frag["priority"])
-        op = ["job", stream, frag["task"], body, frag["id"], record, ttl_ms]
-        out.add([*op, frag["queue"], frag["priority"], args], stream, record)
+        out.extend(_stream_op(msg, body, args))
+    return out
+
+
+def enqueue_ops(msg: Message, body: bytes) -> Ops:
+    """The op that puts an encoded job in its stream now, with its record if it keeps one
+    (a periodic job, enqueued by the script that claims its tick)."""
+    return _stream_op(msg, body, encode_args(msg.args, msg.kwargs))
+
+
+def _stream_op(msg: Message, body: bytes, args: bytes) -> Ops:
+    k = QueueKeys(msg.queue)
+    record = k.job(msg.id) if msg.result_ttl_s is not None else ""
+    stream, ttl_ms = k.stream(msg.priority), (msg.result_ttl_s or 0) * 1000
+    op = ["job", stream, msg.task, body, msg.id, record, ttl_ms, msg.queue, msg.priority, args]
+    out = Ops()
+    out.add(op, stream, record)
     return out
 
 

@@ -23,6 +23,29 @@ def check_priority(priority: str) -> None:
         raise ConfigError(f"unknown priority {priority!r}; use one of {', '.join(PRIORITIES)}")
 
 
+MAX_JOB_ID_CHARS = 200
+
+
+def check_job_id(job_id: str) -> None:
+    """A job id names keys: it must be non-empty, short, and free of spaces and control
+    characters.
+
+    Raises:
+        ConfigError: it is not.
+    """
+    if (
+        not isinstance(job_id, str)
+        or not job_id
+        or len(job_id) > MAX_JOB_ID_CHARS
+        or not job_id.isprintable()
+        or any(c.isspace() for c in job_id)
+    ):
+        raise ConfigError(
+            f"invalid job id {job_id!r}: expected up to {MAX_JOB_ID_CHARS} printable "
+            "characters without spaces (taskq's own ids are 32 hex digits)"
+        )
+
+
 GROUP = "taskq"
 """The one consumer group on every job stream."""
 
@@ -91,6 +114,12 @@ class QueueKeys:
         """When the earliest delayed job or retry of the queue is due (ms, Redis clock); absent
         when none is. Lets the masters' housekeeping find nothing due with one GET."""
         return f"{self.queue}:due"
+
+    @property
+    def periodic(self) -> str:
+        """Hash of the queue's periodic schedules: name -> ``<last tick ms>|<definition>``,
+        moved forward only by the script that enqueues the tick's job."""
+        return f"{self.queue}:periodic"
 
     @property
     def sweeper(self) -> str:

@@ -43,6 +43,8 @@ class _MessageFields(NamedTuple):
     eta_ms: int | None
     result_ttl_s: int | None
     wf: dict[str, Any] | None
+    tick_ms: int | None
+    expires_ms: int | None
 
 
 class Message(_MessageFields):
@@ -52,7 +54,9 @@ class Message(_MessageFields):
     attempt number of a delivery is ``retries`` plus the entry's delivery count.
     ``result_ttl_s`` is set when the job keeps a status record and stores its result (for
     that many seconds after it ends). ``wf`` is the job's part in a workflow: what to start
-    when it succeeds or fails (see :mod:`taskq.flow`). (A named tuple rather than a frozen
+    when it succeeds or fails (see :mod:`taskq.flow`). ``tick_ms`` is the tick of a
+    periodic job (when its schedule said it was due); ``expires_ms``, when set, is the time
+    after which the job is not started any more. (A named tuple rather than a frozen
     dataclass: bulk enqueue builds one per job.)
     """
 
@@ -71,6 +75,8 @@ class Message(_MessageFields):
         eta_ms: int | None = None,
         result_ttl_s: int | None = None,
         wf: dict[str, Any] | None = None,
+        tick_ms: int | None = None,
+        expires_ms: int | None = None,
     ) -> Message:
         return super().__new__(
             cls,
@@ -85,6 +91,8 @@ class Message(_MessageFields):
             eta_ms,
             result_ttl_s,
             wf,
+            tick_ms,
+            expires_ms,
         )
 
     def encode(self, *, max_bytes: int | None = None) -> bytes:
@@ -111,6 +119,10 @@ class Message(_MessageFields):
             body_map["result_ttl_s"] = self.result_ttl_s
         if self.wf is not None:
             body_map["wf"] = self.wf
+        if self.tick_ms is not None:
+            body_map["tick_ms"] = self.tick_ms
+        if self.expires_ms is not None:
+            body_map["expires_ms"] = self.expires_ms
         try:
             body: bytes = msgpack.packb(body_map, use_bin_type=True)
         except (TypeError, ValueError, OverflowError) as exc:
@@ -148,6 +160,7 @@ class Message(_MessageFields):
         queue, priority = get("queue", "tasks"), get("priority", "normal")
         created_ms, retries, eta_ms = get("created_ms", 0), get("retries", 0), get("eta_ms")
         result_ttl_s, wf = get("result_ttl_s"), get("wf")
+        tick_ms, expires_ms = get("tick_ms"), get("expires_ms")
         # Fast path for what producers write; anything else is checked field by field below,
         # which also names the field that is wrong.
         well_formed = (
@@ -162,13 +175,15 @@ class Message(_MessageFields):
             and (eta_ms is None or type(eta_ms) is int)
             and (result_ttl_s is None or type(result_ttl_s) is int)
             and (wf is None or type(wf) is dict)
+            and (tick_ms is None or type(tick_ms) is int)
+            and (expires_ms is None or type(expires_ms) is int)
         )
         if len(data) > len(_KNOWN_KEYS) or not _KNOWN_KEYS.issuperset(data):
             _tell_unknown(data)
         if not well_formed:
             values = [_field(data, key, kind, default, body) for key, kind, default in _SCHEMA]
             task, msg_id, args, kwargs, queue, priority, created_ms, retries, eta_ms = values[:9]
-            result_ttl_s, wf = values[9], values[10]
+            result_ttl_s, wf, tick_ms, expires_ms = values[9:]
         _check_values(body, str(task), str(msg_id), kwargs, priority, retries, result_ttl_s)
         return cls(
             task,
@@ -182,6 +197,8 @@ class Message(_MessageFields):
             eta_ms,
             result_ttl_s,
             wf,
+            tick_ms,
+            expires_ms,
         )
 
 
@@ -198,6 +215,8 @@ _SCHEMA: tuple[tuple[str, type, Any], ...] = (
     ("eta_ms", int, None),
     ("result_ttl_s", int, None),
     ("wf", dict, None),
+    ("tick_ms", int, None),
+    ("expires_ms", int, None),
 )
 """Body fields in Message order: name, type, default (absent optional fields take it)."""
 

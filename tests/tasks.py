@@ -278,3 +278,16 @@ def errback(failed_job_id: str) -> str:
 def tag(value: object, label: str) -> list[object]:
     record(tag=label, got=value)
     return [label, value]
+
+
+@app.task(queue="ptick")
+def tick(tag: str) -> None:
+    """A periodic job: records its tick (``scheduled_ms``)."""
+    job = current_job()
+    record(tag=tag, tick=job.scheduled_ms if job else None)
+
+
+# Periodic schedules live on queues of their own, so only workers started with -Q ptick or
+# -Q pall run them (every other test's worker serves "tasks").
+app.add_periodic(tick, every=1, args=("one",), name="tick-one")
+app.add_periodic(tick, every=1, args=("all",), queue="pall", catch_up="all", name="tick-all")

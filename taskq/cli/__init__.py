@@ -7,10 +7,11 @@ from taskq.cli.deadletter import deadletter
 from taskq.cli.inspect import inspect, purge
 from taskq.cli.job import job
 from taskq.cli.main import main
+from taskq.cli.periodic import periodic
 from taskq.cli.server import server
 from taskq.cli.worker import worker
 
-for command in (worker, server, inspect, purge, deadletter, job):
+for command in (worker, server, inspect, purge, deadletter, job, periodic):
     main.add_command(command)
 
 __all__ = ["main"]

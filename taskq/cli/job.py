@@ -8,10 +8,10 @@ from typing import Any
 
 import click
 
-from taskq.app import check_job_id
 from taskq.config import check_queue_name
 from taskq.errors import ResultTimeout, TaskFailed
 from taskq.job import Flow
+from taskq.keys import check_job_id
 from taskq.ops.jobview import render_flow, render_job
 from taskq.results import FAILED, UNKNOWN, JobStatus
 

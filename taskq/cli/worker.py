@@ -70,6 +70,13 @@ from taskq.worker.pool import PoolOptions, run_pool
     help="Seconds running jobs get to finish on SIGTERM.",
 )
 @click.option(
+    "--periodic/--no-periodic",
+    default=True,
+    envvar="TASKQ_PERIODIC",
+    help="Enqueue the periodic jobs of these queues (any number of workers may: each tick "
+    "is enqueued once).",
+)
+@click.option(
     "--connect-timeout",
     type=float,
     default=10.0,
@@ -109,6 +116,7 @@ def worker(
     time_limit: float | None,
     soft_time_limit: float | None,
     grace: float,
+    periodic: bool,
     connect_timeout: float,
     loglevel: str,
     log_format: str,
@@ -140,6 +148,7 @@ def worker(
         soft_time_limit_s=soft_time_limit,
         grace_s=grace,
         app_name=obj.app_name,
+        periodic=periodic,
     )
     sys.exit(run_pool(app, options))
 

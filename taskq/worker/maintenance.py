@@ -1,7 +1,7 @@
 """The master's periodic work in Redis, for its children and for the fleet: move due delayed
-jobs and retries into their streams, renew the children's leases, run the crash-recovery
-sweep, write the heartbeat record (claiming the queues' visibility timeout), all on the
-master's own connection.
+jobs and retries into their streams, enqueue periodic jobs' ticks, renew the children's
+leases, run the crash-recovery sweep, write the heartbeat record (claiming the queues'
+visibility timeout), all on the master's own connection.
 
 Every step is guarded: a Redis outage or a bug in one step is logged and the step is tried
 again on a later tick; the supervisor never dies of it.
@@ -15,12 +15,14 @@ from collections.abc import Callable, Sequence
 
 from taskq.app import App
 from taskq.broker import Broker
+from taskq.broker.schedules import Schedules
 from taskq.broker.workers import WorkerRegistry
 from taskq.errors import BrokerError, ConfigError
 from taskq.keys import RECOVER_CONSUMER
 from taskq.worker.executor import Executor
 from taskq.worker.finish import Finisher
 from taskq.worker.record import WorkerRecord
+from taskq.worker.ticker import Ticker
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +36,15 @@ do it as soon as their fetch reports one due)."""
 class Maintenance:
     """Periodic Redis work of one worker's master."""
 
-    def __init__(self, app: App, queues: Sequence[str], worker_id: str, executor: Executor) -> None:
+    def __init__(
+        self,
+        app: App,
+        queues: Sequence[str],
+        worker_id: str,
+        executor: Executor,
+        *,
+        periodic: bool = True,
+    ) -> None:
         self.app = app
         self.executor = executor
         self.queues = tuple(queues)
@@ -42,6 +52,7 @@ class Maintenance:
         self._broker: Broker | None = None
         self._due: dict[str, float] = {}
         self._visibility_conflict = False
+        self.ticker = Ticker(app, queues) if periodic else None
 
     @property
     def broker(self) -> Broker:
@@ -66,13 +77,16 @@ class Maintenance:
         self, *, consumers: Sequence[str], record: Callable[[], WorkerRecord], sweep: bool
     ) -> None:
         """Whatever is due: leases every third of the visibility timeout, the heartbeat, and
-        (unless ``sweep`` is False, in a shutdown) the sweep."""
+        (unless ``sweep`` is False, in a shutdown) periodic jobs' ticks and the sweep."""
         s = self.app.settings
         # Due delayed jobs and retries: children promote them when their fetch says so; this
         # is the safety net (idle or busy children, members added without the due key).
         self._every("promote", HOUSEKEEPING_S, lambda b: b.promote(force=True))
         self._every("renew", s.visibility_timeout_ms / 3000, lambda b: b.renew(consumers))
         self._every("heartbeat", s.heartbeat_interval_ms / 1000, lambda b: self.beat(b, record()))
+        if sweep and self.ticker is not None and self.ticker.periodics:
+            ticker = self.ticker
+            self.step(lambda b: ticker.step(Schedules(b.link)))
         if sweep:
             self._every("sweep", s.sweep_interval_ms / 1000, lambda b: self._sweep(b, consumers))
 

@@ -54,6 +54,7 @@ class PoolOptions:
     soft_time_limit_s: float | None = None
     grace_s: float = 25.0
     app_name: str = "app"
+    periodic: bool = True
 
 
 @dataclass
@@ -85,7 +86,13 @@ class Pool:
             time_limit_s=self.options.time_limit_s,
             soft_time_limit_s=self.options.soft_time_limit_s,
         )
-        self.maintenance = Maintenance(self.app, self.options.queues, self.worker_id, self.executor)
+        self.maintenance = Maintenance(
+            self.app,
+            self.options.queues,
+            self.worker_id,
+            self.executor,
+            periodic=self.options.periodic,
+        )
         self.reclaimer = Reclaimer(self.maintenance, self.executor)
         self._backoff = Backoff()  # respawns while children die young or forks fail
         self._deadline = 0.0

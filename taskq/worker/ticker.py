@@ -1,0 +1,103 @@
+"""The master's periodic schedules: enqueue each due tick's job through the claim script.
+
+Every master of a queue runs every schedule of it. Each keeps the value it last saw for a
+schedule (its last tick and definition) and, when the next tick is due by the Redis clock,
+asks ``periodic.lua`` to move that value forward and enqueue the job in the same step. Only
+the first master to ask succeeds; the others learn the new value from the refusal. So no
+tick is enqueued twice, none is lost while any master lives, and there is no lock to outlive
+its holder: a master that dies mid-claim either moved the value with the job, or did neither.
+
+Between ticks this costs nothing in Redis: the next due time is computed locally, against
+an offset to the Redis clock refreshed by every read and claim.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+
+from taskq.app import App
+from taskq.broker.schedules import Claim, Schedules, ScheduleState
+from taskq.flow import Ops, enqueue_ops
+from taskq.periodic import Periodic
+
+logger = logging.getLogger(__name__)
+
+
+class Ticker:
+    """The schedules of ``queues`` in one master."""
+
+    def __init__(self, app: App, queues: Sequence[str]) -> None:
+        self.app = app
+        self.periodics = [p for p in app.periodics.values() if p.message(0).queue in queues]
+        self._queue = {p.name: p.message(0).queue for p in self.periodics}
+        self._raw: dict[str, str] = {}
+        self._next_ms: dict[str, int] = {}
+        self._offset_ms = 0
+        self._stale = True
+
+    def step(self, schedules: Schedules) -> None:
+        """Enqueue whatever tick is due (one claim per due schedule)."""
+        if not self.periodics:
+            return
+        if self._stale:
+            self._read(schedules)
+        for p in self.periodics:
+            now = self._now_ms()
+            if now >= self._next_ms[p.name]:
+                self._stale = True  # until the claim's reply says where the schedule is
+                self._learn(p, self._claim(schedules, p, now))
+                self._stale = False
+
+    def _read(self, schedules: Schedules) -> None:
+        for queue in sorted(set(self._queue.values())):
+            values, redis_now = schedules.read(queue)
+            self._offset_ms = redis_now - _local_ms()
+            for p in self.periodics:
+                if self._queue[p.name] == queue:
+                    self._remember(p, values.get(p.name, ""))
+        self._stale = False
+
+    def _claim(self, schedules: Schedules, p: Periodic, now: int) -> Claim:
+        state = ScheduleState.parse(self._raw[p.name])
+        queue = self._queue[p.name]
+        if state is None or state.definition != p.key:
+            # First start (or a changed definition): from now on, no job for past ticks.
+            new = ScheduleState.value(now, p.key)
+            claim = schedules.claim(queue, p.name, self._raw[p.name], new, (Ops().packed(), []))
+            if claim.claimed:
+                logger.info("periodic %s: %s, first tick after now", p.name, p.schedule.describe())
+            return claim
+        ticks, last_ms = p.due(state.last_ms, now)
+        ops = Ops()
+        for tick in ticks:
+            msg = p.message(tick)
+            ops.extend(enqueue_ops(msg, msg.encode(max_bytes=self.app.settings.max_payload_bytes)))
+        new = ScheduleState.value(last_ms, p.key)
+        claim = schedules.claim(queue, p.name, state.raw, new, (ops.packed(), ops.keys))
+        if claim.claimed and len(ticks) > 1:
+            logger.info("periodic %s: caught up %d missed ticks", p.name, len(ticks))
+        elif claim.claimed and not ticks:
+            logger.info("periodic %s: skipped missed ticks (catch_up='none')", p.name)
+        return claim
+
+    def _learn(self, p: Periodic, claim: Claim) -> None:
+        self._offset_ms = claim.now_ms - _local_ms()
+        self._remember(p, claim.raw)
+
+    def _remember(self, p: Periodic, raw: str) -> None:
+        """Keep a schedule's stored value and work out when its next tick is due."""
+        self._raw[p.name] = raw
+        state = ScheduleState.parse(raw)
+        if state is None or state.definition != p.key:
+            self._next_ms[p.name] = 0  # register it at once
+        else:
+            self._next_ms[p.name] = p.schedule.next_after(state.last_ms)
+
+    def _now_ms(self) -> int:
+        return _local_ms() + self._offset_ms
+
+
+def _local_ms() -> int:
+    return time.time_ns() // 1_000_000
