@@ -24,6 +24,8 @@ from taskq.errors import (
     ConfigError,
     DecodeError,
     EnqueueError,
+    JobCancelled,
+    JobExpired,
     JobNotFound,
     PayloadTooLarge,
     ResultError,
@@ -62,7 +64,9 @@ __all__ = [
     "Group",
     "Job",
     # inside a task
+    "JobCancelled",
     "JobContext",
+    "JobExpired",
     "JobNotFound",
     "JobStatus",
     "Middleware",

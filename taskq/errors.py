@@ -93,6 +93,21 @@ class TaskFailed(TaskqError):
         self.task = task
 
 
+class JobCancelled(TaskFailed):
+    """The job was cancelled (``job.cancel()``): ``result()`` raises this, and a running task
+    that is cancelled with ``terminate=True`` sees it raised inside its code."""
+
+    def __init__(self, job_id: str, message: str = "the job was cancelled", *, task: str = ""):
+        super().__init__(job_id, "JobCancelled", message, task=task)
+
+
+class JobExpired(TaskFailed):
+    """The job was not started before its ``expires`` time, so it never ran."""
+
+    def __init__(self, job_id: str, message: str = "the job expired", *, task: str = ""):
+        super().__init__(job_id, "JobExpired", message, task=task)
+
+
 class ResultError(TaskqError):
     """A task's return value cannot be stored; the job fails with this error instead."""
 

@@ -220,9 +220,10 @@ def spawn(fragments: Sequence[dict[str, Any]], parent: bytes | None) -> Ops:
 
 
 def _job_ops(frag: dict[str, Any], parent: bytes | None) -> Ops:
-    """``["job", stream, task, body, id, record, ttl ms, queue, priority, args]``, or for a
-    step with a countdown ``["schedule", schedule, due, delay ms, member, record, ttl ms,
-    task, queue, priority, args]`` (record '' when the step keeps none)."""
+    """``["job", stream, task, body, id, record, ttl ms, queue, priority, args, later]``, or
+    for a step with a countdown ``["schedule", schedule, due, delay ms, member, record, ttl ms,
+    task, queue, priority, args, later]`` (record '' when the step keeps none; ``later``: the
+    records of the steps after it)."""
     k = QueueKeys(frag["queue"])
     spliced = parent is not None and not frag["imm"]
     first = (_MARK_VALUE,) if spliced else ()
@@ -247,7 +248,7 @@ def _job_ops(frag: dict[str, Any], parent: bytes | None) -> Ops:
         member = b"%d\n%s\n%s" % (PRIORITIES.index(frag["priority"]), frag["task"].encode(), body)
         info = [frag["task"], frag["queue"], frag["priority"], args]
         op = ["schedule", k.schedule, k.due, frag["countdown_ms"], member, record, ttl_ms, *info]
-        out.add(op, k.schedule, k.due, record)
+        out.add([*op, _later(msg)], k.schedule, k.due, record, *_later_keys(msg))
     else:
         out.extend(_stream_op(msg, body, args))
     return out
@@ -265,8 +266,18 @@ def _stream_op(msg: Message, body: bytes, args: bytes) -> Ops:
     stream, ttl_ms = k.stream(msg.priority), (msg.result_ttl_s or 0) * 1000
     op = ["job", stream, msg.task, body, msg.id, record, ttl_ms, msg.queue, msg.priority, args]
     out = Ops()
-    out.add(op, stream, record)
+    out.add([*op, _later(msg)], stream, record, *_later_keys(msg))
     return out
+
+
+def _later(msg: Message) -> list[Any]:
+    """The records of the steps after this one (``[record, done, ttl ms]`` each): they end
+    as cancelled with it if it was cancelled before it could start."""
+    return list((msg.wf or {}).get("fail", ()))
+
+
+def _later_keys(msg: Message) -> list[str]:
+    return [key for ref in _later(msg) for key in ref[:2]]
 
 
 def _chord_ops(frag: dict[str, Any], parent: bytes | None) -> Ops:

@@ -7,8 +7,15 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from taskq.errors import ConfigError, JobNotFound, ResultTimeout, TaskFailed
-from taskq.results import FAILED, FINAL, SUCCEEDED, UNKNOWN, JobStatus
+from taskq.errors import (
+    ConfigError,
+    JobCancelled,
+    JobExpired,
+    JobNotFound,
+    ResultTimeout,
+    TaskFailed,
+)
+from taskq.results import CANCELLED, EXPIRED, FAILED, FINAL, SUCCEEDED, UNKNOWN, JobStatus
 
 if TYPE_CHECKING:
     from taskq.app import App
@@ -85,10 +92,41 @@ class Job:
             if e is None:
                 raise TaskFailed(self.id, "Unknown", "the job failed")
             raise TaskFailed(self.id, e.error_type, e.error, e.traceback, task=self.task)
+        if status.state == CANCELLED:
+            raise JobCancelled(self.id, task=self.task)
+        if status.state == EXPIRED:
+            raise JobExpired(self.id, task=self.task)
         if status.state == UNKNOWN:
             raise JobNotFound(f"no record of job {self.id} in queue {self.queue!r} (expired?)")
         assert status.state not in FINAL
         raise ResultTimeout(f"job {self.id} ({self.task}) is still {status.state}")
+
+    def cancel(self, *, terminate: bool = False) -> str:
+        """Cancel the job. A job not started yet (waiting, scheduled, retrying, or a later
+        workflow step) is removed at once and never runs; a running one is interrupted only
+        with ``terminate=True`` (:class:`~taskq.errors.JobCancelled` inside the task, then
+        SIGKILL of its child after a grace), and is then neither retried nor dead-lettered.
+        Its status becomes ``cancelled``; the cancellation is kept in Redis, so it holds
+        across worker restarts.
+
+        Returns:
+            ``cancelled``; ``terminating`` (its worker will interrupt it); ``running`` (it
+            runs, and ``terminate`` was False); ``unknown`` (no record); or the final state
+            it had already reached.
+
+        Raises:
+            ConfigError: the job keeps no status record (cancellation finds jobs by it).
+        """
+        if self.eager_value is not None:
+            return SUCCEEDED
+        if not self.stores_result:
+            raise ConfigError(
+                f"job {self.id} ({self.task}) keeps no status record, which cancellation needs: "
+                "enqueue it from an App(store_results=True) or a task with store_result=True"
+            )
+        app = self._app()
+        ttl_ms = app.settings.result_ttl_s * 1000
+        return app.records.cancel(self.queue, self.id, ttl_ms=ttl_ms, terminate=terminate)
 
     def forget(self) -> bool:
         """Delete the job's record and result now instead of at its TTL."""
@@ -156,6 +194,21 @@ class Flow:
     def status(self) -> JobStatus:
         """The status of the job whose result ends the workflow (the first of a group)."""
         return self.jobs[0].status() if self.jobs else JobStatus(self.id, SUCCEEDED)
+
+    def cancel(self, *, terminate: bool = False) -> dict[str, str]:
+        """Cancel every step of the workflow that has not ended: those not started never
+        run (see :meth:`Job.cancel`). Returns each step's outcome by job id."""
+        if self.eager_value is not None:
+            return {}
+        app = self.app
+        if app is None:
+            raise ConfigError(f"workflow {self.id} has no app: get handles from apply_async()")
+        info = app.records.flow_steps(self.queue, self.id)
+        ttl_ms = app.settings.result_ttl_s * 1000
+        return {
+            job_id: app.records.cancel(queue, job_id, ttl_ms=ttl_ms, terminate=terminate)
+            for job_id, queue in info
+        }
 
     def forget(self) -> None:
         for job in self.jobs:

@@ -144,6 +144,16 @@ class QueueKeys:
         """A one-element list that appears when the job ends: ``result()`` blocks on it."""
         return f"{self.queue}:done:{job_id}"
 
+    def cancel(self, job_id: str) -> str:
+        """Tombstone of a delivered job asked to stop (``job.cancel(terminate=True)``); its
+        worker's master interrupts the run. Expires with the job's record."""
+        return f"{self.queue}:cancel:{job_id}"
+
+    @property
+    def counts(self) -> str:
+        """Hash of the queue's ``expired`` and ``cancelled`` job counts (for inspect)."""
+        return f"{self.queue}:counts"
+
     def chord(self, chord_id: str) -> str:
         """A chord's state while its header runs: header results by index, and its body."""
         return f"{self.queue}:chord:{chord_id}"

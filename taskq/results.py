@@ -19,10 +19,15 @@ from taskq.errors import ResultTooLarge, UnserializableResult
 
 WAITING, SCHEDULED, RUNNING, RETRYING = "waiting", "scheduled", "running", "retrying"
 SUCCEEDED, FAILED, UNKNOWN, PENDING = "succeeded", "failed", "unknown", "pending"
-STATES = (PENDING, WAITING, SCHEDULED, RUNNING, RETRYING, SUCCEEDED, FAILED, UNKNOWN)
+CANCELLED, EXPIRED = "cancelled", "expired"
+STATES = (
+    PENDING, WAITING, SCHEDULED, RUNNING, RETRYING, SUCCEEDED, FAILED, CANCELLED, EXPIRED,
+    UNKNOWN,
+)  # fmt: skip
 """What ``job.status().state`` can be."""
-FINAL = frozenset({SUCCEEDED, FAILED})
-"""The states a job ends in: its record then holds a result or its failure."""
+FINAL = frozenset({SUCCEEDED, FAILED, CANCELLED, EXPIRED})
+"""The states a job ends in: its record then holds a result, its failure, or why it never
+ran to an end (cancelled; expired before it started)."""
 
 
 def encode_result(value: Any, *, max_bytes: int) -> bytes:

@@ -168,6 +168,7 @@ class Task(Generic[P, R]):
         queue: str | None = None,
         link: Workflow | Iterable[Workflow] | None = None,
         link_error: Signature | Iterable[Signature] | None = None,
+        expires: datetime | float | None = None,
     ) -> Job:
         """Enqueue with options.
 
@@ -178,11 +179,17 @@ class Task(Generic[P, R]):
             queue: queue name, overriding the task's.
             link: workflows to start with the result when the job succeeds.
             link_error: signatures to start, with the job's id, if it fails for good.
+            expires: seconds from now, or an aware ``datetime``: a job not started by then
+                is not run (its status becomes ``expired``), by the worker's clock.
         """
         if link is not None or link_error is not None:
+            if expires is not None:
+                raise ConfigError("expires does not go with link or link_error yet")
             return self._linked(args, kwargs, priority, countdown, eta, queue, link, link_error)
         eta_ms, in_ms = due_time(countdown, eta)
         msg = self.message(tuple(args), kwargs or {}, priority=priority, eta_ms=eta_ms, queue=queue)
+        if expires is not None:
+            msg = msg._replace(expires_ms=expiry_ms(expires))
         return self.app.enqueue(msg, in_ms=in_ms)
 
     def _linked(
@@ -284,6 +291,23 @@ def due_time(
     else:
         raise ConfigError(f"eta must be a datetime or a POSIX timestamp, not {eta!r}")
     return (due_ms, None) if due_ms > now_ms() else (None, None)
+
+
+def expiry_ms(expires: datetime | float) -> int:
+    """When a job expires (ms since the epoch): ``expires`` seconds from now, or at a
+    ``datetime`` (a naive one is UTC, as for ``eta``).
+
+    Raises:
+        ConfigError: not a finite number or a datetime.
+    """
+    if isinstance(expires, datetime):
+        aware = expires if expires.tzinfo is not None else expires.replace(tzinfo=timezone.utc)
+        return int(aware.timestamp() * 1000)
+    if isinstance(expires, bool) or not isinstance(expires, int | float):
+        raise ConfigError(f"expires must be seconds or a datetime, not {expires!r}")
+    if not math.isfinite(expires):
+        raise ConfigError(f"expires must be finite, not {expires!r}")
+    return now_ms() + int(expires * 1000)
 
 
 def build_options(options: Mapping[str, Any]) -> tuple[str | None, TaskOptions]:

@@ -291,3 +291,28 @@ def tick(tag: str) -> None:
 # -Q pall run them (every other test's worker serves "tasks").
 app.add_periodic(tick, every=1, args=("one",), name="tick-one")
 app.add_periodic(tick, every=1, args=("all",), queue="pall", catch_up="all", name="tick-all")
+
+
+@app.task(store_result=True)
+def retry_later(countdown_s: float) -> None:
+    """Fails once into a long backoff: its job then waits in the retry set."""
+    record(tag="retry_later")
+    raise Retry(countdown=countdown_s)
+
+
+@app.task(store_result=True)
+def holds_on(seconds: float) -> str:
+    """Catches the cancellation and goes on: only the master's SIGKILL stops it."""
+    start = time.time()
+    global _client
+    if _client is None:
+        _client = redis.Redis.from_url(app.settings.redis_url)
+    job = current_job()
+    _client.rpush("started", job.id if job else "")
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            time.sleep(0.05)
+        except taskq.JobCancelled:
+            record(tag="holds_on_caught", start=start)
+    return "finished"

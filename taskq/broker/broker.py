@@ -18,6 +18,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from taskq.broker.completions import completion_blob
 from taskq.broker.delivery import Delivery, Fetched, delivery
 from taskq.broker.enqueue import publish_command, schedule_command
 from taskq.broker.link import Command, Direct, Link
@@ -26,7 +27,7 @@ from taskq.broker.replies import as_int, entries, flat_pairs, redis_ms, text
 from taskq.deadletter import Deadletter
 from taskq.errors import BrokerError, BrokerRefused
 from taskq.keys import GROUP, PRIORITIES, RECOVER_CONSUMER, QueueKeys
-from taskq.message import Message, lua_pack, now_ms
+from taskq.message import Message, now_ms
 from taskq.results import Completion, FailedRun
 
 PROMOTE_LIMIT = 500
@@ -326,6 +327,27 @@ class Broker:
         reply = self.link.script("deadletter", keys, args)
         return reply.decode() if isinstance(reply, bytes) else None
 
+    def drop(
+        self,
+        d: Delivery,
+        *,
+        owner: str,
+        state: str,
+        record_ttl_ms: int | None,
+        ops: tuple[bytes, Sequence[str]] | None = None,
+    ) -> bool:
+        """End a pending job that will not run (``state``: expired, or cancelled): ack and
+        delete it, count it, end its record, run the workflow ``ops`` its end causes."""
+        k = self.keys[d.queue]
+        keys = [d.stream, k.counts]
+        if d.record_id and record_ttl_ms is not None:
+            keys += (k.job(d.record_id), k.done(d.record_id))
+        ttl = record_ttl_ms if len(keys) > 2 else ""
+        blob = ops[0] if ops else b""
+        keys += ops[1] if ops else ()
+        args = [GROUP, d.entry_id, owner, state, ttl, blob]
+        return as_int(self.link.script("drop", keys, args)) == 1
+
     def requeue(self, d: Delivery, *, task: str, body: bytes, owner: str) -> str | None:
         """Replace a pending entry with a fresh one at the end of the same stream (hand-back)."""
         keys = [d.stream]
@@ -386,18 +408,3 @@ class Broker:
     def _forget(self, *, idle_ms: int, only: str, keep: Sequence[str]) -> int:
         args = [GROUP, idle_ms, only, RECOVER_CONSUMER, *keep]
         return as_int(self.link.script("forget_consumers", self.streams, args))
-
-
-def completion_blob(k: QueueKeys, c: Completion, now_mono: float) -> tuple[bytes, list[str]]:
-    """A completion as ``fetch.lua`` reads it, and the keys it touches."""
-    ended_ago_ms = int((now_mono - c.finished_mono) * 1000)
-    fields: dict[str, Any] = {"e": ended_ago_ms}
-    keys = list(c.op_keys)
-    if c.recorded:
-        record, done = k.job(c.job_id), k.done(c.job_id)
-        fields.update(r=record, d=done, t=c.ttl_ms, v=c.value, a=c.attempts)
-        fields["s"] = ended_ago_ms + int(c.duration_ms)
-        keys += (record, done)
-    if c.ops:
-        fields["o"] = c.ops
-    return lua_pack(fields), keys

@@ -70,6 +70,8 @@ class QueueSnapshot:
     scheduled: int
     next_scheduled_ms: int | None
     dead: int
+    expired: int = 0
+    cancelled: int = 0
 
 
 @dataclass(frozen=True)
@@ -107,15 +109,23 @@ class Reader:
         """One queue's figures at one moment (a read-only script: they agree with each other)."""
         k = QueueKeys(queue)
         keys = [*k.streams, *(k.retry(p) for p in PRIORITIES), k.schedule, k.deadletter]
-        now, *per_stream, scheduled, first, dead = self.link.script(
-            "queue_stats", keys, [GROUP, DELIVERED_LIMIT]
+        now, *per_stream, scheduled, first, dead, ended = self.link.script(
+            "queue_stats", [*keys, k.counts], [GROUP, DELIVERED_LIMIT]
         )
         streams = tuple(
             _stream(k.stream(p), p, as_int(now), raw)
             for p, raw in zip(PRIORITIES, per_stream, strict=True)
         )
+        expired, cancelled = (as_int(n) for n in ended)
         return QueueSnapshot(
-            queue, as_int(now), streams, as_int(scheduled), _opt_ms(first), as_int(dead)
+            queue,
+            as_int(now),
+            streams,
+            as_int(scheduled),
+            _opt_ms(first),
+            as_int(dead),
+            expired,
+            cancelled,
         )
 
     def oldest_waiting(self, streams: Sequence[StreamSnapshot]) -> dict[str, str]:

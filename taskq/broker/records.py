@@ -21,7 +21,7 @@ import msgpack
 from taskq.broker.link import Link
 from taskq.broker.replies import as_int, flat_pairs, info_records, pending_rows, redis_ms, text
 from taskq.errors import BrokerRefused, BrokerUnavailable
-from taskq.keys import GROUP, QueueKeys
+from taskq.keys import GROUP, PRIORITIES, QueueKeys
 from taskq.results import FINAL, RUNNING, SUCCEEDED, UNKNOWN, WAITING, FlowView, JobStatus
 
 WAIT_SLICE_S = 5.0
@@ -51,10 +51,15 @@ class Records:
         """A workflow's record (HGETALL; empty if there is none)."""
         return flat_pairs(self.link.call("HGETALL", QueueKeys(queue).flow(flow_id)))
 
+    def flow_steps(self, queue: str, flow_id: str) -> list[tuple[str, str]]:
+        """(job id, queue) of each step of a workflow that keeps a record."""
+        info = _flow_info(self.flow(queue, flow_id))
+        return [(i, q) for i, _task, q in info.get("steps", [])]
+
     def flow_view(self, queue: str, flow_id: str) -> FlowView:
         """A workflow with the status of each of its steps and the progress of its chords."""
         raw = self.flow(queue, flow_id)
-        info = msgpack.unpackb(raw.get(b"info", b"\x80"), raw=False)
+        info = _flow_info(raw)
         steps, chords = info.get("steps", []), info.get("chords", [])
         commands: list[tuple[Any, ...]] = [("TIME",)]
         commands += [("HGETALL", QueueKeys(q).job(i)) for i, _task, q in steps]
@@ -100,6 +105,23 @@ class Records:
         k = QueueKeys(queue)
         return bool(self.link.call("DEL", k.job(job_id), k.done(job_id)))
 
+    def cancel(self, queue: str, job_id: str, *, ttl_ms: int, terminate: bool) -> str:
+        """Cancel a job that keeps a record (``cancel.lua``): ``cancelled`` if it was removed
+        before it ran, ``terminating`` if its worker will interrupt it, ``running`` if it runs
+        and ``terminate`` is False, else ``unknown`` or the final state it had reached."""
+        k = QueueKeys(queue)
+        keys = [k.job(job_id), k.done(job_id), *k.streams, k.schedule]
+        keys += [*(k.retry(p) for p in PRIORITIES), k.cancel(job_id), k.counts]
+        reply = self.link.script("cancel", keys, [job_id, GROUP, ttl_ms, int(terminate)])
+        return text(reply)
+
+    def cancel_requested(self, jobs: Sequence[tuple[str, str]]) -> set[str]:
+        """Which of these running jobs (queue, job id) were asked to stop."""
+        if not jobs:
+            return set()
+        replies = self.link.pipeline([("EXISTS", QueueKeys(q).cancel(j)) for q, j in jobs])
+        return {j for (_, j), r in zip(jobs, replies, strict=True) if as_int(r)}
+
     def entry_status(self, queue: str, priority: str, job_id: str, entry_id: str) -> JobStatus:
         """What the queue's own keys tell of a job without a record, from its stream entry:
         ``waiting`` (not delivered yet), ``running`` (pending under a consumer),
@@ -140,6 +162,11 @@ class Records:
         delivered = _id_key(entry_id) <= _id_key(last)
         state = SUCCEEDED if delivered else WAITING
         return JobStatus(job_id, state, queue=queue, priority=priority, entry_id=entry_id)
+
+
+def _flow_info(raw: dict[bytes, bytes]) -> dict[str, Any]:
+    info: dict[str, Any] = msgpack.unpackb(raw.get(b"info", b"\x80"), raw=False)
+    return info
 
 
 def _id_key(entry_id: str) -> tuple[int, int]:

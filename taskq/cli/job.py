@@ -13,37 +13,57 @@ from taskq.errors import ResultTimeout, TaskFailed
 from taskq.job import Flow
 from taskq.keys import check_job_id
 from taskq.ops.jobview import render_flow, render_job
-from taskq.results import FAILED, UNKNOWN, JobStatus
+from taskq.results import CANCELLED, EXPIRED, FAILED, UNKNOWN, JobStatus
 
 EXIT_FAILED, EXIT_TIMEOUT = 1, 2
 
 
 @click.command("job")
-@click.argument("job_id")
+@click.argument("words", nargs=-1, required=True, metavar="[cancel] JOB_ID")
 @click.option("-Q", "--queue", help="The job's queue (default: every queue of the app).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--wait", is_flag=True, help="Wait for the job to end: exit 0 if it succeeded.")
 @click.option(
     "--timeout", type=click.FloatRange(min=0), help="With --wait: give up after S seconds (exit 2)."
 )
+@click.option(
+    "--terminate", is_flag=True, help="With cancel: also interrupt the job if it is running."
+)
 @click.pass_obj
 def job(
-    obj: Any, job_id: str, queue: str | None, as_json: bool, wait: bool, timeout: float | None
+    obj: Any,
+    words: tuple[str, ...],
+    queue: str | None,
+    as_json: bool,
+    wait: bool,
+    timeout: float | None,
+    terminate: bool,
 ) -> None:
     """Show a job: status, task, arguments, attempts with each error, worker, times, result.
 
     With --wait, wait for it to end (exit 0 succeeded, 1 failed, 2 timed out). Only jobs that
     store their results keep a record; others show what their stream entry tells.
+
+    ``taskq job cancel ID [--terminate]`` cancels a job (or every step of a workflow) that has
+    not run: exit 0 if it was cancelled (or will be interrupted), 1 if not.
     """
-    check_job_id(job_id)
-    if queue is not None:
-        check_queue_name(queue)
-    app = obj.app()
+    if len(words) == 2 and words[0] == "cancel":
+        sys.exit(_cancel(obj.app(), words[1], queue, terminate=terminate))
+    if len(words) != 1:
+        raise click.UsageError("give one job id, or: taskq job cancel JOB_ID")
+    sys.exit(_show_job(obj.app(), words[0], queue, as_json, wait, timeout))
+
+
+def _show_job(
+    app: Any, job_id: str, queue: str | None, as_json: bool, wait: bool, timeout: float | None
+) -> int:
+    """Show a job (or a workflow), waiting first with ``wait``. Returns the exit status."""
+    _check(job_id, queue)
     handle = app.job(job_id, queue=queue)
     if not handle.stores_result:
         flow = app.flow(job_id, queue=queue)
         if flow is not None:
-            sys.exit(_show_flow(app, flow, as_json, wait, timeout))
+            return _show_flow(app, flow, as_json, wait, timeout)
     code = 0
     if wait and handle.stores_result:
         try:
@@ -57,11 +77,36 @@ def job(
     if status.state == UNKNOWN:
         click.echo(f"no record of job {job_id} (never stored, expired or forgotten)", err=True)
         code = EXIT_FAILED
-    elif status.state == FAILED:
+    elif status.state in (FAILED, CANCELLED, EXPIRED):
         code = EXIT_FAILED
     elif code == EXIT_TIMEOUT:
         click.echo(f"job {job_id} is still {status.state} after {timeout}s", err=True)
-    sys.exit(code)
+    return code
+
+
+def _check(job_id: str, queue: str | None) -> None:
+    check_job_id(job_id)
+    if queue is not None:
+        check_queue_name(queue)
+
+
+def _cancel(app: Any, job_id: str, queue: str | None, *, terminate: bool) -> int:
+    """Cancel a job or a workflow's steps; prints each outcome. Returns the exit status."""
+    _check(job_id, queue)
+    handle = app.job(job_id, queue=queue)
+    if handle.stores_result:
+        outcomes = {job_id: handle.cancel(terminate=terminate)}
+    else:
+        flow = app.flow(job_id, queue=queue)
+        if flow is None:
+            click.echo(
+                f"no record of job {job_id}: only jobs that keep one can be cancelled", err=True
+            )
+            return EXIT_FAILED
+        outcomes = flow.cancel(terminate=terminate)
+    for step, outcome in outcomes.items():
+        click.echo(f"{step}: {outcome}")
+    return 0 if any(o in ("cancelled", "terminating") for o in outcomes.values()) else EXIT_FAILED
 
 
 def _show_flow(app: Any, flow: Flow, as_json: bool, wait: bool, timeout: float | None) -> int:

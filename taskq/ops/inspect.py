@@ -69,6 +69,10 @@ class QueueStats:
     waiting: int
     pending: int
     retrying: int
+    expired: int = 0
+    """Jobs not started before their ``expires`` time, since the queue began."""
+    cancelled: int = 0
+    """Jobs cancelled, since the queue began."""
 
 
 @dataclass(frozen=True)
@@ -307,6 +311,8 @@ def _queue(q: QueueSnapshot, oldest: dict[str, str]) -> QueueStats:
         sum(s.waiting for s in streams),
         sum(s.pending for s in streams),
         sum(s.retrying for s in streams),
+        q.expired,
+        q.cancelled,
     )
 
 

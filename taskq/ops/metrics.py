@@ -131,7 +131,7 @@ class Metrics(Middleware):
     def after_job(self, outcome: Outcome) -> None:
         task = outcome.msg.task if outcome.msg else "(undecodable)"
         labels = (outcome.delivery.queue, task)
-        for name in COUNTED[outcome.kind]:
+        for name in COUNTED[outcome.kind] or (outcome.kind,):  # expired, cancelled
             self._jobs[name].labels(*labels).inc()
         if outcome.duration_s > 0:
             self._jobs["duration"].labels(*labels).observe(outcome.duration_s)
@@ -177,6 +177,12 @@ def _job_metrics() -> dict[str, Any]:
             "Jobs moved to the dead-letter stream.",
             labels,
             registry=None,
+        ),
+        "expired": Counter(
+            "taskq_jobs_expired", "Jobs not started before they expired.", labels, registry=None
+        ),
+        "cancelled": Counter(
+            "taskq_jobs_cancelled", "Running jobs stopped by a cancel.", labels, registry=None
         ),
         "duration": Histogram(
             "taskq_job_duration_seconds",
@@ -241,11 +247,21 @@ def _depth_families(stats: Sequence[QueueStats]) -> Iterator[Metric]:
         yield g
     scheduled = GaugeMetricFamily("taskq_queue_scheduled", "Delayed jobs.", labels=["queue"])
     dead = GaugeMetricFamily("taskq_queue_dead", "Dead-lettered jobs.", labels=["queue"])
+    ended = {
+        name: GaugeMetricFamily(f"taskq_queue_{name}_total", doc, labels=["queue"])
+        for name, doc in (
+            ("expired", "Jobs not started before they expired, since the queue began."),
+            ("cancelled", "Jobs cancelled, since the queue began."),
+        )
+    }
     for q in stats:
         scheduled.add_metric([q.queue], q.scheduled)
         dead.add_metric([q.queue], q.dead)
+        ended["expired"].add_metric([q.queue], q.expired)
+        ended["cancelled"].add_metric([q.queue], q.cancelled)
     yield scheduled
     yield dead
+    yield from ended.values()
 
 
 class _Quiet(WSGIRequestHandler):

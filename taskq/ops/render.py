@@ -64,7 +64,11 @@ def render_queues(queues: Sequence[QueueStats]) -> list[str]:
         when = f" (next {due_in(due)})" if due is not None else ""
         retries = [s.next_retry_in_ms for s in q.streams if s.next_retry_in_ms is not None]
         retry = f", {q.retrying} retrying (next {due_in(min(retries))})" if retries else ""
-        lines.append(f"{q.queue}: {q.scheduled} scheduled{when}{retry}, {q.dead} dead-lettered")
+        ended = (
+            f", {q.expired} expired, {q.cancelled} cancelled" if q.expired or q.cancelled else ""
+        )
+        line = f"{q.queue}: {q.scheduled} scheduled{when}{retry}, {q.dead} dead-lettered{ended}"
+        lines.append(line)
     return lines
 
 

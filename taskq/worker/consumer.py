@@ -25,10 +25,12 @@ from types import CodeType, FrameType
 from typing import Any
 
 from taskq.broker import Broker, Delivery, Fetched
-from taskq.errors import BrokerUnavailable, SoftTimeLimitExceeded
+from taskq.context import current_job
+from taskq.errors import BrokerUnavailable, JobCancelled, SoftTimeLimitExceeded
 from taskq.task import Task
 from taskq.worker.executor import Executor, Prepared
 from taskq.worker.finish import Finisher
+from taskq.worker.lifeline import CANCEL_SIGNAL
 from taskq.worker.outage import OutageWaiter
 from taskq.worker.outcome import Outcome
 from taskq.worker.scoreboard import MAX_BATCH, Slot
@@ -104,10 +106,12 @@ class Consumer:
     # -- signals -------------------------------------------------------------------------
 
     def install_signal_handlers(self) -> None:
-        """SIGTERM/SIGINT: finish the current job, then stop. SIGALRM: soft time limit."""
+        """SIGTERM/SIGINT: finish the current job, then stop. SIGALRM: soft time limit.
+        SIGUSR1: the master was asked to cancel the running job."""
         signal.signal(signal.SIGTERM, self._on_stop)
         signal.signal(signal.SIGINT, self._on_stop)
         signal.signal(signal.SIGALRM, self._on_soft_limit)
+        signal.signal(CANCEL_SIGNAL, self._on_cancel)
 
     def _on_stop(self, signum: int, frame: FrameType | None) -> None:
         self.stopping = True
@@ -120,6 +124,13 @@ class Consumer:
         # turn its success into a failure, nor hit taskq's bookkeeping after it.
         if self._task_code is not None and _runs(frame, self._task_code):
             raise SoftTimeLimitExceeded("soft time limit exceeded")
+
+    def _on_cancel(self, signum: int, frame: FrameType | None) -> None:
+        # As for the soft limit: only inside the task's code (the master checked, under the
+        # slot's lock, that this child still runs the job it was asked to stop).
+        if self._task_code is not None and _runs(frame, self._task_code):
+            job = current_job()
+            raise JobCancelled(job.id if job else "?", "cancelled while running")
 
     # -- main loop -----------------------------------------------------------------------
 

@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from taskq.broker import Delivery
 from taskq.config import Settings
 from taskq.context import JobContext, reset_current, set_current
-from taskq.errors import DecodeError, ResultError, Retry, TaskNotFound
+from taskq.errors import DecodeError, JobCancelled, ResultError, Retry, TaskNotFound
 from taskq.flow import needs_result
-from taskq.message import Message
+from taskq.message import Message, now_ms
 from taskq.results import encode_result
 from taskq.task import Task
-from taskq.worker.outcome import DEAD, OK, RETRY, Outcome, rejected
+from taskq.worker.outcome import CANCELLED, DEAD, EXPIRED, OK, RETRY, Outcome, rejected
 from taskq.worker.retry import RetryPolicy
 
 if TYPE_CHECKING:
@@ -69,6 +69,9 @@ class Executor:
             msg = Message.decode(d.body)
         except DecodeError as exc:
             return rejected(d, f"malformed job: {exc.reason}")
+        if msg.expires_ms is not None and now_ms() >= msg.expires_ms:
+            error = f"not started before it expired (expires_ms {msg.expires_ms})"
+            return Outcome(EXPIRED, d, msg, msg.retries, error_type="JobExpired", error=error)
         try:
             task = self.app.get_task(msg.task)
         except TaskNotFound as exc:
@@ -134,6 +137,8 @@ class Executor:
         return Outcome(kind, p.delivery, p.msg, p.attempt, delay_ms, "WorkerLost", cause)
 
     def _decide(self, p: Prepared, exc: Exception) -> tuple[str, int]:
+        if isinstance(exc, JobCancelled):
+            return CANCELLED, 0
         if isinstance(exc, TypeError) and not _fits(p.task, p.msg):
             return DEAD, 0
         if isinstance(exc, p.task.options.dont_autoretry_for):

@@ -13,17 +13,18 @@ import logging
 import time
 
 from taskq.broker import Broker, Delivery
+from taskq.broker.records import Records
 from taskq.deadletter import Deadletter
 from taskq.flow import on_failure, on_success
 from taskq.message import Message, with_retries
 from taskq.middleware import emit
 from taskq.results import Completion, FailedRun
 from taskq.worker.executor import Executor, Prepared
-from taskq.worker.outcome import DEAD, OK, RETRY, Outcome
+from taskq.worker.outcome import CANCELLED, DEAD, EXPIRED, OK, RETRY, Outcome
 
 logger = logging.getLogger(__name__)
 
-ARROWS = {OK: "←", RETRY: "↻", DEAD: "✗"}
+ARROWS = {OK: "←", RETRY: "↻", DEAD: "✗", EXPIRED: "⌛", CANCELLED: "⊘"}
 
 
 class Finisher:
@@ -67,14 +68,13 @@ class Finisher:
             self.broker.park(
                 d, owner=owner, task=o.msg.task, body=body, delay_ms=o.delay_ms, failed=failed
             )
+        elif o.kind in (EXPIRED, CANCELLED):
+            ttl, writes = self._ttl_ms(o.msg), _failure_ops(o)
+            self.broker.drop(d, owner=owner, state=o.kind, record_ttl_ms=ttl, ops=writes)
         else:
             entry = deadletter_entry(o, worker=owner)
-            failure_ops = None
-            if o.msg is not None and o.msg.wf:
-                writes = on_failure(o.msg, o.error_type, o.error)
-                failure_ops = (writes.packed(), writes.keys) if writes.ops else None
-            ttl = self._ttl_ms(o.msg)
-            self.broker.deadletter(d, owner=owner, entry=entry, record_ttl_ms=ttl, ops=failure_ops)
+            ttl, writes = self._ttl_ms(o.msg), _failure_ops(o)
+            self.broker.deadletter(d, owner=owner, entry=entry, record_ttl_ms=ttl, ops=writes)
         log_outcome(o)
         emit(self.executor.app.middleware, "after_job", o)
 
@@ -115,13 +115,22 @@ class Finisher:
         for d in self.broker.pending_of(consumer):
             prepared = self.executor.prepare(d) if (d.stream, d.entry_id) == running else None
             if isinstance(prepared, Prepared):
-                outcome = self.executor.lost(prepared, cause)
+                outcome = self.lost(prepared, cause)
                 self.record(outcome, owner=consumer)
                 failures.append(outcome.kind)
             else:
                 self.hand_back(d, owner=consumer)
         self.broker.forget_consumer(consumer)
         return failures
+
+    def lost(self, p: Prepared, cause: str) -> Outcome:
+        """A run whose process died under it: a failed attempt, unless the job was asked to
+        stop (``cancel(terminate=True)``: its child may have been killed for it)."""
+        outcome = self.executor.lost(p, cause)
+        d = p.delivery
+        if d.record_id and Records(self.broker.link).cancel_requested([(d.queue, d.record_id)]):
+            return _cancelled(outcome)
+        return outcome
 
     def recover(self, d: Delivery, *, owner: str) -> str:
         """Settle a job the sweep recovered from a dead worker: its run was lost, a failed
@@ -130,10 +139,22 @@ class Finisher:
         outcome = (
             prepared
             if isinstance(prepared, Outcome)
-            else self.executor.lost(prepared, "worker lost: its worker stopped renewing the lease")
+            else self.lost(prepared, "worker lost: its worker stopped renewing the lease")
         )
         self.record(outcome, owner=owner)
         return outcome.kind
+
+
+def _cancelled(o: Outcome) -> Outcome:
+    return o._replace(kind=CANCELLED, error_type="JobCancelled", error="cancelled while running")
+
+
+def _failure_ops(o: Outcome) -> tuple[bytes, list[str]] | None:
+    """The workflow writes a job's end without success causes (later steps fail, ...)."""
+    if o.msg is None or not o.msg.wf:
+        return None
+    writes = on_failure(o.msg, o.error_type, o.error)
+    return (writes.packed(), writes.keys) if writes.ops else None
 
 
 def deadletter_entry(o: Outcome, *, worker: str) -> Deadletter:
@@ -158,7 +179,7 @@ def deadletter_entry(o: Outcome, *, worker: str) -> Deadletter:
 
 def log_outcome(o: Outcome) -> None:
     """One INFO line per finished job (WARNING when it is dead-lettered)."""
-    level = logging.WARNING if o.kind == DEAD else logging.INFO
+    level = logging.WARNING if o.kind in (DEAD, EXPIRED) else logging.INFO
     if not logger.isEnabledFor(level):
         return
     task = o.msg.task if o.msg else "?"

@@ -23,6 +23,8 @@ import time
 
 PR_SET_PDEATHSIG = 1
 POLL_S = 0.5
+CANCEL_SIGNAL = signal.SIGUSR1
+"""The master tells a child to stop its running job (cancelled with ``terminate=True``)."""
 
 
 def die_with_parent(parent_pid: int) -> None:

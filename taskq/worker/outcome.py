@@ -15,6 +15,9 @@ from taskq.message import Message
 
 OK, RETRY, DEAD = "ok", "retry", "dead"
 """The kinds of outcome: the job is done; it runs again later; it moved to the dead letters."""
+EXPIRED, CANCELLED = "expired", "cancelled"
+"""Outcomes of jobs that did not run to an end: not started before their ``expires`` time;
+cancelled while running. Counted per queue in Redis (``<queue>:counts``), not per worker."""
 
 
 class Outcome(NamedTuple):
@@ -68,6 +71,8 @@ COUNTED: dict[str, tuple[str, ...]] = {
     OK: ("processed",),
     RETRY: ("failed", "retried"),
     DEAD: ("failed", "dead"),
+    EXPIRED: (),
+    CANCELLED: (),
 }
 """Which counters an outcome bumps (also the metric names exporters use)."""
 COUNTERS = tuple(f.name for f in fields(JobCounts))

@@ -24,6 +24,7 @@ from taskq import __version__
 from taskq.app import App
 from taskq.keys import consumer_name, worker_id
 from taskq.middleware import emit
+from taskq.worker.cancels import Canceller
 from taskq.worker.consumer import Consumer, ConsumerOptions
 from taskq.worker.executor import Executor
 from taskq.worker.lifeline import describe_exit, die_with_parent, kill, signal_name
@@ -94,6 +95,7 @@ class Pool:
             periodic=self.options.periodic,
         )
         self.reclaimer = Reclaimer(self.maintenance, self.executor)
+        self.canceller = Canceller(self.maintenance, self.scoreboard)
         self._backoff = Backoff()  # respawns while children die young or forks fail
         self._deadline = 0.0
         self._shown_title = ""
@@ -253,14 +255,24 @@ class Pool:
         a job past its hard limit, or take back the rest of its batch behind a long job."""
         now = time.monotonic()
         adaptive = self.options.prefetch is None
+        busy = []
         for child in self.children.values():
             view = self.scoreboard.read(child.index)
             if not view.busy or child.killed_for:
                 continue
+            busy.append((child.index, child.pid, view))
             if view.hard_deadline and now > view.hard_deadline:
                 self._kill_for_hard_limit(child, view)
             elif adaptive and view.waiting_in_batch and now - view.started_mono > HANDBACK_AFTER_S:
                 self._revoke_rest(child, view)
+        self.canceller.tick(busy, self._queue_of, self._mark_killed)
+
+    def _queue_of(self, view: SlotView) -> str:
+        return self._stream_name(view).rsplit(":", 1)[0]
+
+    def _mark_killed(self, index: int, reason: str) -> None:
+        if index in self.children:
+            self.children[index].killed_for = reason
 
     def _kill_for_hard_limit(self, child: _Child, view: SlotView) -> None:
         """(Soft limits are the child's own timer.) The kill happens under the slot's lock after

@@ -12,9 +12,18 @@ end
 
 local run_ops
 
--- ["job", stream, task, body, id, record, ttl ms, queue, priority, args]: a step enters its
--- stream; its record (if it keeps one) says waiting.
+-- A step cancelled before its turn (its record says so) does not start, and the steps after
+-- it (`later`: {record, done, ttl ms} each) end as cancelled with it. Returns true if so.
+local function cancelled_step(record, later, now)
+  if record == '' or redis.call('HGET', record, 'state') ~= 'cancelled' then return false end
+  for _, ref in ipairs(later or {}) do finish_record(ref[1], ref[2], 'cancelled', ref[3], now) end
+  return true
+end
+
+-- ["job", stream, task, body, id, record, ttl ms, queue, priority, args, later]: a step
+-- enters its stream; its record (if it keeps one) says waiting.
 local function op_job(op, now)
+  if cancelled_step(op[6], op[11], now) then return end
   local fields = {'task', op[3], 'body', op[4]}
   if op[6] ~= '' then fields[5], fields[6] = 'job', op[5] end
   local id = redis.call('XADD', op[2], '*', unpack(fields))
@@ -26,8 +35,9 @@ local function op_job(op, now)
 end
 
 -- ["schedule", schedule, due key, delay ms, member, record, ttl ms, task, queue, priority,
--- args]: a step with a countdown waits in the schedule.
+-- args, later]: a step with a countdown waits in the schedule.
 local function op_schedule(op, now)
+  if cancelled_step(op[6], op[12], now) then return end
   local due = now + op[4]
   redis.call('ZADD', op[2], due, op[5])
   lower_due(op[3], due)

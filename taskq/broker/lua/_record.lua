@@ -15,6 +15,25 @@ local function record_key(stream, job_id)
   return string.match(stream, '^(.*):[^:]*$') .. ':job:' .. job_id
 end
 
+-- The job id in a body, if the job keeps a record (else nil). A body with bin fields is one
+-- Lua's msgpack cannot decode: its id is then found by its bytes.
+local function body_job_id(body)
+  if not string.find(body, 'result_ttl_s', 1, true) then return nil end
+  local ok, m = pcall(cmsgpack.unpack, body)
+  if ok and type(m) == 'table' then
+    return (m.result_ttl_s and type(m.id) == 'string') and m.id or nil
+  end
+  local at = string.find(body, '\162id', 1, true)
+  if not at then return nil end
+  local h = string.byte(body, at + 3)
+  if h and h >= 0xa0 and h <= 0xbf then return string.sub(body, at + 4, at + 3 + h - 0xa0) end
+  if h == 0xd9 then
+    local n = string.byte(body, at + 4)
+    return string.sub(body, at + 5, at + 4 + n)
+  end
+  return nil
+end
+
 -- A worker took the job. A record that has expired is not brought back without a TTL: the
 -- HSET then created all three fields, and the key goes again.
 local function mark_running(rec, consumer, now)
@@ -33,9 +52,9 @@ end
 -- End the job's record: the final state and its fields, the record's TTL, and the done list
 -- that wakes every waiter. A record already final keeps its first outcome, so a job that ran
 -- twice leaves one result. Returns 1 if this call ended it.
+local FINAL = {succeeded = true, failed = true, cancelled = true, expired = true}
 local function finish_record(rec, done, state, ttl, now, ...)
-  local current = redis.call('HGET', rec, 'state')
-  if current == 'succeeded' or current == 'failed' then return 0 end
+  if FINAL[redis.call('HGET', rec, 'state')] then return 0 end
   redis.call('HSET', rec, 'state', state, 'finished_ms', now, ...)
   redis.call('PEXPIRE', rec, ttl)
   redis.call('RPUSH', done, state)

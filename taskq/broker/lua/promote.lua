@@ -32,29 +32,12 @@ end
 -- mention the key are decoded. Redis's Lua msgpack cannot read a body with binary (bin)
 -- arguments; the id of such a body is read where producers write it, as its first string
 -- value after the key "id".
-local function job_of(body)
-  if not string.find(body, 'result_ttl_s', 1, true) then return nil end
-  local ok, m = pcall(cmsgpack.unpack, body)
-  if ok and type(m) == 'table' then
-    return (m.result_ttl_s and type(m.id) == 'string') and m.id or nil
-  end
-  local at = string.find(body, '\162id', 1, true)
-  if not at then return nil end
-  local h = string.byte(body, at + 3)
-  if h and h >= 0xa0 and h <= 0xbf then return string.sub(body, at + 4, at + 3 + h - 0xa0) end
-  if h == 0xd9 then
-    local n = string.byte(body, at + 4)
-    return string.sub(body, at + 5, at + 4 + n)
-  end
-  return nil
-end
-
 local function move_due(b, set, retry)
   local due = redis.call('ZRANGEBYSCORE', KEYS[b + set], '-inf', now, 'LIMIT', 0, limit)
   for _, m in ipairs(due) do
     local s, task, body, ff = parse(m, retry)
     if s then
-      local fields, job = {'task', task, 'body', body}, job_of(body)
+      local fields, job = {'task', task, 'body', body}, body_job_id(body)
       if job then fields[5], fields[6] = 'job', job end
       if ff then fields[#fields + 1], fields[#fields + 2] = 'ff', ff end
       local id = redis.call('XADD', KEYS[b + s], '*', unpack(fields))

@@ -5,11 +5,12 @@
 -- entries up to it (those in flight, and finished jobs the trim has not removed yet: few, so
 -- counting them here, without returning them, is cheap). The group's lag is not used for it:
 -- Redis 7.0 reports it as null, or plainly wrong, once waiting entries were deleted.
--- KEYS: stream high/normal/low, retry high/normal/low, schedule, dead-letter stream.
+-- KEYS: stream high/normal/low, retry high/normal/low, schedule, dead-letter stream, counts.
 -- ARGV: group, most delivered entries to count per stream.
 -- Returns {now, then per stream {length, waiting (-1: more delivered entries than counted),
 --          pending, consumers, last id or '', lag or -1, oldest pending or '', retrying,
---          next retry ms or -1}, scheduled, next scheduled ms or -1, dead}.
+--          next retry ms or -1}, scheduled, next scheduled ms or -1, dead,
+--          {expired, cancelled}}.
 local group, cap = ARGV[1], tonumber(ARGV[2])
 local out = {now_ms()}
 
@@ -45,4 +46,5 @@ end
 out[#out + 1] = redis.call('ZCARD', KEYS[7])
 out[#out + 1] = first_score(KEYS[7])
 out[#out + 1] = redis.call('XLEN', KEYS[8])
+out[#out + 1] = redis.call('HMGET', KEYS[9], 'expired', 'cancelled')
 return out

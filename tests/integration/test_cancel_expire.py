@@ -1,0 +1,211 @@
+"""Cancellation and expiry (issue 15, parts 4 and 5), against a real Redis and real workers:
+waiting, scheduled, retrying and running jobs; across a worker restart; workflows; expiry."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+
+import pytest
+import redis
+from click.testing import CliRunner
+
+from taskq import App, JobCancelled, JobExpired, chain
+from taskq.cli import main
+from taskq.errors import ConfigError
+from tests import tasks
+from tests.conftest import WorkerProcess, runs, wait_until
+
+StartWorker = Callable[..., WorkerProcess]
+
+
+def _worker(start_worker: StartWorker, *args: str) -> WorkerProcess:
+    return start_worker("-A", "tests.tasks", "-c", "2", "--loglevel", "info", *args)
+
+
+def _ran(r: redis.Redis, job_id: str) -> bool:
+    return any(run["job"] == job_id for run in runs(r))
+
+
+def _sentinel_ran(r: redis.Redis) -> None:
+    """Run a job through the worker and wait for it: the worker has been past the jobs
+    enqueued before it (it reads in order)."""
+    tasks.add.delay(0, 0).result(timeout=20)
+
+
+def test_a_waiting_job_is_removed_and_never_runs(
+    task_app: App, r: redis.Redis, start_worker: StartWorker
+) -> None:
+    job, kept = tasks.add.delay(1, 2), tasks.add.delay(3, 4)
+    assert job.cancel() == "cancelled"
+    assert job.status().state == "cancelled"
+    assert job.cancel() == "cancelled"  # again: it had ended so
+    _worker(start_worker)
+    assert kept.result(timeout=20) == 7
+    _sentinel_ran(r)
+    assert not _ran(r, job.id)
+    with pytest.raises(JobCancelled) as caught:
+        job.result(timeout=1)
+    assert caught.value.job_id == job.id and caught.value.type == "JobCancelled"
+    assert r.hget("tasks:counts", "cancelled") == b"1"
+
+
+def test_a_scheduled_job_is_removed_from_the_schedule(task_app: App, r: redis.Redis) -> None:
+    job, other = (
+        tasks.add.apply_async((1, 2), countdown=60),
+        tasks.add.apply_async((5, 5), countdown=60),
+    )
+    assert job.status().state == "scheduled"
+    assert job.cancel() == "cancelled"
+    assert r.zcard("tasks:schedule") == 1  # only the other one is left
+    assert other.status().state == "scheduled"
+    assert job.status().state == "cancelled"
+
+
+def test_a_retrying_job_is_removed_from_its_retry_set(
+    task_app: App, r: redis.Redis, start_worker: StartWorker
+) -> None:
+    job = tasks.retry_later.delay(60)
+    _worker(start_worker)
+    wait_until(
+        lambda: job.status().state == "retrying", 20, message="the job to wait out its retry"
+    )
+    assert r.zcard("tasks:retry:normal") == 1
+    assert job.cancel() == "cancelled"
+    assert r.zcard("tasks:retry:normal") == 0
+    assert job.status().state == "cancelled"
+    assert r.xlen("tasks:deadletter") == 0
+
+
+def test_a_running_job_is_left_alone_without_terminate(
+    task_app: App, r: redis.Redis, start_worker: StartWorker
+) -> None:
+    job = tasks.slow_add.delay(2, 3, 1.0)
+    _worker(start_worker)
+    wait_until(lambda: job.status().state == "running", 20, message="the job to start")
+    assert job.cancel() == "running"
+    assert job.result(timeout=20) == 5
+
+
+def test_terminate_interrupts_a_running_job_which_is_neither_retried_nor_dead(
+    task_app: App, r: redis.Redis, start_worker: StartWorker
+) -> None:
+    job = tasks.slow_add.delay(2, 3, 30.0)
+    w = _worker(start_worker)
+    wait_until(lambda: r.lrange("started", 0, -1) == [job.id.encode()], 20, message="the start")
+    assert job.cancel(terminate=True) == "terminating"
+    with pytest.raises(JobCancelled):
+        job.result(timeout=20)
+    assert job.status().state == "cancelled"
+    assert not _ran(r, job.id)  # slow_add records only after its sleep: it never got there
+    assert r.xlen("tasks:deadletter") == 0 and r.zcard("tasks:retry:normal") == 0
+    _sentinel_ran(r)
+    assert r.lrange("started", 0, -1) == [job.id.encode()]  # it did not run again
+    assert "cancelled: interrupting it" in w.output()
+
+
+@pytest.mark.slow
+def test_a_job_that_ignores_the_interruption_has_its_child_killed(
+    task_app: App, r: redis.Redis, start_worker: StartWorker
+) -> None:
+    job = tasks.holds_on.delay(60.0)
+    w = _worker(start_worker)
+    wait_until(lambda: r.lrange("started", 0, -1) == [job.id.encode()], 20, message="the start")
+    assert job.cancel(terminate=True) == "terminating"
+    wait_until(lambda: any(x.get("tag") == "holds_on_caught" for x in runs(r)), 10)
+    with pytest.raises(JobCancelled):
+        job.result(timeout=30)  # after the grace, SIGKILL; the master settles it as cancelled
+    assert "did not stop when cancelled" in w.output()
+    assert r.xlen("tasks:deadletter") == 0 and r.zcard("tasks:retry:normal") == 0
+    assert tasks.add.delay(1, 1).result(timeout=20) == 2  # the child was replaced
+
+
+@pytest.mark.slow
+def test_a_cancel_outlives_the_worker_that_ran_the_job(
+    task_app: App, r: redis.Redis, start_worker: StartWorker
+) -> None:
+    job = tasks.slow_add.delay(2, 3, 30.0)
+    first = _worker(start_worker)
+    wait_until(lambda: r.lrange("started", 0, -1) == [job.id.encode()], 20, message="the start")
+    first.kill_all()  # the job stays pending under a dead worker
+    assert job.cancel(terminate=True) == "terminating"
+    _worker(start_worker)  # its sweep recovers the job: cancelled, not retried
+    with pytest.raises(JobCancelled):
+        job.result(timeout=30)
+    assert r.lrange("started", 0, -1) == [job.id.encode()]
+    assert r.xlen("tasks:deadletter") == 0
+
+
+def test_cancelling_a_workflow_cancels_the_steps_not_run(
+    task_app: App, r: redis.Redis, start_worker: StartWorker
+) -> None:
+    flow = chain(tasks.add.s(1, 2), tasks.square.s(), tasks.tsum.si([1])).apply_async()
+    outcomes = flow.cancel()
+    assert list(outcomes.values()) == ["cancelled"] * 3
+    _worker(start_worker)
+    _sentinel_ran(r)
+    with pytest.raises(JobCancelled):
+        flow.result(timeout=5)
+    assert [x for x in runs(r) if x["job"] in outcomes] == []
+
+
+def test_a_later_step_cancelled_alone_stops_the_chain_there(
+    task_app: App, r: redis.Redis, start_worker: StartWorker
+) -> None:
+    first = tasks.add.s(1, 2)
+    flow = chain(first, tasks.square.s(), tasks.tsum.si([1])).apply_async()
+    steps = task_app.records.flow_steps(flow.queue, flow.id)
+    second_id = steps[1][0]
+    assert task_app.job(second_id).cancel() == "cancelled"
+    _worker(start_worker)
+    with pytest.raises(JobCancelled):
+        flow.result(timeout=20)
+    assert task_app.job(steps[0][0]).result(timeout=5) == 3  # the first step ran
+    assert task_app.job(steps[2][0]).status().state == "cancelled"  # ended with the second
+
+
+def test_a_job_not_started_before_it_expires_does_not_run(
+    task_app: App, r: redis.Redis, start_worker: StartWorker
+) -> None:
+    past = datetime.now(timezone.utc) - timedelta(seconds=1)
+    stale, fresh = (
+        tasks.add.apply_async((1, 1), expires=past),
+        tasks.add.apply_async((2, 2), expires=600),
+    )
+    untracked = tasks.echo.apply_async(("late",), expires=past)
+    _worker(start_worker)
+    assert fresh.result(timeout=20) == 4
+    with pytest.raises(JobExpired) as caught:
+        stale.result(timeout=20)
+    assert caught.value.type == "JobExpired"
+    assert stale.status().state == "expired"
+    wait_until(lambda: r.hget("tasks:counts", "expired") == b"2", 20, message="both counted")
+    assert not _ran(r, stale.id) and not _ran(r, untracked.id)
+    assert r.xlen("tasks:deadletter") == 0
+    result = CliRunner().invoke(main, ["-A", "tests.tasks", "inspect", "--json"])
+    assert result.exit_code == 0, result.output
+    queue = next(q for q in json.loads(result.output)["queues"] if q["queue"] == "tasks")
+    assert queue["expired"] == 2 and queue["cancelled"] == 0
+
+
+def test_cancel_on_the_command_line(task_app: App, r: redis.Redis) -> None:
+    job = tasks.add.delay(1, 2)
+    result = CliRunner().invoke(main, ["-A", "tests.tasks", "job", "cancel", job.id])
+    assert result.exit_code == 0, result.output
+    assert f"{job.id}: cancelled" in result.output
+    again = CliRunner().invoke(main, ["-A", "tests.tasks", "job", "cancel", job.id])
+    assert again.exit_code == 0 and f"{job.id}: cancelled" in again.output  # idempotent
+    shown = CliRunner().invoke(main, ["-A", "tests.tasks", "job", job.id, "--json"])
+    assert shown.exit_code == 1 and json.loads(shown.output)["state"] == "cancelled"
+    unknown = CliRunner().invoke(main, ["-A", "tests.tasks", "job", "cancel", "0" * 32])
+    assert unknown.exit_code == 1 and "no record" in unknown.output
+
+
+def test_bad_input(task_app: App) -> None:
+    with pytest.raises(ConfigError, match="expires"):
+        tasks.add.apply_async((1, 2), expires="soon")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="expires"):
+        tasks.add.apply_async((1, 2), expires=float("nan"))
+    with pytest.raises(ConfigError, match="keeps no status record"):
+        tasks.echo.delay("x").cancel()
