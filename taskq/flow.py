@@ -224,7 +224,6 @@ def _job_ops(frag: dict[str, Any], parent: bytes | None) -> Ops:
     for a step with a countdown ``["schedule", schedule, due, delay ms, member, record, ttl ms,
     task, queue, priority, args, later]`` (record '' when the step keeps none; ``later``: the
     records of the steps after it)."""
-    k = QueueKeys(frag["queue"])
     spliced = parent is not None and not frag["imm"]
     first = (_MARK_VALUE,) if spliced else ()
     msg = Message(
@@ -241,23 +240,27 @@ def _job_ops(frag: dict[str, Any], parent: bytes | None) -> Ops:
     if spliced:
         assert parent is not None
         body, args = body.replace(_MARK, parent, 1), args.replace(_MARK, parent, 1)
-    record = k.job(frag["id"]) if frag["ttl"] is not None else ""
-    ttl_ms = (frag["ttl"] or 0) * 1000
-    out = Ops()
     if frag["countdown_ms"]:
-        member = b"%d\n%s\n%s" % (PRIORITIES.index(frag["priority"]), frag["task"].encode(), body)
-        info = [frag["task"], frag["queue"], frag["priority"], args]
-        op = ["schedule", k.schedule, k.due, frag["countdown_ms"], member, record, ttl_ms, *info]
-        out.add([*op, _later(msg)], k.schedule, k.due, record, *_later_keys(msg))
-    else:
-        out.extend(_stream_op(msg, body, args))
+        return _schedule_op(msg, body, args, frag["countdown_ms"])
+    return _stream_op(msg, body, args)
+
+
+def enqueue_ops(msg: Message, body: bytes, delay_ms: int = 0) -> Ops:
+    """The op that enqueues an encoded job, with its record if it keeps one: into its stream
+    now, or into the schedule for ``delay_ms`` (a periodic job's tick, a unique job)."""
+    args = encode_args(msg.args, msg.kwargs)
+    return _schedule_op(msg, body, args, delay_ms) if delay_ms > 0 else _stream_op(msg, body, args)
+
+
+def _schedule_op(msg: Message, body: bytes, args: bytes, delay_ms: int) -> Ops:
+    k = QueueKeys(msg.queue)
+    record = k.job(msg.id) if msg.result_ttl_s is not None else ""
+    member = b"%d\n%s\n%s" % (PRIORITIES.index(msg.priority), msg.task.encode(), body)
+    info = [msg.task, msg.queue, msg.priority, args, _later(msg)]
+    op = ["schedule", k.schedule, k.due, delay_ms, member, record, (msg.result_ttl_s or 0) * 1000]
+    out = Ops()
+    out.add([*op, *info], k.schedule, k.due, record, *_later_keys(msg))
     return out
-
-
-def enqueue_ops(msg: Message, body: bytes) -> Ops:
-    """The op that puts an encoded job in its stream now, with its record if it keeps one
-    (a periodic job, enqueued by the script that claims its tick)."""
-    return _stream_op(msg, body, encode_args(msg.args, msg.kwargs))
 
 
 def _stream_op(msg: Message, body: bytes, args: bytes) -> Ops:
@@ -297,10 +300,14 @@ def _chord_ops(frag: dict[str, Any], parent: bytes | None) -> Ops:
     return out
 
 
-def on_success(msg: Message, result: bytes) -> Ops:
-    """What a job's success starts: its next steps and callbacks, and its chord's count."""
+def on_success(msg: Message, result: bytes | None) -> Ops:
+    """What a job's success starts: its next steps and callbacks, and its chord's count; it
+    releases its uniqueness lock."""
     wf = msg.wf or {}
-    out = spawn(wf.get("next", ()), result)
+    out = _unlock(msg)
+    if result is None:  # a job whose success passes nothing on
+        return out
+    out.extend(spawn(wf.get("next", ()), result))
     chord = wf.get("chord")
     if chord:
         out.add(["chord_add", chord[0], chord[1], result], chord[0])
@@ -309,10 +316,10 @@ def on_success(msg: Message, result: bytes) -> Ops:
 
 def on_failure(msg: Message, error_type: str, error: str) -> Ops:
     """What a job's failure for good does: later steps fail, error callbacks start (with the
-    failed job's id), and each chord it belongs to fails, once."""
+    failed job's id), each chord it belongs to fails, once, and its uniqueness lock goes."""
     wf = msg.wf or {}
     cause = [msg.id, msg.task, error_type, error]
-    out = Ops()
+    out = _unlock(msg)
     for ref in wf.get("fail", ()):
         out.add(["fail", *ref, *cause], ref[0], ref[1])
     job_id = bytes(msgpack.packb(msg.id))
@@ -324,6 +331,20 @@ def on_failure(msg: Message, error_type: str, error: str) -> Ops:
         inner.extend(spawn(chord["errback"], job_id))
         out.add(["chord_fail", chord["key"], inner.ops], chord["key"], *inner.keys)
     return out
+
+
+def _unlock(msg: Message) -> Ops:
+    """``["unlock", key, job id]``: the job's end releases its uniqueness lock (if it still
+    holds it)."""
+    out = Ops()
+    if msg.unique is not None:
+        out.add(["unlock", msg.unique, msg.id], msg.unique)
+    return out
+
+
+def ends_with_writes(msg: Message) -> bool:
+    """Whether the job's end writes more than its ack (workflow steps, a lock to release)."""
+    return bool(msg.wf) or msg.unique is not None
 
 
 def needs_result(msg: Message) -> bool:

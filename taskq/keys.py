@@ -144,6 +144,10 @@ class QueueKeys:
         """A one-element list that appears when the job ends: ``result()`` blocks on it."""
         return f"{self.queue}:done:{job_id}"
 
+    def unique(self, key: str) -> str:
+        """Uniqueness lock of one key: the id of the job holding it (``SET NX PX``)."""
+        return f"{self.queue}:unique:{key}"
+
     def cancel(self, job_id: str) -> str:
         """Tombstone of a delivered job asked to stop (``job.cancel(terminate=True)``); its
         worker's master interrupts the run. Expires with the job's record."""

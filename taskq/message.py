@@ -45,6 +45,7 @@ class _MessageFields(NamedTuple):
     wf: dict[str, Any] | None
     tick_ms: int | None
     expires_ms: int | None
+    unique: str | None
 
 
 class Message(_MessageFields):
@@ -56,7 +57,8 @@ class Message(_MessageFields):
     that many seconds after it ends). ``wf`` is the job's part in a workflow: what to start
     when it succeeds or fails (see :mod:`taskq.flow`). ``tick_ms`` is the tick of a
     periodic job (when its schedule said it was due); ``expires_ms``, when set, is the time
-    after which the job is not started any more. (A named tuple rather than a frozen
+    after which the job is not started any more. ``unique`` is the key of the uniqueness lock
+    that the job's end releases (``unique_key``). (A named tuple rather than a frozen
     dataclass: bulk enqueue builds one per job.)
     """
 
@@ -77,6 +79,7 @@ class Message(_MessageFields):
         wf: dict[str, Any] | None = None,
         tick_ms: int | None = None,
         expires_ms: int | None = None,
+        unique: str | None = None,
     ) -> Message:
         return super().__new__(
             cls,
@@ -93,6 +96,7 @@ class Message(_MessageFields):
             wf,
             tick_ms,
             expires_ms,
+            unique,
         )
 
     def encode(self, *, max_bytes: int | None = None) -> bytes:
@@ -123,6 +127,8 @@ class Message(_MessageFields):
             body_map["tick_ms"] = self.tick_ms
         if self.expires_ms is not None:
             body_map["expires_ms"] = self.expires_ms
+        if self.unique is not None:
+            body_map["unique"] = self.unique
         try:
             body: bytes = msgpack.packb(body_map, use_bin_type=True)
         except (TypeError, ValueError, OverflowError) as exc:
@@ -160,7 +166,7 @@ class Message(_MessageFields):
         queue, priority = get("queue", "tasks"), get("priority", "normal")
         created_ms, retries, eta_ms = get("created_ms", 0), get("retries", 0), get("eta_ms")
         result_ttl_s, wf = get("result_ttl_s"), get("wf")
-        tick_ms, expires_ms = get("tick_ms"), get("expires_ms")
+        tick_ms, expires_ms, unique = get("tick_ms"), get("expires_ms"), get("unique")
         # Fast path for what producers write; anything else is checked field by field below,
         # which also names the field that is wrong.
         well_formed = (
@@ -177,13 +183,14 @@ class Message(_MessageFields):
             and (wf is None or type(wf) is dict)
             and (tick_ms is None or type(tick_ms) is int)
             and (expires_ms is None or type(expires_ms) is int)
+            and (unique is None or type(unique) is str)
         )
         if len(data) > len(_KNOWN_KEYS) or not _KNOWN_KEYS.issuperset(data):
             _tell_unknown(data)
         if not well_formed:
             values = [_field(data, key, kind, default, body) for key, kind, default in _SCHEMA]
             task, msg_id, args, kwargs, queue, priority, created_ms, retries, eta_ms = values[:9]
-            result_ttl_s, wf, tick_ms, expires_ms = values[9:]
+            result_ttl_s, wf, tick_ms, expires_ms, unique = values[9:]
         _check_values(body, str(task), str(msg_id), kwargs, priority, retries, result_ttl_s)
         return cls(
             task,
@@ -199,6 +206,7 @@ class Message(_MessageFields):
             wf,
             tick_ms,
             expires_ms,
+            unique,
         )
 
 
@@ -217,6 +225,7 @@ _SCHEMA: tuple[tuple[str, type, Any], ...] = (
     ("wf", dict, None),
     ("tick_ms", int, None),
     ("expires_ms", int, None),
+    ("unique", str, None),
 )
 """Body fields in Message order: name, type, default (absent optional fields take it)."""
 

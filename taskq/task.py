@@ -19,8 +19,9 @@ from taskq.context import JobContext, current_job, reset_current, set_current
 from taskq.current import current_app
 from taskq.errors import ConfigError
 from taskq.job import Job
-from taskq.keys import check_priority
+from taskq.keys import check_job_id, check_priority
 from taskq.message import Message, new_job_id, now_ms
+from taskq.unique import enqueue_unique, uniqueness
 
 if TYPE_CHECKING:
     from taskq.app import App
@@ -48,6 +49,9 @@ class TaskOptionArgs(TypedDict, total=False):
     dont_autoretry_for: Iterable[type[BaseException]]
     store_result: bool
     result_ttl_s: int
+    unique: bool
+    unique_for_s: float
+    unique_mode: str
     time_limit: float
     soft_time_limit: float
     retry_backoff: int
@@ -79,6 +83,10 @@ class TaskOptions:
     bind: bool = False
     store_result: bool | None = None
     result_ttl_s: int | None = None
+    unique: bool = False
+    """Each job is unique by its task and arguments (see :mod:`taskq.unique`)."""
+    unique_for_s: float = 3600.0
+    unique_mode: str = "until_done"
 
     def __post_init__(self) -> None:
         check_priority(self.priority)
@@ -86,6 +94,14 @@ class TaskOptions:
             check_queue_name(self.queue)
         if self.max_retries is not None and self.max_retries < 0:
             raise ConfigError("max_retries must be >= 0")
+        if self.unique_mode not in ("until_done", "throttle"):
+            raise ConfigError(
+                f"unique_mode must be until_done or throttle, not {self.unique_mode!r}"
+            )
+        if isinstance(self.unique_for_s, bool) or not (
+            isinstance(self.unique_for_s, int | float) and self.unique_for_s > 0
+        ):
+            raise ConfigError(f"unique_for_s must be seconds > 0, not {self.unique_for_s!r}")
         if self.result_ttl_s is not None and (
             isinstance(self.result_ttl_s, bool)
             or not isinstance(self.result_ttl_s, int)
@@ -146,6 +162,8 @@ class Task(Generic[P, R]):
 
     def delay(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         """Enqueue with the task's default options."""
+        if self.options.unique:
+            return self.apply_async(args, kwargs)
         return self.app.enqueue(self.message(args, kwargs))
 
     def s(self, *args: Any, **kwargs: Any) -> Signature:
@@ -169,6 +187,10 @@ class Task(Generic[P, R]):
         link: Workflow | Iterable[Workflow] | None = None,
         link_error: Signature | Iterable[Signature] | None = None,
         expires: datetime | float | None = None,
+        unique_key: str | None = None,
+        unique_for: float | None = None,
+        unique_mode: str | None = None,
+        job_id: str | None = None,
     ) -> Job:
         """Enqueue with options.
 
@@ -181,15 +203,30 @@ class Task(Generic[P, R]):
             link_error: signatures to start, with the job's id, if it fails for good.
             expires: seconds from now, or an aware ``datetime``: a job not started by then
                 is not run (its status becomes ``expired``), by the worker's clock.
+            unique_key: while a job with this key is held, another enqueue adds nothing and
+                returns that job's handle (see :mod:`taskq.unique`).
+            unique_for: seconds the key is held at most (default: the task's, 3,600).
+            unique_mode: ``until_done`` (the job's end releases the key) or ``throttle``.
+            job_id: a caller-chosen id, refused while a job with it is held: the enqueue
+                then returns the existing job's handle.
         """
         if link is not None or link_error is not None:
-            if expires is not None:
-                raise ConfigError("expires does not go with link or link_error yet")
+            if expires is not None or unique_key is not None or job_id is not None:
+                raise ConfigError("expires, unique_key and job_id do not go with link yet")
             return self._linked(args, kwargs, priority, countdown, eta, queue, link, link_error)
         eta_ms, in_ms = due_time(countdown, eta)
         msg = self.message(tuple(args), kwargs or {}, priority=priority, eta_ms=eta_ms, queue=queue)
         if expires is not None:
             msg = msg._replace(expires_ms=expiry_ms(expires))
+        if job_id is not None:
+            check_job_id(job_id)
+            msg = msg._replace(id=job_id)
+        u = uniqueness(
+            self, msg, unique_key=unique_key, unique_for=unique_for, unique_mode=unique_mode,
+            job_id=job_id,
+        )  # fmt: skip
+        if u is not None and not self.app.settings.eager:
+            return enqueue_unique(self.app, msg, u, in_ms)
         return self.app.enqueue(msg, in_ms=in_ms)
 
     def _linked(
@@ -220,7 +257,10 @@ class Task(Generic[P, R]):
         return self.starmap((item,) for item in items)
 
     def starmap(self, items: Iterable[Iterable[Any]]) -> list[Job]:
-        """Enqueue one job per argument tuple, pipelined in batches."""
+        """Enqueue one job per argument tuple, pipelined in batches (one round trip each for
+        a ``unique`` task, whose every enqueue takes its lock)."""
+        if self.options.unique:
+            return [self.apply_async(tuple(item)) for item in items]
         first = self.message((), {})  # queue and priority are checked once, not per job
         name, queue, priority, ttl = self.name, first.queue, first.priority, first.result_ttl_s
         return self.app.enqueue_many(

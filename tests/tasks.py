@@ -316,3 +316,17 @@ def holds_on(seconds: float) -> str:
         except taskq.JobCancelled:
             record(tag="holds_on_caught", start=start)
     return "finished"
+
+
+@app.task(store_result=True, unique=True)
+def unique_report(report_id: int, seconds: float = 0.3) -> int:
+    """Unique by its arguments: concurrent enqueues of one report run it once."""
+    time.sleep(seconds)
+    record(tag="unique_report", report_id=report_id)
+    return report_id
+
+
+@app.task
+def plain_unique(tag: str) -> None:
+    """Keeps no record: used with an explicit unique_key."""
+    record(tag=tag)

@@ -31,3 +31,11 @@ def schedule_command(msg: Message, body: bytes, in_ms: int | None) -> Command:
         args += [msg.result_ttl_s * 1000, msg.task, msg.queue, msg.priority]
         args.append(encode_args(msg.args, msg.kwargs))
     return script_command("schedule", keys, args)
+
+
+def unique_command(
+    keys: list[str], job_id: str, hold_ms: int, ops: bytes, record_at: int, releases: bool
+) -> Command:
+    """``unique.lua``: take the lock (``keys[0]``) and enqueue the job (the ops), unless the
+    lock is held; its reply is the holder's id."""
+    return script_command("unique", keys, [job_id, hold_ms, ops, record_at, int(releases)])

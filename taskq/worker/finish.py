@@ -15,7 +15,7 @@ import time
 from taskq.broker import Broker, Delivery
 from taskq.broker.records import Records
 from taskq.deadletter import Deadletter
-from taskq.flow import on_failure, on_success
+from taskq.flow import ends_with_writes, on_failure, on_success
 from taskq.message import Message, with_retries
 from taskq.middleware import emit
 from taskq.results import Completion, FailedRun
@@ -46,8 +46,8 @@ class Finisher:
         d = o.delivery
         if o.kind == OK:
             self.acks.append(d)
-            if o.result is not None and o.msg is not None:
-                ops = on_success(o.msg, o.result) if o.msg.wf else None
+            if o.msg is not None and (o.result is not None or o.msg.unique is not None):
+                ops = on_success(o.msg, o.result) if ends_with_writes(o.msg) else None
                 self.completions[d] = Completion(
                     o.msg.id,
                     o.msg.result_ttl_s is not None,
@@ -151,7 +151,7 @@ def _cancelled(o: Outcome) -> Outcome:
 
 def _failure_ops(o: Outcome) -> tuple[bytes, list[str]] | None:
     """The workflow writes a job's end without success causes (later steps fail, ...)."""
-    if o.msg is None or not o.msg.wf:
+    if o.msg is None or not ends_with_writes(o.msg):
         return None
     writes = on_failure(o.msg, o.error_type, o.error)
     return (writes.packed(), writes.keys) if writes.ops else None

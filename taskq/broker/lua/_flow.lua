@@ -107,6 +107,10 @@ local OPS = {
   chord_fail = function(op, now)
     if redis.call('DEL', op[2]) == 1 then run_ops(op[3], now) end
   end,
+  -- ["unlock", lock key, job id]: a unique job ended: its lock goes, if it still holds it.
+  unlock = function(op, now)
+    if redis.call('GET', op[2]) == op[3] then redis.call('DEL', op[2]) end
+  end,
   -- ["flow", key, ttl ms, kind, info]: a workflow's own record.
   flow = function(op, now)
     redis.call('HSET', op[2], 'kind', op[4], 'info', op[5], 'created_ms', now)

@@ -62,6 +62,8 @@ elseif state == 'pending' then
 end
 local now = now_ms()
 if removed then
+  local lock = redis.call('HGET', rec, 'unique')  -- a unique job's lock goes with it
+  if lock and redis.call('GET', lock) == id then redis.call('DEL', lock) end
   finish_record(rec, KEYS[2], 'cancelled', tonumber(ARGV[3]), now)
   redis.call('HINCRBY', KEYS[11], 'cancelled', 1)
   return 'cancelled'
