@@ -144,6 +144,11 @@ class QueueKeys:
         """A one-element list that appears when the job ends: ``result()`` blocks on it."""
         return f"{self.queue}:done:{job_id}"
 
+    def limit(self, task: str, key: str | None = None) -> str:
+        """A task's rate-limit window (a sorted set of start slots; per ``limit_key`` if the
+        task has one)."""
+        return f"{self.queue}:limit:{task}" + (f":{key}" if key is not None else "")
+
     def unique(self, key: str) -> str:
         """Uniqueness lock of one key: the id of the job holding it (``SET NX PX``)."""
         return f"{self.queue}:unique:{key}"

@@ -20,6 +20,7 @@ from taskq.current import current_app
 from taskq.errors import ConfigError
 from taskq.job import Job
 from taskq.keys import check_job_id, check_priority
+from taskq.limits import Rate
 from taskq.message import Message, new_job_id, now_ms
 from taskq.unique import enqueue_unique, uniqueness
 
@@ -52,6 +53,8 @@ class TaskOptionArgs(TypedDict, total=False):
     unique: bool
     unique_for_s: float
     unique_mode: str
+    rate_limit: str
+    limit_key: Callable[..., Any]
     time_limit: float
     soft_time_limit: float
     retry_backoff: int
@@ -87,6 +90,10 @@ class TaskOptions:
     """Each job is unique by its task and arguments (see :mod:`taskq.unique`)."""
     unique_for_s: float = 3600.0
     unique_mode: str = "until_done"
+    rate_limit: str | None = None
+    """At most this many starts per window across the fleet (:mod:`taskq.limits`)."""
+    limit_key: Callable[..., Any] | None = None
+    """Called with the job's arguments: one rate limit per value it returns."""
 
     def __post_init__(self) -> None:
         check_priority(self.priority)
@@ -94,6 +101,10 @@ class TaskOptions:
             check_queue_name(self.queue)
         if self.max_retries is not None and self.max_retries < 0:
             raise ConfigError("max_retries must be >= 0")
+        if self.rate_limit is not None:
+            Rate.parse(self.rate_limit)
+        if self.limit_key is not None and self.rate_limit is None:
+            raise ConfigError("limit_key needs a rate_limit")
         if self.unique_mode not in ("until_done", "throttle"):
             raise ConfigError(
                 f"unique_mode must be until_done or throttle, not {self.unique_mode!r}"

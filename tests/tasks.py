@@ -330,3 +330,15 @@ def unique_report(report_id: int, seconds: float = 0.3) -> int:
 def plain_unique(tag: str) -> None:
     """Keeps no record: used with an explicit unique_key."""
     record(tag=tag)
+
+
+@app.task(rate_limit="5/s")
+def limited(n: int) -> None:
+    """At most 5 starts a second across every worker."""
+    record(tag="limited", n=n)
+
+
+@app.task(rate_limit="2/s", limit_key=lambda customer, n: customer)
+def per_customer(customer: str, n: int) -> None:
+    """2 starts a second per customer."""
+    record(tag="per_customer", customer=customer, n=n)

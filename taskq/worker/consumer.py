@@ -31,6 +31,7 @@ from taskq.task import Task
 from taskq.worker.executor import Executor, Prepared
 from taskq.worker.finish import Finisher
 from taskq.worker.lifeline import CANCEL_SIGNAL
+from taskq.worker.limiter import Limiter
 from taskq.worker.outage import OutageWaiter
 from taskq.worker.outcome import Outcome
 from taskq.worker.scoreboard import MAX_BATCH, Slot
@@ -88,6 +89,7 @@ class Consumer:
         self.broker = broker
         self.executor = executor
         self.finisher = Finisher(broker, executor)
+        self.limiter = Limiter(broker, name, executor.app.settings.result_ttl_s)
         self.name = name
         self.options = options
         self.slot = slot
@@ -254,6 +256,10 @@ class Consumer:
                 return False
             outcome = prepared
         else:
+            if prepared.task.options.rate_limit is not None and not self.limiter.admitted(
+                prepared, self._outages.call
+            ):
+                return self.slot is None or self.slot.claim_next()  # deferred, or lost
             if self.slot is not None:
                 index = self.broker.stream_position[d.stream]
                 msg = prepared.msg

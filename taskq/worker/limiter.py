@@ -1,0 +1,73 @@
+"""Rate limits in a child: a job of a limited task starts only with a slot from Redis.
+
+A job over its task's limit is deferred, not failed: ``limit.lua`` moves it to the schedule
+until the first free slot, out of its stream, so the jobs behind it run (no head-of-line
+blocking), and it keeps its attempt count. Jobs of tasks without a limit never come here.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from taskq.broker import Broker
+from taskq.broker.limits import ADMITTED, admit
+from taskq.keys import QueueKeys
+from taskq.limits import Rate
+from taskq.message import with_retries
+from taskq.worker.executor import Prepared
+
+logger = logging.getLogger(__name__)
+
+
+class Limiter:
+    """Admits the jobs of rate-limited tasks for one consumer."""
+
+    def __init__(self, broker: Broker, owner: str, result_ttl_s: int) -> None:
+        self.broker = broker
+        self.owner = owner
+        self.result_ttl_s = result_ttl_s
+        self._rates: dict[str, Rate] = {}
+
+    def admitted(self, p: Prepared, call: Callable[[Callable[[], int]], int]) -> bool:
+        """Whether the job may start now (else it was deferred to its slot); ``call`` runs
+        the Redis step through the consumer's outage handling."""
+        o, d, msg = p.task.options, p.delivery, p.msg
+        assert o.rate_limit is not None
+        rate = self._rates.get(msg.task)
+        if rate is None:
+            rate = self._rates[msg.task] = Rate.parse(o.rate_limit)
+        key = _limit_key(o.limit_key, msg.args, msg.kwargs, msg.task)
+        ttl_s = msg.result_ttl_s or self.result_ttl_s
+        verdict = call(
+            lambda: admit(
+                self.broker.link,
+                d,
+                owner=self.owner,
+                limit_key=QueueKeys(d.queue).limit(msg.task, key),
+                starts=rate.starts,
+                window_ms=rate.window_ms,
+                slot=f"{msg.id}:{p.attempt}",
+                task=msg.task,
+                body=with_retries(d.body or b"", p.attempt - 1),
+                record_ttl_ms=ttl_s * 1000,
+            )
+        )
+        if verdict != ADMITTED:
+            logger.debug("%s[%s] over its rate limit: deferred", msg.task, msg.id)
+        return verdict == ADMITTED
+
+
+def _limit_key(
+    fn: Callable[..., Any] | None, args: tuple[Any, ...], kwargs: dict[str, Any], task: str
+) -> str | None:
+    """The per-key limit a job falls under (None: the task's one limit). A ``limit_key``
+    that fails puts the job under the task's shared limit, with a log line."""
+    if fn is None:
+        return None
+    try:
+        return str(fn(*args, **kwargs))
+    except Exception:
+        logger.exception("%s: limit_key failed; the job counts against the task's limit", task)
+        return "(limit_key failed)"

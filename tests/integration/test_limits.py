@@ -1,0 +1,98 @@
+"""Global rate limits (issue 15, part 3), against a real Redis and real worker processes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import redis
+
+from taskq import App
+from taskq.errors import ConfigError
+from taskq.limits import Rate
+from tests import tasks
+from tests.conftest import WorkerProcess, runs, wait_until
+
+StartWorker = Callable[..., WorkerProcess]
+WINDOW_S = 0.95
+"""Windows checked a little under the limit's second: starts are stamped by the task, a few
+ms after the slot the limit gave them."""
+
+
+def _worker(start_worker: StartWorker, concurrency: int = 2) -> WorkerProcess:
+    args = ("-A", "tests.tasks", "-c", str(concurrency), "--loglevel", "warning")
+    return start_worker(*args)
+
+
+def _tagged(r: redis.Redis, tag: str) -> list[dict[str, Any]]:
+    return [x for x in runs(r) if x.get("tag") == tag]
+
+
+def _most_in_a_window(times: list[float]) -> int:
+    times = sorted(times)
+    return max(sum(1 for u in times if t <= u < t + WINDOW_S) for t in times)
+
+
+@pytest.mark.slow
+def test_a_rate_limit_holds_across_two_workers(
+    task_app: App, r: redis.Redis, start_worker: StartWorker
+) -> None:
+    tasks.limited.map(range(25))
+    _worker(start_worker)
+    _worker(start_worker)
+    wait_until(lambda: len(_tagged(r, "limited")) == 25, 30, message="all 25 limited jobs")
+    starts = [x["t"] for x in _tagged(r, "limited")]
+    assert _most_in_a_window(starts) <= 5
+    assert max(starts) - min(starts) >= 3.5  # 25 jobs at 5/s: four seconds at least
+    assert all(x["attempt"] == 1 for x in _tagged(r, "limited"))  # deferral uses no attempt
+    assert sorted(x["n"] for x in _tagged(r, "limited")) == list(range(25))
+    assert r.xlen("tasks:deadletter") == 0
+
+
+def test_other_tasks_flow_past_a_limited_backlog(
+    task_app: App, r: redis.Redis, start_worker: StartWorker
+) -> None:
+    tasks.limited.map(range(20))
+    for i in range(10):
+        tasks.echo.delay(i)
+    _worker(start_worker)
+    wait_until(lambda: len([x for x in runs(r) if "value" in x]) == 10, 20, message="echo jobs")
+    echo_done = max(x["t"] for x in runs(r) if "value" in x)
+    limited = sorted(x["t"] for x in _tagged(r, "limited"))
+    assert len(limited) < 20 or limited[10] > echo_done  # the backlog did not hold them up
+    wait_until(lambda: len(_tagged(r, "limited")) == 20, 30, message="the limited backlog")
+
+
+def test_a_limit_per_key(task_app: App, r: redis.Redis, start_worker: StartWorker) -> None:
+    for n in range(5):
+        tasks.per_customer.delay("a", n)
+        tasks.per_customer.delay("b", n)
+    _worker(start_worker)
+    wait_until(lambda: len(_tagged(r, "per_customer")) == 10, 30, message="both customers")
+    for customer in ("a", "b"):
+        starts = [x["t"] for x in _tagged(r, "per_customer") if x["customer"] == customer]
+        assert _most_in_a_window(starts) <= 2
+    by_start = sorted(_tagged(r, "per_customer"), key=lambda x: x["t"])
+    assert {x["customer"] for x in by_start[:4]} == {"a", "b"}  # keys do not wait for each other
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("100/s", (100, 1000)), ("20/m", (20, 60_000)), ("1000/h", (1000, 3_600_000)),
+     ("5/10s", (5, 10_000)), ("3/min", (3, 60_000)), ("7 / day", (7, 86_400_000))],
+)  # fmt: skip
+def test_rates_parse(text: str, expected: tuple[int, int]) -> None:
+    assert tuple(Rate.parse(text)) == expected
+
+
+@pytest.mark.parametrize("text", ["5/fortnight", "0/s", "abc", "5/0s", "-1/s", "5/ms", ""])
+def test_bad_rates_fail_at_decoration(make_app: Callable[..., App], text: str) -> None:
+    app = make_app()
+    with pytest.raises(ConfigError, match="rate_limit"):
+        app.task(rate_limit=text)(lambda: None)
+
+
+def test_limit_key_needs_a_rate(make_app: Callable[..., App]) -> None:
+    with pytest.raises(ConfigError, match="limit_key needs a rate_limit"):
+        make_app().task(limit_key=lambda: "k")(lambda: None)
