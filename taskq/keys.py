@@ -149,6 +149,15 @@ class QueueKeys:
         task has one)."""
         return f"{self.queue}:limit:{task}" + (f":{key}" if key is not None else "")
 
+    def running(self, task: str, key: str | None = None) -> str:
+        """A concurrency-limited task's running slots: members ``<worker id>|<job id>``."""
+        return f"{self.queue}:running:{task}" + (f":{key}" if key is not None else "")
+
+    def held(self, task: str, key: str | None = None) -> str:
+        """Jobs of a concurrency-limited task waiting for a slot, out of their stream, in
+        arrival order (schedule members)."""
+        return f"{self.queue}:held:{task}" + (f":{key}" if key is not None else "")
+
     def unique(self, key: str) -> str:
         """Uniqueness lock of one key: the id of the job holding it (``SET NX PX``)."""
         return f"{self.queue}:unique:{key}"

@@ -54,6 +54,7 @@ class TaskOptionArgs(TypedDict, total=False):
     unique_for_s: float
     unique_mode: str
     rate_limit: str
+    concurrency_limit: int
     limit_key: Callable[..., Any]
     time_limit: float
     soft_time_limit: float
@@ -92,8 +93,10 @@ class TaskOptions:
     unique_mode: str = "until_done"
     rate_limit: str | None = None
     """At most this many starts per window across the fleet (:mod:`taskq.limits`)."""
+    concurrency_limit: int | None = None
+    """At most this many of the task's jobs run at once across the fleet."""
     limit_key: Callable[..., Any] | None = None
-    """Called with the job's arguments: one rate limit per value it returns."""
+    """Called with the job's arguments: one limit (rate, concurrency) per value it returns."""
 
     def __post_init__(self) -> None:
         check_priority(self.priority)
@@ -103,8 +106,11 @@ class TaskOptions:
             raise ConfigError("max_retries must be >= 0")
         if self.rate_limit is not None:
             Rate.parse(self.rate_limit)
-        if self.limit_key is not None and self.rate_limit is None:
-            raise ConfigError("limit_key needs a rate_limit")
+        c = self.concurrency_limit
+        if c is not None and (isinstance(c, bool) or not isinstance(c, int) or c < 1):
+            raise ConfigError(f"concurrency_limit must be a whole number >= 1, not {c!r}")
+        if self.limit_key is not None and self.rate_limit is None and c is None:
+            raise ConfigError("limit_key needs a rate_limit or a concurrency_limit")
         if self.unique_mode not in ("until_done", "throttle"):
             raise ConfigError(
                 f"unique_mode must be until_done or throttle, not {self.unique_mode!r}"

@@ -342,3 +342,25 @@ def limited(n: int) -> None:
 def per_customer(customer: str, n: int) -> None:
     """2 starts a second per customer."""
     record(tag="per_customer", customer=customer, n=n)
+
+
+@app.task(concurrency_limit=1)
+def exclusive(n: int, seconds: float = 0.2) -> None:
+    """One at a time across the fleet; pushes its pid to ``started`` first. Sleeps on its
+    first attempt only (a retry after its child was killed is quick)."""
+    global _client
+    if _client is None:
+        _client = redis.Redis.from_url(app.settings.redis_url)
+    _client.rpush("started", os.getpid())
+    start = time.time()
+    job = current_job()
+    time.sleep(seconds if job is None or job.attempt == 1 else 0.0)
+    record(tag="exclusive", n=n, start=start, end=time.time())
+
+
+@app.task(concurrency_limit=1, store_result=True)
+def exclusive_stored(n: int, seconds: float) -> int:
+    """One at a time, with a status record (so a waiting one can be cancelled)."""
+    time.sleep(seconds)
+    record(tag="exclusive_stored", n=n)
+    return n

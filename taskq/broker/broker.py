@@ -281,21 +281,25 @@ class Broker:
         body: bytes,
         delay_ms: int,
         failed: FailedRun | None = None,
+        ops: tuple[bytes, Sequence[str]] | None = None,
     ) -> bool:
         """Move a failed job out of its stream into its retry set for ``delay_ms``.
 
         ``body`` is the job's body with the attempts used so far (the caller patches it); the
         job comes back as a fresh entry when due. ``failed`` is recorded in the job's status
-        record, for a job that keeps one.
+        record, for a job that keeps one; ``ops`` (msgpack, and their keys) run with the move
+        (a concurrency slot's release).
         """
         k = self.keys[d.queue]
         member = b"%d\n%s\n%s" % (PRIORITIES.index(d.priority), task.encode(), body)
         keys = [d.stream, k.retry(d.priority), k.due]
         args = [GROUP, d.entry_id, owner, delay_ms, member, d.first_failure_ms or ""]
+        args += (ops[0] if ops else "", int(failed is not None))
         if failed is not None:
             keys.append(k.job(failed.job_id))
             args += (failed.ttl_ms, failed.attempt, failed.error_type, failed.error)
             args.append(failed.traceback)
+        keys += ops[1] if ops else ()
         return bool(self.link.script("park", keys, args))
 
     def deadletter(

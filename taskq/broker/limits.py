@@ -34,3 +34,30 @@ def admit(
     member = b"%d\n%s\n%s" % (PRIORITIES.index(d.priority), task.encode(), body)
     args = [GROUP, d.entry_id, owner, starts, window_ms, slot, member, record_ttl_ms]
     return as_int(link.script("limit", keys, args))
+
+
+def take_slot(
+    link: Link,
+    d: Delivery,
+    *,
+    owner: str,
+    running: str,
+    held: str,
+    limit: int,
+    member: str,
+    task: str,
+    body: bytes,
+    worker_ttl_ms: int,
+) -> int:
+    """Take a running slot for a delivery, or move it out of its stream to wait for one
+    (``body``: as it goes back, its attempts unchanged). Returns :data:`ADMITTED`,
+    :data:`DEFERRED` or :data:`LOST`."""
+    k = QueueKeys(d.queue)
+    keys = [running, held, d.stream, k.workers]
+    if d.record_id:
+        keys.append(k.job(d.record_id))
+    keys += k.streams
+    waiting = b"%d\n%s\n%s" % (PRIORITIES.index(d.priority), task.encode(), body)
+    args = [GROUP, d.entry_id, owner, limit, member, waiting, worker_ttl_ms, d.queue]
+    args.append(int(bool(d.record_id)))
+    return as_int(link.script("slot", keys, args))

@@ -89,7 +89,8 @@ class Consumer:
         self.broker = broker
         self.executor = executor
         self.finisher = Finisher(broker, executor)
-        self.limiter = Limiter(broker, name, executor.app.settings.result_ttl_s)
+        settings = executor.app.settings
+        self.limiter = Limiter(broker, name, settings.result_ttl_s, settings.worker_ttl_ms)
         self.name = name
         self.options = options
         self.slot = slot
@@ -256,9 +257,7 @@ class Consumer:
                 return False
             outcome = prepared
         else:
-            if prepared.task.options.rate_limit is not None and not self.limiter.admitted(
-                prepared, self._outages.call
-            ):
+            if not self._limits_allow(prepared):
                 return self.slot is None or self.slot.claim_next()  # deferred, or lost
             if self.slot is not None:
                 index = self.broker.stream_position[d.stream]
@@ -272,6 +271,14 @@ class Consumer:
             self.slot.finish(outcome.kind)
         self._done += 1
         return True
+
+    def _limits_allow(self, p: Prepared) -> bool:
+        """A job of a limited task may start: it got its start slot and its running slot
+        (else it now waits for them, out of its stream)."""
+        o = p.task.options
+        if o.rate_limit is not None and not self.limiter.admitted(p, self._outages.call):
+            return False
+        return o.concurrency_limit is None or self.limiter.took_slot(p, self._outages.call)
 
     def _pace(self, ms: float) -> None:
         """Fold one job's duration into the pace that sizes the next batch."""

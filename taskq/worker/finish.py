@@ -15,11 +15,13 @@ import time
 from taskq.broker import Broker, Delivery
 from taskq.broker.records import Records
 from taskq.deadletter import Deadletter
-from taskq.flow import ends_with_writes, on_failure, on_success
+from taskq.errors import TaskNotFound
+from taskq.flow import Ops, ends_with_writes, on_failure, on_success
 from taskq.message import Message, with_retries
 from taskq.middleware import emit
 from taskq.results import Completion, FailedRun
 from taskq.worker.executor import Executor, Prepared
+from taskq.worker.limiter import release_ops
 from taskq.worker.outcome import CANCELLED, DEAD, EXPIRED, OK, RETRY, Outcome
 
 logger = logging.getLogger(__name__)
@@ -44,10 +46,12 @@ class Finisher:
     def record(self, o: Outcome, *, owner: str) -> None:
         """Record a run's fate (a success's ack is queued), log it and tell middleware."""
         d = o.delivery
+        release = self._release(o)
         if o.kind == OK:
             self.acks.append(d)
-            if o.msg is not None and (o.result is not None or o.msg.unique is not None):
-                ops = on_success(o.msg, o.result) if ends_with_writes(o.msg) else None
+            if o.msg is not None and (o.result is not None or ends_with_writes(o.msg) or release):
+                ops = on_success(o.msg, o.result) if ends_with_writes(o.msg) else Ops()
+                ops.extend(release or Ops())
                 self.completions[d] = Completion(
                     o.msg.id,
                     o.msg.result_ttl_s is not None,
@@ -56,8 +60,8 @@ class Finisher:
                     o.attempt,
                     o.duration_s * 1000,
                     time.monotonic(),
-                    ops.ops if ops else None,
-                    tuple(ops.keys) if ops else (),
+                    ops.ops or None,
+                    tuple(ops.keys),
                 )
         elif o.kind == RETRY and o.msg is not None:
             body = with_retries(d.body or b"", o.attempt)
@@ -65,18 +69,35 @@ class Finisher:
             if d.record_id:
                 ttl = self._ttl_ms(o.msg)
                 failed = FailedRun(d.record_id, ttl, o.attempt, o.error_type, o.error, o.traceback)
+            frees = (release.packed(), release.keys) if release else None
             self.broker.park(
-                d, owner=owner, task=o.msg.task, body=body, delay_ms=o.delay_ms, failed=failed
+                d,
+                owner=owner,
+                task=o.msg.task,
+                body=body,
+                delay_ms=o.delay_ms,
+                failed=failed,
+                ops=frees,
             )
         elif o.kind in (EXPIRED, CANCELLED):
-            ttl, writes = self._ttl_ms(o.msg), _failure_ops(o)
+            ttl, writes = self._ttl_ms(o.msg), _failure_ops(o, release)
             self.broker.drop(d, owner=owner, state=o.kind, record_ttl_ms=ttl, ops=writes)
         else:
             entry = deadletter_entry(o, worker=owner)
-            ttl, writes = self._ttl_ms(o.msg), _failure_ops(o)
+            ttl, writes = self._ttl_ms(o.msg), _failure_ops(o, release)
             self.broker.deadletter(d, owner=owner, entry=entry, record_ttl_ms=ttl, ops=writes)
         log_outcome(o)
         emit(self.executor.app.middleware, "after_job", o)
+
+    def _release(self, o: Outcome) -> Ops | None:
+        """The write that frees the job's concurrency slot, for a task that has the limit."""
+        if o.msg is None:
+            return None
+        try:
+            task = self.executor.app.get_task(o.msg.task)
+        except TaskNotFound:
+            return None
+        return release_ops(o.msg, task.options, o.delivery.queue)
 
     def _ttl_ms(self, msg: Message | None) -> int:
         """How long the job's record lives after this change."""
@@ -149,11 +170,13 @@ def _cancelled(o: Outcome) -> Outcome:
     return o._replace(kind=CANCELLED, error_type="JobCancelled", error="cancelled while running")
 
 
-def _failure_ops(o: Outcome) -> tuple[bytes, list[str]] | None:
-    """The workflow writes a job's end without success causes (later steps fail, ...)."""
-    if o.msg is None or not ends_with_writes(o.msg):
-        return None
-    writes = on_failure(o.msg, o.error_type, o.error)
+def _failure_ops(o: Outcome, release: Ops | None) -> tuple[bytes, list[str]] | None:
+    """What a job's end without success writes besides its move: later workflow steps fail,
+    its lock and its concurrency slot go."""
+    writes = Ops()
+    if o.msg is not None and ends_with_writes(o.msg):
+        writes = on_failure(o.msg, o.error_type, o.error)
+    writes.extend(release or Ops())
     return (writes.packed(), writes.keys) if writes.ops else None
 
 

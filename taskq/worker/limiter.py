@@ -1,8 +1,11 @@
-"""Rate limits in a child: a job of a limited task starts only with a slot from Redis.
+"""Limits in a child: a job of a limited task starts only with a slot from Redis.
 
-A job over its task's limit is deferred, not failed: ``limit.lua`` moves it to the schedule
-until the first free slot, out of its stream, so the jobs behind it run (no head-of-line
-blocking), and it keeps its attempt count. Jobs of tasks without a limit never come here.
+A job over its task's rate limit is deferred, not failed: ``limit.lua`` moves it to the
+schedule until the first free start slot. A job of a task at its concurrency limit waits,
+out of its stream, in the task's ``held`` set (``slot.lua``) until a running job's end
+releases a slot (the ``release`` op, in the script that records that end). Either way the
+jobs behind it run (no head-of-line blocking) and it keeps its attempt count. Jobs of tasks
+without a limit never come here.
 """
 
 from __future__ import annotations
@@ -12,10 +15,12 @@ from collections.abc import Callable
 from typing import Any
 
 from taskq.broker import Broker
-from taskq.broker.limits import ADMITTED, admit
-from taskq.keys import QueueKeys
+from taskq.broker.limits import ADMITTED, admit, take_slot
+from taskq.flow import Ops
+from taskq.keys import QueueKeys, worker_of
 from taskq.limits import Rate
-from taskq.message import with_retries
+from taskq.message import Message, with_retries
+from taskq.task import TaskOptions
 from taskq.worker.executor import Prepared
 
 logger = logging.getLogger(__name__)
@@ -24,11 +29,36 @@ logger = logging.getLogger(__name__)
 class Limiter:
     """Admits the jobs of rate-limited tasks for one consumer."""
 
-    def __init__(self, broker: Broker, owner: str, result_ttl_s: int) -> None:
+    def __init__(self, broker: Broker, owner: str, result_ttl_s: int, worker_ttl_ms: int) -> None:
         self.broker = broker
         self.owner = owner
         self.result_ttl_s = result_ttl_s
+        self.worker_ttl_ms = worker_ttl_ms
         self._rates: dict[str, Rate] = {}
+
+    def took_slot(self, p: Prepared, call: Callable[[Callable[[], int]], int]) -> bool:
+        """Whether the job got a running slot (else it waits for one, out of its stream)."""
+        o, d, msg = p.task.options, p.delivery, p.msg
+        assert o.concurrency_limit is not None
+        key = _limit_key(o.limit_key, msg.args, msg.kwargs, msg.task)
+        k = QueueKeys(d.queue)
+        verdict = call(
+            lambda: take_slot(
+                self.broker.link,
+                d,
+                owner=self.owner,
+                running=k.running(msg.task, key),
+                held=k.held(msg.task, key),
+                limit=o.concurrency_limit or 1,
+                member=f"{worker_of(self.owner)}|{msg.id}",
+                task=msg.task,
+                body=with_retries(d.body or b"", p.attempt - 1),
+                worker_ttl_ms=self.worker_ttl_ms,
+            )
+        )
+        if verdict != ADMITTED:
+            logger.debug("%s[%s] at its concurrency limit: waits for a slot", msg.task, msg.id)
+        return verdict == ADMITTED
 
     def admitted(self, p: Prepared, call: Callable[[Callable[[], int]], int]) -> bool:
         """Whether the job may start now (else it was deferred to its slot); ``call`` runs
@@ -57,6 +87,20 @@ class Limiter:
         if verdict != ADMITTED:
             logger.debug("%s[%s] over its rate limit: deferred", msg.task, msg.id)
         return verdict == ADMITTED
+
+
+def release_ops(msg: Message, options: TaskOptions, queue: str) -> Ops | None:
+    """The write that frees a concurrency-limited job's slot when it leaves it (ends, or
+    waits for a retry) and lets a waiting job in; None for a task without the limit."""
+    if options.concurrency_limit is None:
+        return None
+    key = _limit_key(options.limit_key, msg.args, msg.kwargs, msg.task)
+    k = QueueKeys(queue)
+    running, held = k.running(msg.task, key), k.held(msg.task, key)
+    out = Ops()
+    out.add(["release", running, held, msg.id, options.concurrency_limit, queue], running, held)
+    out.keys += [s for s in k.streams if s not in out.keys]
+    return out
 
 
 def _limit_key(

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import itertools
+import os
+import signal
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 import redis
 
-from taskq import App
+from taskq import App, JobCancelled
 from taskq.errors import ConfigError
 from taskq.limits import Rate
 from tests import tasks
@@ -94,5 +97,70 @@ def test_bad_rates_fail_at_decoration(make_app: Callable[..., App], text: str) -
 
 
 def test_limit_key_needs_a_rate(make_app: Callable[..., App]) -> None:
-    with pytest.raises(ConfigError, match="limit_key needs a rate_limit"):
+    with pytest.raises(ConfigError, match="limit_key needs a rate_limit or a concurrency_limit"):
         make_app().task(limit_key=lambda: "k")(lambda: None)
+
+
+def _exclusive(r: redis.Redis) -> list[dict[str, Any]]:
+    return sorted(_tagged(r, "exclusive"), key=lambda x: x["start"])
+
+
+def test_a_concurrency_limit_of_one_never_overlaps(
+    task_app: App, r: redis.Redis, start_worker: StartWorker
+) -> None:
+    tasks.exclusive.map(range(8))
+    for i in range(5):
+        tasks.echo.delay(i)
+    _worker(start_worker, concurrency=4)
+    wait_until(lambda: len(_exclusive(r)) == 8, 30, message="the eight exclusive jobs")
+    runs_ = _exclusive(r)
+    assert all(a["end"] <= b["start"] for a, b in itertools.pairwise(runs_))
+    assert all(x["attempt"] == 1 for x in runs_)
+    echo_done = max(x["t"] for x in runs(r) if "value" in x)
+    assert echo_done < runs_[3]["start"]  # the other task's jobs did not queue behind them
+    assert r.zcard("tasks:running:tests.tasks.exclusive") == 0
+    assert r.zcard("tasks:held:tests.tasks.exclusive") == 0
+
+
+@pytest.mark.slow
+def test_a_sigkilled_childs_slot_comes_back(
+    task_app: App, r: redis.Redis, start_worker: StartWorker
+) -> None:
+    tasks.exclusive.delay(0, 30.0)  # holds the slot until its child is killed
+    for n in range(1, 4):
+        tasks.exclusive.delay(n)
+    _worker(start_worker, concurrency=4)
+    pid = int(wait_until(lambda: r.lindex("started", 0), 20, message="the first start"))
+    wait_until(lambda: r.zcard("tasks:held:tests.tasks.exclusive") == 3, 10, message="waiters")
+    os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: {x["n"] for x in _exclusive(r)} == {0, 1, 2, 3}, 30, message="all four")
+    runs_ = _exclusive(r)
+    assert [x["attempt"] for x in runs_ if x["n"] == 0] == [2]  # the killed run counted
+    assert all(a["end"] <= b["start"] for a, b in itertools.pairwise(runs_))
+    assert r.xlen("tasks:deadletter") == 0
+
+
+def test_bad_concurrency_limits(make_app: Callable[..., App]) -> None:
+    app = make_app()
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ConfigError, match="concurrency_limit"):
+            app.task(concurrency_limit=bad)(lambda: None)  # type: ignore[arg-type]
+
+
+def test_a_job_waiting_for_a_slot_can_be_cancelled(
+    task_app: App, r: redis.Redis, start_worker: StartWorker
+) -> None:
+    first = tasks.exclusive_stored.delay(1, 2.0)
+    _worker(start_worker, concurrency=2)
+    running = "tasks:running:tests.tasks.exclusive_stored"
+    wait_until(lambda: r.zcard(running) == 1, 20, message="the first job to take the slot")
+    second = tasks.exclusive_stored.delay(2, 0.0)
+    held = "tasks:held:tests.tasks.exclusive_stored"
+    wait_until(lambda: r.zcard(held) == 1, 20, message="the second job to wait for the slot")
+    assert second.status().state == "waiting"
+    assert second.cancel() == "cancelled"
+    assert r.zcard(held) == 0
+    assert first.result(timeout=20) == 1
+    with pytest.raises(JobCancelled):
+        second.result(timeout=1)
+    assert [x["n"] for x in _tagged(r, "exclusive_stored")] == [1]

@@ -12,6 +12,35 @@ end
 
 local run_ops
 
+-- Concurrency limits: move jobs waiting for a slot of `running` (at most `n` members) from
+-- `held` back into their streams (`prefix` .. ':' .. priority), while slots are free.
+-- `taken` slots are about to be used by the caller.
+local PRIORITY_NAMES = {'high', 'normal', 'low'}
+local function refill(running, held, n, prefix, taken, now)
+  local free = n - redis.call('ZCARD', running) - taken
+  while free > 0 do
+    local top = redis.call('ZPOPMIN', held)
+    if not top[1] then return end
+    local m = top[1]
+    local p, nl = tonumber(string.sub(m, 1, 1)), string.find(m, '\n', 3, true)
+    if p and nl then
+      local task, body = string.sub(m, 3, nl - 1), string.sub(m, nl + 1)
+      local fields, job = {'task', task, 'body', body}, body_job_id(body)
+      if job then fields[5], fields[6] = 'job', job end
+      local stream = prefix .. ':' .. PRIORITY_NAMES[p + 1]
+      local id = redis.call('XADD', stream, '*', unpack(fields))
+      if job then
+        local rec = prefix .. ':job:' .. job
+        if redis.call('EXISTS', rec) == 1 then
+          redis.call('HSET', rec, 'entry', id)
+          redis.call('HDEL', rec, 'held')
+        end
+      end
+      free = free - 1
+    end
+  end
+end
+
 -- A step cancelled before its turn (its record says so) does not start, and the steps after
 -- it (`later`: {record, done, ttl ms} each) end as cancelled with it. Returns true if so.
 local function cancelled_step(record, later, now)
@@ -110,6 +139,15 @@ local OPS = {
   -- ["unlock", lock key, job id]: a unique job ended: its lock goes, if it still holds it.
   unlock = function(op, now)
     if redis.call('GET', op[2]) == op[3] then redis.call('DEL', op[2]) end
+  end,
+  -- ["release", running, held, job id, n, queue]: a job of a concurrency-limited task left
+  -- its slot (it ended, or waits for a retry); a job waiting for a slot takes it.
+  release = function(op, now)
+    local suffix = '|' .. op[4]
+    for _, m in ipairs(redis.call('ZRANGE', op[2], 0, -1)) do
+      if string.sub(m, -#suffix) == suffix then redis.call('ZREM', op[2], m) end
+    end
+    refill(op[2], op[3], tonumber(op[5]), op[6], 0, now)
   end,
   -- ["flow", key, ttl ms, kind, info]: a workflow's own record.
   flow = function(op, now)

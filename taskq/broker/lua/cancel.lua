@@ -45,7 +45,15 @@ local function remove_member(set, due, skip_first_line)
 end
 
 local removed = false
-if state == 'waiting' then
+local held = redis.call('HGET', rec, 'held')
+if state == 'waiting' and held then  -- waiting for a concurrency slot, out of its stream
+  for _, m in ipairs(redis.call('ZRANGE', held, 0, -1)) do
+    if body_job_id(string.match(m, '^%d\n[^\n]*\n(.*)$') or '') == id then
+      removed = redis.call('ZREM', held, m) == 1
+      break
+    end
+  end
+elseif state == 'waiting' then
   local entry = redis.call('HGET', rec, 'entry')
   local stream = KEYS[2 + p]
   if entry and undelivered(stream, entry) then
