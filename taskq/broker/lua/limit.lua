@@ -1,6 +1,7 @@
 -- Admit a job of a rate-limited task, or defer it, in one step. The limit is a sliding
 -- window: at most N starts in any W ms, kept as a sorted set of start slots (member: job id
--- and attempt, score: the slot's time), slots handed out in order. A job over the limit gets
+-- and attempt, score: the slot's time), handed out in order and at least W/N apart, so a
+-- backlog starts evenly rather than in bursts of N. A job over the limit gets
 -- the first free slot in the future and waits for it in the schedule, out of its stream (so
 -- it blocks nobody behind it), without using an attempt; back at its time, it holds its slot.
 -- KEYS: the limit's sorted set, stream, schedule, due key[, record].
@@ -13,7 +14,7 @@ local held = redis.call('ZSCORE', key, ARGV[6])
 if held then return 1 end  -- deferred earlier: back at (or after) its slot
 local slot = now
 local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-if last[2] then slot = math.max(slot, tonumber(last[2])) end
+if last[2] then slot = math.max(slot, tonumber(last[2]) + window / n) end
 if redis.call('ZCARD', key) >= n then
   local nth = redis.call('ZRANGE', key, -n, -n, 'WITHSCORES')
   slot = math.max(slot, tonumber(nth[2]) + window)
