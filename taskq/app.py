@@ -11,7 +11,6 @@ import dataclasses
 import itertools
 import os
 from collections.abc import Callable, Iterable, Sequence
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec, TypeVar, overload
 
 from taskq.broker import Broker, Link, connect, redact
@@ -27,7 +26,7 @@ from taskq.job import Flow, Job
 from taskq.keys import check_job_id
 from taskq.message import Message, now_ms
 from taskq.middleware import Middleware
-from taskq.periodic import Periodic, periodic_of
+from taskq.periodic import Periodic, PeriodicArgs, periodic_of
 from taskq.registry import SHARED, Registry
 from taskq.results import decode_value, encode_result
 from taskq.task import Task, TaskOptionArgs, build_options
@@ -114,21 +113,12 @@ class App:
         return decorator(fn, options, bind=bind, app=self, register=self.registry.add)
 
     def periodic(
-        self,
-        *,
-        every: float | timedelta | None = None,
-        cron: str | None = None,
-        tz: str = "UTC",
-        args: Sequence[Any] = (),
-        kwargs: dict[str, Any] | None = None,
-        queue: str | None = None,
-        priority: str | None = None,
-        catch_up: str = "one",
-        name: str | None = None,
+        self, **options: Unpack[PeriodicArgs]
     ) -> Callable[[Callable[..., Any]], Task[..., Any]]:
         """Register a function as a task and run it on a schedule: ``@app.periodic(every=30)``
         (seconds or a timedelta, aligned to the epoch) or ``@app.periodic(cron="*/5 * * * *",
-        tz="Europe/Paris")``. Stacked on ``@app.task(...)``, it schedules that task.
+        tz="Europe/Paris")``, with ``args``, ``kwargs``, ``queue``, ``priority``,
+        ``catch_up`` and ``name``. Stacked on ``@app.task(...)``, it schedules that task.
 
         Every ``taskq worker`` of the task's queue schedules it (unless ``--no-periodic``);
         exactly one job is enqueued per tick. ``catch_up`` says what happens to ticks missed
@@ -138,38 +128,19 @@ class App:
 
         def wrap(fn: Callable[..., Any]) -> Task[..., Any]:
             t = fn if isinstance(fn, Task) else self.task(fn)
-            self.add_periodic(
-                t, every=every, cron=cron, tz=tz, args=args, kwargs=kwargs, queue=queue,
-                priority=priority, catch_up=catch_up, name=name,
-            )  # fmt: skip
+            self.add_periodic(t, **options)
             return t
 
         return wrap
 
-    def add_periodic(
-        self,
-        task: Task[..., Any],
-        *,
-        every: float | timedelta | None = None,
-        cron: str | None = None,
-        tz: str = "UTC",
-        args: Sequence[Any] = (),
-        kwargs: dict[str, Any] | None = None,
-        queue: str | None = None,
-        priority: str | None = None,
-        catch_up: str = "one",
-        name: str | None = None,
-    ) -> Periodic:
-        """Schedule a task (see :meth:`periodic`); ``name`` (default: the task's name) tells
-        two schedules of one task apart.
+    def add_periodic(self, task: Task[..., Any], **options: Unpack[PeriodicArgs]) -> Periodic:
+        """Schedule a task (options as for :meth:`periodic`); ``name`` (default: the task's
+        name) tells two schedules of one task apart.
 
         Raises:
             ConfigError: a bad schedule, zone, mode or argument, or a name already used.
         """
-        p = periodic_of(
-            task, every=every, cron=cron, tz=tz, args=tuple(args), kwargs=kwargs, queue=queue,
-            priority=priority, catch_up=catch_up, name=name,
-        )  # fmt: skip
+        p = periodic_of(task, options)
         if p.name in self.periodics:
             raise ConfigError(f"periodic {p.name!r} is declared twice; give each a name=")
         self.periodics[p.name] = p

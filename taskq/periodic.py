@@ -8,9 +8,10 @@ exactly one job is enqueued per tick however many workers run. No Redis here.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, cast
 
 from taskq.cron import Cron, Every, Schedule, ticks_between
 from taskq.errors import ConfigError, EnqueueError
@@ -85,25 +86,32 @@ def recent_ticks(schedule: Schedule, after_ms: int, until_ms: int, n: int) -> li
         span_ms *= 24
 
 
-def periodic_of(
-    task: Task[..., Any],
-    *,
-    every: float | timedelta | None,
-    cron: str | None,
-    tz: str,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any] | None,
-    queue: str | None,
-    priority: str | None,
-    catch_up: str,
-    name: str | None,
-) -> Periodic:
-    """Check a declaration and build its :class:`Periodic`.
+class PeriodicArgs(TypedDict, total=False):
+    """The keyword options of ``@app.periodic(...)`` and ``app.add_periodic(task, ...)``."""
+
+    every: float | timedelta
+    cron: str
+    tz: str
+    args: Sequence[Any]
+    kwargs: dict[str, Any]
+    queue: str
+    priority: str
+    catch_up: str
+    name: str
+
+
+def periodic_of(task: Task[..., Any], options: Mapping[str, Any]) -> Periodic:
+    """Check a declaration (:class:`PeriodicArgs`) and build its :class:`Periodic`.
 
     Raises:
-        ConfigError: neither or both of ``every`` and ``cron``, a bad cron, an unknown zone,
-            a bad catch-up mode, or arguments that cannot be sent.
+        ConfigError: an unknown option, neither or both of ``every`` and ``cron``, a bad
+            cron, an unknown zone, a bad catch-up mode, or arguments that cannot be sent.
     """
+    unknown = set(options) - set(PeriodicArgs.__annotations__)
+    if unknown:
+        raise ConfigError(f"periodic {task.name}: unknown option(s) {', '.join(sorted(unknown))}")
+    every, cron, tz = options.get("every"), options.get("cron"), options.get("tz", "UTC")
+    catch_up, name = options.get("catch_up", "one"), options.get("name")
     if (every is None) == (cron is None):
         raise ConfigError(f"periodic {task.name}: give every= or cron=, exactly one")
     if catch_up not in CATCH_UP_MODES:
@@ -118,10 +126,10 @@ def periodic_of(
         name or task.name,
         task,
         schedule,
-        tuple(args),
-        dict(kwargs or {}),
-        queue,
-        priority,
+        tuple(options.get("args", ())),
+        dict(options.get("kwargs") or {}),
+        options.get("queue"),
+        options.get("priority"),
         cast(CatchUp, catch_up),
     )
     try:
