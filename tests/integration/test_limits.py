@@ -127,10 +127,10 @@ def test_a_sigkilled_childs_slot_comes_back(
     task_app: App, r: redis.Redis, start_worker: StartWorker
 ) -> None:
     tasks.exclusive.delay(0, 30.0)  # holds the slot until its child is killed
-    for n in range(1, 4):
-        tasks.exclusive.delay(n)
     _worker(start_worker, concurrency=4)
     pid = int(wait_until(lambda: r.lindex("started", 0), 20, message="the first start"))
+    for n in range(1, 4):  # only now: enqueued with job 0, one of them could win the slot
+        tasks.exclusive.delay(n)
     wait_until(lambda: r.zcard("tasks:held:tests.tasks.exclusive") == 3, 10, message="waiters")
     os.kill(pid, signal.SIGKILL)
     wait_until(lambda: {x["n"] for x in _exclusive(r)} == {0, 1, 2, 3}, 30, message="all four")
