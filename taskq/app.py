@@ -13,12 +13,12 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec, TypeVar, overload
 
-from taskq.broker import Broker, Link, connect, redact
+from taskq.broker import Broker, Link, connect
 from taskq.broker.operators import Operators
 from taskq.broker.reads import Reader
 from taskq.broker.records import Records
 from taskq.canvas import Workflow
-from taskq.config import Settings
+from taskq.config import Settings, redact
 from taskq.context import JobContext, reset_current, set_current
 from taskq.current import set_current_app
 from taskq.errors import BrokerUnavailable, ConfigError
@@ -259,6 +259,15 @@ class App:
 
     # -- producer ------------------------------------------------------------------------
 
+    def encode(self, msg: Message) -> bytes:
+        """``msg`` as this app sends it: checked against ``max_payload_bytes``, and signed
+        if ``signing_keys`` are set.
+
+        Raises:
+            EnqueueError: arguments not msgpack-serializable, or payload too large.
+        """
+        return msg.encode(max_bytes=self.settings.max_payload_bytes, signer=self.settings.signer)
+
     def enqueue(self, msg: Message, *, in_ms: int | None = None) -> Job:
         """Send one job (one round trip), or run it at once in eager mode.
 
@@ -272,7 +281,7 @@ class App:
                 :class:`~taskq.errors.BrokerUnavailable` whose ``timed_out`` is set means
                 the job may or may not have been enqueued).
         """
-        body = msg.encode(max_bytes=self.settings.max_payload_bytes)
+        body = self.encode(msg)
         if self.settings.eager:  # the task sees what a worker would: the decoded job
             return self._run_eagerly(Message.decode(body))
         try:
@@ -292,7 +301,7 @@ class App:
         jobs: list[Job] = []
         iterator = iter(messages)
         while batch := list(itertools.islice(iterator, BATCH_SIZE)):
-            encoded = [(m, m.encode(max_bytes=self.settings.max_payload_bytes)) for m in batch]
+            encoded = [(m, self.encode(m)) for m in batch]
             if self.settings.eager:
                 jobs += [self._run_eagerly(Message.decode(body)) for _, body in encoded]
                 continue

@@ -8,11 +8,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, TypedDict
 
 from taskq.errors import ConfigError
+from taskq.signing import Signer, signer_for
 
 DEFAULT_REDIS_URL = "redis://localhost:6379/0"
 
@@ -42,6 +43,7 @@ class SettingsArgs(TypedDict, total=False):
     store_results: bool
     result_ttl_s: int
     max_result_bytes: int
+    signing_keys: Sequence[str]
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,9 @@ class Settings:
             ``store_result`` overrides it); off, a job writes nothing beyond the queue's keys.
         result_ttl_s: how long a job's record and result live after its last change.
         max_result_bytes: a return value larger than this when encoded fails the job.
+        signing_keys: HMAC keys (``TASKQ_SIGNING_KEYS``, comma-separated). Producers sign
+            every job with the first; workers then run only jobs signed with one of them.
+            Empty: nothing is signed or checked. See docs/security.md.
     """
 
     redis_url: str = DEFAULT_REDIS_URL
@@ -87,9 +92,20 @@ class Settings:
     store_results: bool = False
     result_ttl_s: int = 86_400
     max_result_bytes: int = 512 * 1024
+    signing_keys: tuple[str, ...] = ()
+
+    def __repr__(self) -> str:
+        # Neither the password in the URL nor the signing keys are shown.
+        shown = {f.name: getattr(self, f.name) for f in fields(self)}
+        shown["redis_url"] = redact(self.redis_url)
+        shown["signing_keys"] = f"<{len(self.signing_keys)} key(s)>"
+        return "Settings(" + ", ".join(f"{k}={v!r}" for k, v in shown.items()) + ")"
 
     def __post_init__(self) -> None:
         check_queue_name(self.queue)
+        if isinstance(self.signing_keys, str):
+            raise ConfigError("signing_keys must be a list of keys, not one string")
+        object.__setattr__(self, "signing_keys", tuple(self.signing_keys))
         if self.max_retries < 0:
             raise ConfigError("max_retries must be >= 0")
         if self.sweep_interval_ms >= self.visibility_timeout_ms:
@@ -108,6 +124,13 @@ class Settings:
             raise ConfigError("retry_backoff_factor must be >= 1")
         if self.retry_backoff_max_ms < self.retry_backoff_ms:
             raise ConfigError("retry_backoff_max_ms must be >= retry_backoff_ms")
+        if self.signing_keys:
+            Signer(self.signing_keys)  # each key non-empty, none twice
+
+    @property
+    def signer(self) -> Signer | None:
+        """What signs and checks job bodies (None: signing is off)."""
+        return signer_for(self.signing_keys)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -140,6 +163,8 @@ class Settings:
 
 
 def _parse(name: str, raw: str, kind: type) -> Any:
+    if kind is tuple:
+        return tuple(item.strip() for item in raw.split(",") if item.strip())
     if kind is bool:
         if raw.lower() in ("1", "true", "yes", "on"):
             return True
@@ -150,6 +175,23 @@ def _parse(name: str, raw: str, kind: type) -> Any:
         return kind(raw)
     except ValueError:
         raise ConfigError(f"TASKQ_{name.upper()}={raw!r} is not a valid {kind.__name__}") from None
+
+
+def redact(url: str) -> str:
+    """The URL with any password replaced by ***: in its user part and as a ``password=``
+    query parameter (the two places redis-py reads one from)."""
+    scheme, sep, rest = url.partition("://")
+    rest, qmark, query = rest.partition("?")
+    creds, at, host = rest.rpartition("@")
+    if at and ":" in creds:
+        rest = f"{creds.split(':', 1)[0]}:***@{host}"
+    if qmark:
+        params = [
+            "password=***" if p.split("=", 1)[0].lower() == "password" else p
+            for p in query.split("&")
+        ]
+        rest += "?" + "&".join(params)
+    return f"{scheme}{sep}{rest}"
 
 
 def parse_queues(value: str) -> list[str]:

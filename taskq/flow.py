@@ -32,6 +32,7 @@ from taskq.job import Job
 from taskq.keys import PRIORITIES, QueueKeys
 from taskq.message import Message, lua_pack, new_job_id
 from taskq.results import encode_args
+from taskq.signing import Signer
 
 if TYPE_CHECKING:
     from taskq.app import App
@@ -207,19 +208,20 @@ def _record_ref(frag: dict[str, Any]) -> list[Any]:
 # -- ops: fragments as writes -----------------------------------------------------------
 
 
-def spawn(fragments: Sequence[dict[str, Any]], parent: bytes | None) -> Ops:
+def spawn(fragments: Sequence[dict[str, Any]], parent: bytes | None, signer: Signer | None) -> Ops:
     """The writes that start ``fragments``; ``parent`` is the encoded result (or the failed
-    job's id, for error callbacks) that mutable steps get as their first argument."""
+    job's id, for error callbacks) that mutable steps get as their first argument. Each
+    step's body is signed by ``signer`` once it is complete."""
     out = Ops()
     for frag in fragments:
         if frag["t"] == "chord":
-            out.extend(_chord_ops(frag, parent))
+            out.extend(_chord_ops(frag, parent, signer))
         else:
-            out.extend(_job_ops(frag, parent))
+            out.extend(_job_ops(frag, parent, signer))
     return out
 
 
-def _job_ops(frag: dict[str, Any], parent: bytes | None) -> Ops:
+def _job_ops(frag: dict[str, Any], parent: bytes | None, signer: Signer | None) -> Ops:
     """``["job", stream, task, body, id, record, ttl ms, queue, priority, args, later]``, or
     for a step with a countdown ``["schedule", schedule, due, delay ms, member, record, ttl ms,
     task, queue, priority, args, later]`` (record '' when the step keeps none; ``later``: the
@@ -240,6 +242,8 @@ def _job_ops(frag: dict[str, Any], parent: bytes | None) -> Ops:
     if spliced:
         assert parent is not None
         body, args = body.replace(_MARK, parent, 1), args.replace(_MARK, parent, 1)
+    if signer is not None and parent is not _MARK:  # (a chord's body: signed by its caller)
+        body = signer.sign(body)
     if frag["countdown_ms"]:
         return _schedule_op(msg, body, args, frag["countdown_ms"])
     return _stream_op(msg, body, args)
@@ -283,38 +287,41 @@ def _later_keys(msg: Message) -> list[str]:
     return [key for ref in _later(msg) for key in ref[:2]]
 
 
-def _chord_ops(frag: dict[str, Any], parent: bytes | None) -> Ops:
+def _chord_ops(frag: dict[str, Any], parent: bytes | None, signer: Signer | None) -> Ops:
     """``["chord_new", key, n, ttl ms, pre, post, immutable, body op]``: the chord's state,
     holding its body's job op with the body split around its first argument (the header's
-    results, joined in by the script that counts the last one); then the header members."""
+    results, joined in by the script that counts the last one); then the header members.
+    A mutable body's signature leaves that joined value out (see :mod:`taskq.signing`)."""
     body = frag["body"]
-    template = _job_ops(body, None if body["imm"] else _MARK)
+    template = _job_ops(body, None if body["imm"] else _MARK, signer)
     [op] = template.ops
     pre, _, post = op[3].partition(_MARK)
+    if signer is not None and not body["imm"]:
+        post += signer.split_trailer(pre, post)
     op[3], op[9] = b"", op[9].replace(_MARK, NIL, 1)
     out = Ops()
     chord_op = ["chord_new", frag["key"], frag["n"], frag["ttl"] * 1000, pre, post]
     chord_op += [int(bool(body["imm"])), lua_pack(op)]
     out.add(chord_op, frag["key"], *template.keys)
-    out.extend(spawn(frag["members"], parent))
+    out.extend(spawn(frag["members"], parent, signer))
     return out
 
 
-def on_success(msg: Message, result: bytes | None) -> Ops:
-    """What a job's success starts: its next steps and callbacks, and its chord's count; it
-    releases its uniqueness lock."""
+def on_success(msg: Message, result: bytes | None, signer: Signer | None) -> Ops:
+    """What a job's success starts: its next steps and callbacks (signed by ``signer``), and
+    its chord's count; it releases its uniqueness lock."""
     wf = msg.wf or {}
     out = _unlock(msg)
     if result is None:  # a job whose success passes nothing on
         return out
-    out.extend(spawn(wf.get("next", ()), result))
+    out.extend(spawn(wf.get("next", ()), result, signer))
     chord = wf.get("chord")
     if chord:
         out.add(["chord_add", chord[0], chord[1], result], chord[0])
     return out
 
 
-def on_failure(msg: Message, error_type: str, error: str) -> Ops:
+def on_failure(msg: Message, error_type: str, error: str, signer: Signer | None) -> Ops:
     """What a job's failure for good does: later steps fail, error callbacks start (with the
     failed job's id), each chord it belongs to fails, once, and its uniqueness lock goes."""
     wf = msg.wf or {}
@@ -323,12 +330,12 @@ def on_failure(msg: Message, error_type: str, error: str) -> Ops:
     for ref in wf.get("fail", ()):
         out.add(["fail", *ref, *cause], ref[0], ref[1])
     job_id = bytes(msgpack.packb(msg.id))
-    out.extend(spawn(wf.get("errback", ()), job_id))
+    out.extend(spawn(wf.get("errback", ()), job_id, signer))
     for chord in wf.get("abort", ()):
         inner = Ops()
         for ref in chord["fail"]:
             inner.add(["fail", *ref, *cause], ref[0], ref[1])
-        inner.extend(spawn(chord["errback"], job_id))
+        inner.extend(spawn(chord["errback"], job_id, signer))
         out.add(["chord_fail", chord["key"], inner.ops], chord["key"], *inner.keys)
     return out
 

@@ -26,7 +26,7 @@ def launch(w: Workflow, app: App) -> Flow:
         return run_eagerly(w, app)
     laid = Layout(app).lay(w, Context())
     first_ids = {f["id"] for f in laid.fragments if f["t"] == "job"}
-    ops = spawn(laid.fragments, None)
+    ops = spawn(laid.fragments, None, app.settings.signer)
     for frag in laid.steps:
         if frag["ttl"] is not None and frag["id"] not in first_ids:
             k = QueueKeys(frag["queue"])

@@ -15,6 +15,7 @@ import msgpack
 
 from taskq.errors import DecodeError, EnqueueError, PayloadTooLarge
 from taskq.keys import PRIORITIES
+from taskq.signing import Signer
 
 logger = logging.getLogger(__name__)
 
@@ -99,8 +100,8 @@ class Message(_MessageFields):
             unique,
         )
 
-    def encode(self, *, max_bytes: int | None = None) -> bytes:
-        """The msgpack body.
+    def encode(self, *, max_bytes: int | None = None, signer: Signer | None = None) -> bytes:
+        """The msgpack body, signed by ``signer`` if given (see :mod:`taskq.signing`).
 
         Raises:
             EnqueueError: an argument is not msgpack-serializable (the error names it).
@@ -133,6 +134,8 @@ class Message(_MessageFields):
             body: bytes = msgpack.packb(body_map, use_bin_type=True)
         except (TypeError, ValueError, OverflowError) as exc:
             raise EnqueueError(f"{self.task}: {_offending_argument(self)}: {exc}") from None
+        if signer is not None:
+            body = signer.sign(body)
         if max_bytes is not None and len(body) > max_bytes:
             raise PayloadTooLarge(
                 f"{self.task}: job {self.id} is {len(body)} bytes encoded, "
@@ -141,16 +144,23 @@ class Message(_MessageFields):
         return body
 
     @classmethod
-    def decode(cls, body: bytes) -> Message:
-        """Parse a body; unknown keys are ignored (forward compatibility).
+    def decode(cls, body: bytes, signer: Signer | None = None) -> Message:
+        """Parse a body; unknown keys are ignored (forward compatibility). With ``signer``,
+        only a body it signed is accepted; without, a signature is ignored.
 
         Raises:
             DecodeError: not msgpack, not a map, a newer major version, or a mistyped field.
+            SignatureError: (with ``signer``) unsigned, unknown key, or changed since signed.
         """
+        trailer: bytes | None = None
         try:
             data = msgpack.unpackb(body, raw=False, strict_map_key=False)
+        except msgpack.ExtraData as extra:  # a signed body: the map, then its trailer
+            data, trailer = extra.unpacked, extra.extra
         except Exception as exc:  # msgpack raises several unrelated types on garbage
             raise DecodeError(f"body is not valid msgpack ({type(exc).__name__})", body) from None
+        if signer is not None:
+            signer.verify(body, trailer)
         if not isinstance(data, dict):
             raise DecodeError(f"body is a msgpack {type(data).__name__}, not a map", body)
         version = data.get("v")
@@ -285,11 +295,28 @@ def lua_pack(value: Any) -> bytes:
     return bytes(msgpack.packb(value, use_bin_type=False))
 
 
-def with_retries(body: bytes, retries: int) -> bytes:
-    """The same body with ``retries`` set; every other field, known or not, is kept as is."""
-    data = msgpack.unpackb(body, raw=False, strict_map_key=False)
+def is_signed(body: bytes) -> bool:
+    """Whether ``body`` carries a signature trailer (whether it verifies is the signer's
+    question)."""
+    try:
+        msgpack.unpackb(body, raw=False, strict_map_key=False)
+    except msgpack.ExtraData:
+        return True
+    except Exception:  # not a body at all
+        return False
+    return False
+
+
+def with_retries(body: bytes, retries: int, signer: Signer | None = None) -> bytes:
+    """The same body with ``retries`` set, signed again by ``signer`` (a worker's retry
+    stays signed); every other field, known or not, is kept as is."""
+    try:
+        data = msgpack.unpackb(body, raw=False, strict_map_key=False)
+    except msgpack.ExtraData as extra:  # its old signature no longer holds
+        data = extra.unpacked
     data["retries"] = retries
-    return bytes(msgpack.packb(data, use_bin_type=True))
+    patched = bytes(msgpack.packb(data, use_bin_type=True))
+    return patched if signer is None else signer.sign(patched)
 
 
 def _offending_argument(msg: Message) -> str:

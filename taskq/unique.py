@@ -97,7 +97,7 @@ def enqueue_unique(app: App, msg: Message, u: Uniqueness, in_ms: int | None) -> 
     """Enqueue ``msg`` unless its key is held; returns its handle, or the holder's."""
     if u.released_at_end:
         msg = msg._replace(unique=u.lock)
-    body = msg.encode(max_bytes=app.settings.max_payload_bytes)
+    body = app.encode(msg)
     delay_ms = in_ms if in_ms is not None else max(0, (msg.eta_ms or 0) - now_ms())
     ops = enqueue_ops(msg, body, delay_ms)
     keys = [u.lock, *ops.keys]

@@ -183,12 +183,12 @@ def stamp(tag: str = "") -> None:
 
 
 @app.task(max_retries=1)
-def flaky_once(countdown: float) -> None:
+def flaky_once(countdown: float, n: int = 0) -> None:
     """Fails its first attempt with ``Retry(countdown=...)``, records its second."""
     job = current_job()
     if job is not None and job.attempt == 1:
         raise Retry(countdown=countdown)
-    record(tag="retried", start=time.time())
+    record(tag="retried", start=time.time(), retry_of=n)
 
 
 # -- tasks that store their results (tests/integration/test_results.py) ------------------------

@@ -4,6 +4,6 @@ package imports redis-py; its errors become :class:`~taskq.errors.BrokerError` h
 
 from taskq.broker.broker import Broker
 from taskq.broker.delivery import Delivery, Fetched
-from taskq.broker.link import Link, connect, redact
+from taskq.broker.link import Link, connect
 
-__all__ = ["Broker", "Delivery", "Fetched", "Link", "connect", "redact"]
+__all__ = ["Broker", "Delivery", "Fetched", "Link", "connect"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import ssl
 from collections.abc import Sequence
 from importlib import resources
 from typing import Any, NoReturn, Protocol, cast
@@ -20,6 +21,7 @@ from typing import Any, NoReturn, Protocol, cast
 import redis
 from redis.exceptions import NoScriptError
 
+from taskq.config import redact
 from taskq.errors import BrokerError, BrokerRefused, BrokerUnavailable, ConfigError
 
 Command = tuple[Any, ...]
@@ -54,15 +56,6 @@ def script_text(name: str) -> str:
 def script_sha(name: str) -> str:
     """The SHA1 Redis knows a script by (computed here: no round trip)."""
     return hashlib.sha1(script_text(name).encode()).hexdigest()
-
-
-def redact(url: str) -> str:
-    """The URL with any password replaced by ***."""
-    scheme, sep, rest = url.partition("://")
-    creds, at, host = rest.rpartition("@")
-    if not at or ":" not in creds:
-        return url
-    return f"{scheme}{sep}{creds.split(':', 1)[0]}:***@{host}"
 
 
 def connect(url: str) -> Link:
@@ -282,6 +275,13 @@ def as_broker_error(exc: Exception, url: str) -> BrokerError:
         return BrokerRefused(f"Redis at {url} refused the credentials: {exc}")
     if isinstance(exc, redis.TimeoutError):
         return BrokerUnavailable(f"Redis at {url} did not answer in time ({exc})", timed_out=True)
+    if isinstance(exc, redis.ConnectionError) and _tls_failed(exc):
+        # Still "unavailable": a worker waits out certificates being replaced.
+        return BrokerUnavailable(
+            f"TLS with Redis at {url} failed ({exc}); the URL's ssl_ca_certs must have signed "
+            "the server's certificate, and a server that checks clients (tls-auth-clients) "
+            "needs ssl_certfile and ssl_keyfile"
+        )
     if isinstance(exc, redis.ConnectionError):
         return BrokerUnavailable(
             f"cannot reach Redis at {url} ({exc}); start one with `taskq server` or point "
@@ -295,3 +295,14 @@ def as_broker_error(exc: Exception, url: str) -> BrokerError:
     if isinstance(exc, redis.ResponseError):
         return BrokerRefused(f"Redis at {url} refused: {text}")
     return BrokerError(f"Redis at {url}: {text}")
+
+
+def _tls_failed(exc: BaseException) -> bool:
+    """Whether an SSL error (a refused or unverified certificate, the server closing the
+    handshake) is behind ``exc``: then "start a Redis" is the wrong advice."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False

@@ -105,6 +105,13 @@ from taskq.worker.pool import PoolOptions, run_pool
     envvar="TASKQ_METRICS_PORT",
     help="Serve Prometheus metrics on this port (needs taskq[metrics]).",
 )
+@click.option(
+    "--metrics-host",
+    default="127.0.0.1",
+    envvar="TASKQ_METRICS_HOST",
+    show_default=True,
+    help="Interface the metrics port listens on (0.0.0.0: all, for a scraper on another host).",
+)
 @click.pass_obj
 def worker(
     obj: Context,
@@ -121,6 +128,7 @@ def worker(
     loglevel: str,
     log_format: str,
     metrics_port: int | None,
+    metrics_host: str,
 ) -> None:
     """Run a prefork worker pool."""
     if metrics_port is not None:
@@ -132,7 +140,8 @@ def worker(
         app = obj.app(required=True)
         wait_for_redis(lambda: app.reader.ping_ms(), connect_timeout)
         if metrics_port is not None:
-            app.add_middleware(Metrics(port=metrics_port, redis_url=app.settings.redis_url))
+            url = app.settings.redis_url
+            app.add_middleware(Metrics(port=metrics_port, host=metrics_host, redis_url=url))
     except BaseException:
         if metrics_port is not None:
             remove_created_dir()  # nothing else will

@@ -9,7 +9,8 @@ from taskq.broker.operators import Operators
 from taskq.broker.reads import Reader
 from taskq.deadletter import Deadletter
 from taskq.keys import QueueKeys
-from taskq.message import with_retries
+from taskq.message import Message, is_signed, with_retries
+from taskq.signing import SignatureError, Signer
 
 if TYPE_CHECKING:
     from taskq.app import App
@@ -24,19 +25,24 @@ class Deadletters:
     Args:
         operators: the operator moves (retry, purge) on the queue's Redis.
         reader: reads on the same Redis.
+        signer: the app's signer, when jobs are signed: a retried job's body is signed
+            again (its attempt count is reset), and only if its signature held.
     """
 
-    def __init__(self, operators: Operators, reader: Reader, queue: str) -> None:
+    def __init__(
+        self, operators: Operators, reader: Reader, queue: str, signer: Signer | None = None
+    ) -> None:
         self.operators = operators
         self.reader = reader
         self.queue = queue
+        self.signer = signer
         self.key = QueueKeys(queue).deadletter
 
     @classmethod
     def for_app(cls, app: App, queue: str | None = None) -> Deadletters:
         """The dead letters of ``queue`` (default: the app's queue)."""
         name = queue or app.settings.queue
-        return cls(app.operators, app.reader, name)
+        return cls(app.operators, app.reader, name, app.settings.signer)
 
     def now_ms(self) -> int:
         """The Redis clock (ms): the clock dead-letter ids and failure times are on."""
@@ -88,7 +94,14 @@ class Deadletters:
             return "its body is not a valid job, so it cannot run (purge it instead)"
         k = QueueKeys(self.queue)
         stream = job.stream if job.stream in k.streams else k.stream(msg.priority)
-        body = with_retries(job.body, 0)
+        if self.signer is not None:
+            try:
+                Message.decode(job.body, self.signer)
+            except SignatureError as exc:  # retrying would vouch for a job no producer signed
+                return f"{exc.reason}: not retried (purge it)"
+        elif is_signed(job.body):
+            return "a signed job: retrying it needs the signing keys (TASKQ_SIGNING_KEYS)"
+        body = with_retries(job.body, 0, self.signer)
         record = (msg.id, msg.result_ttl_s * 1000) if msg.result_ttl_s is not None else None
         moved = self.operators.deadletter_retry(
             self.queue, dead_id, stream=stream, task=msg.task, body=body, record=record

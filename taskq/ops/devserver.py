@@ -180,10 +180,11 @@ class RedisServer:
 
 
 def _answers(port: int) -> bool:
-    """True once the server on ``port`` answers PING with PONG (not LOADING)."""
+    """True once the server on ``port`` answers PING with PONG, or asks for a password (not
+    LOADING)."""
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=1.0) as s:
             s.sendall(b"PING\r\n")
-            return s.recv(64).startswith(b"+PONG")
+            return s.recv(64).startswith((b"+PONG", b"-NOAUTH"))  # up (with a password)
     except OSError:
         return False

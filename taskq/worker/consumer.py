@@ -90,7 +90,7 @@ class Consumer:
         self.executor = executor
         self.finisher = Finisher(broker, executor)
         settings = executor.app.settings
-        self.limiter = Limiter(broker, name, settings.result_ttl_s, settings.worker_ttl_ms)
+        self.limiter = Limiter(broker, name, settings)
         self.name = name
         self.options = options
         self.slot = slot

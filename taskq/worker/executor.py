@@ -14,6 +14,7 @@ from taskq.errors import DecodeError, JobCancelled, ResultError, Retry, TaskNotF
 from taskq.flow import needs_result
 from taskq.message import Message, now_ms
 from taskq.results import encode_result
+from taskq.signing import SignatureError
 from taskq.task import Task
 from taskq.worker.outcome import CANCELLED, DEAD, EXPIRED, OK, RETRY, Outcome, rejected
 from taskq.worker.retry import RetryPolicy
@@ -66,7 +67,9 @@ class Executor:
         if d.body is None:
             return rejected(d, "entry has no 'body' field")
         try:
-            msg = Message.decode(d.body)
+            msg = Message.decode(d.body, self.app.settings.signer)
+        except SignatureError as exc:
+            return rejected(d, f"refused: {exc.reason}")
         except DecodeError as exc:
             return rejected(d, f"malformed job: {exc.reason}")
         if msg.expires_ms is not None and now_ms() >= msg.expires_ms:

@@ -20,6 +20,7 @@ from taskq.flow import Ops, ends_with_writes, on_failure, on_success
 from taskq.message import Message, with_retries
 from taskq.middleware import emit
 from taskq.results import Completion, FailedRun
+from taskq.signing import Signer
 from taskq.worker.executor import Executor, Prepared
 from taskq.worker.limiter import release_ops
 from taskq.worker.outcome import CANCELLED, DEAD, EXPIRED, OK, RETRY, Outcome
@@ -43,6 +44,10 @@ class Finisher:
         self.completions: dict[Delivery, Completion] = {}
         """What some of them write with their acks: results, next workflow steps."""
 
+    @property
+    def _signer(self) -> Signer | None:
+        return self.executor.app.settings.signer
+
     def record(self, o: Outcome, *, owner: str) -> None:
         """Record a run's fate (a success's ack is queued), log it and tell middleware."""
         d = o.delivery
@@ -50,7 +55,9 @@ class Finisher:
         if o.kind == OK:
             self.acks.append(d)
             if o.msg is not None and (o.result is not None or ends_with_writes(o.msg) or release):
-                ops = on_success(o.msg, o.result) if ends_with_writes(o.msg) else Ops()
+                ops = (
+                    on_success(o.msg, o.result, self._signer) if ends_with_writes(o.msg) else Ops()
+                )
                 ops.extend(release or Ops())
                 self.completions[d] = Completion(
                     o.msg.id,
@@ -64,7 +71,7 @@ class Finisher:
                     tuple(ops.keys),
                 )
         elif o.kind == RETRY and o.msg is not None:
-            body = with_retries(d.body or b"", o.attempt)
+            body = with_retries(d.body or b"", o.attempt, self._signer)
             failed = None
             if d.record_id:
                 ttl = self._ttl_ms(o.msg)
@@ -80,11 +87,11 @@ class Finisher:
                 ops=frees,
             )
         elif o.kind in (EXPIRED, CANCELLED):
-            ttl, writes = self._ttl_ms(o.msg), _failure_ops(o, release)
+            ttl, writes = self._ttl_ms(o.msg), _failure_ops(o, release, self._signer)
             self.broker.drop(d, owner=owner, state=o.kind, record_ttl_ms=ttl, ops=writes)
         else:
             entry = deadletter_entry(o, worker=owner)
-            ttl, writes = self._ttl_ms(o.msg), _failure_ops(o, release)
+            ttl, writes = self._ttl_ms(o.msg), _failure_ops(o, release, self._signer)
             self.broker.deadletter(d, owner=owner, entry=entry, record_ttl_ms=ttl, ops=writes)
         log_outcome(o)
         emit(self.executor.app.middleware, "after_job", o)
@@ -120,7 +127,7 @@ class Finisher:
         if isinstance(prepared, Outcome):
             self.record(prepared, owner=owner)
         else:
-            body = with_retries(d.body or b"", prepared.attempt - 1)
+            body = with_retries(d.body or b"", prepared.attempt - 1, self._signer)
             self.broker.requeue(d, task=prepared.msg.task, body=body, owner=owner)
 
     def recover_exited(
@@ -170,12 +177,14 @@ def _cancelled(o: Outcome) -> Outcome:
     return o._replace(kind=CANCELLED, error_type="JobCancelled", error="cancelled while running")
 
 
-def _failure_ops(o: Outcome, release: Ops | None) -> tuple[bytes, list[str]] | None:
+def _failure_ops(
+    o: Outcome, release: Ops | None, signer: Signer | None
+) -> tuple[bytes, list[str]] | None:
     """What a job's end without success writes besides its move: later workflow steps fail,
     its lock and its concurrency slot go."""
     writes = Ops()
     if o.msg is not None and ends_with_writes(o.msg):
-        writes = on_failure(o.msg, o.error_type, o.error)
+        writes = on_failure(o.msg, o.error_type, o.error, signer)
     writes.extend(release or Ops())
     return (writes.packed(), writes.keys) if writes.ops else None
 

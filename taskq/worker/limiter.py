@@ -16,6 +16,7 @@ from typing import Any
 
 from taskq.broker import Broker
 from taskq.broker.limits import ADMITTED, admit, take_slot
+from taskq.config import Settings
 from taskq.flow import Ops
 from taskq.keys import QueueKeys, worker_of
 from taskq.limits import Rate
@@ -29,11 +30,12 @@ logger = logging.getLogger(__name__)
 class Limiter:
     """Admits the jobs of rate-limited tasks for one consumer."""
 
-    def __init__(self, broker: Broker, owner: str, result_ttl_s: int, worker_ttl_ms: int) -> None:
+    def __init__(self, broker: Broker, owner: str, settings: Settings) -> None:
         self.broker = broker
         self.owner = owner
-        self.result_ttl_s = result_ttl_s
-        self.worker_ttl_ms = worker_ttl_ms
+        self.result_ttl_s = settings.result_ttl_s
+        self.worker_ttl_ms = settings.worker_ttl_ms
+        self.signer = settings.signer
         self._rates: dict[str, Rate] = {}
 
     def took_slot(self, p: Prepared, call: Callable[[Callable[[], int]], int]) -> bool:
@@ -52,7 +54,7 @@ class Limiter:
                 limit=o.concurrency_limit or 1,
                 member=f"{worker_of(self.owner)}|{msg.id}",
                 task=msg.task,
-                body=with_retries(d.body or b"", p.attempt - 1),
+                body=with_retries(d.body or b"", p.attempt - 1, self.signer),
                 worker_ttl_ms=self.worker_ttl_ms,
             )
         )
@@ -80,7 +82,7 @@ class Limiter:
                 window_ms=rate.window_ms,
                 slot=f"{msg.id}:{p.attempt}",
                 task=msg.task,
-                body=with_retries(d.body or b"", p.attempt - 1),
+                body=with_retries(d.body or b"", p.attempt - 1, self.signer),
                 record_ttl_ms=ttl_s * 1000,
             )
         )

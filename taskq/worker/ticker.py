@@ -73,7 +73,7 @@ class Ticker:
         ops = Ops()
         for tick in ticks:
             msg = p.message(tick)
-            ops.extend(enqueue_ops(msg, msg.encode(max_bytes=self.app.settings.max_payload_bytes)))
+            ops.extend(enqueue_ops(msg, self.app.encode(msg)))
         new = ScheduleState.value(last_ms, p.key)
         claim = schedules.claim(queue, p.name, state.raw, new, (ops.packed(), ops.keys))
         if claim.claimed and len(ticks) > 1:

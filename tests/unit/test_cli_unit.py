@@ -36,6 +36,7 @@ def test_worker_help_lists_the_documented_options() -> None:
         "--log-format",
         "--connect-timeout",
         "--metrics-port",
+        "--metrics-host",
     ):
         assert flag in out.output
 

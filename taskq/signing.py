@@ -1,0 +1,144 @@
+"""HMAC-SHA256 signatures on job bodies, so that a worker runs only jobs its producers wrote.
+
+A signed body is the job's msgpack map followed by a second msgpack value, the *trailer*:
+``[key id, hex HMAC-SHA256 of the map's bytes]``. Appending keeps everything that reads
+bodies working unchanged: Redis's scripts decode the first value (``cmsgpack.unpack``
+returns the trailer as a second result they ignore), the body moves between streams and
+sets byte for byte, and a worker without keys simply ignores the trailer.
+
+A chord's body is the one job whose bytes are completed inside Redis: the script that counts
+the last header result joins the results into its first argument. Its trailer is
+``[key id, hex HMAC, len(pre), len(post)]`` and the HMAC covers the body without that joined
+value (``pre + post``); the worker checks that exactly one msgpack value sits between them.
+See docs/protocol.md (Signed bodies) for producers in other languages.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import hmac
+from collections.abc import Sequence
+from typing import Any
+
+import msgpack
+
+from taskq.errors import ConfigError, DecodeError
+
+KEY_ID_PREFIX = b"taskq key id\x00"
+
+
+class SignatureError(DecodeError):
+    """A body that this worker must not run: unsigned, signed with an unknown key, or changed
+    since it was signed."""
+
+
+def key_id(key: str) -> str:
+    """The public name of a signing key: 8 hex digits of SHA-256 over a fixed prefix and the
+    key. It says which key signed a body without saying anything useful about the key."""
+    return hashlib.sha256(KEY_ID_PREFIX + key.encode()).hexdigest()[:8]
+
+
+def _mac(key: bytes, data: bytes) -> str:
+    return hmac.digest(key, data, "sha256").hex()
+
+
+class Signer:
+    """Signs with the first of ``keys`` and accepts a body signed with any of them, so keys
+    rotate without downtime (docs/security.md, Signed jobs).
+
+    Raises:
+        ConfigError: no key, an empty key, or a key given twice.
+    """
+
+    __slots__ = ("_keys", "_sign_id", "_sign_key")
+
+    def __init__(self, keys: Sequence[str]) -> None:
+        if isinstance(keys, str) or not keys:
+            raise ConfigError("signing_keys must be a non-empty list of keys")
+        known: dict[str, bytes] = {}
+        for key in keys:
+            if not isinstance(key, str) or not key.strip():
+                raise ConfigError("signing_keys must be non-empty strings")
+            kid = key_id(key)
+            if kid in known:
+                raise ConfigError(f"signing key {kid} is listed twice")
+            known[kid] = key.encode()
+        self._keys = known
+        self._sign_id = key_id(keys[0])
+        self._sign_key = known[self._sign_id]
+
+    def __repr__(self) -> str:
+        return f"<Signer signs with {self._sign_id}, accepts {', '.join(self._keys)}>"
+
+    @property
+    def key_ids(self) -> tuple[str, ...]:
+        return tuple(self._keys)
+
+    def sign(self, body: bytes) -> bytes:
+        """``body`` with its trailer."""
+        trailer = [self._sign_id, _mac(self._sign_key, body)]
+        return body + bytes(msgpack.packb(trailer))
+
+    def split_trailer(self, pre: bytes, post: bytes) -> bytes:
+        """The trailer of a body that Redis completes as ``pre + value + post``."""
+        trailer = [self._sign_id, _mac(self._sign_key, pre + post), len(pre), len(post)]
+        return bytes(msgpack.packb(trailer))
+
+    def verify(self, body: bytes, trailer: bytes | None) -> None:
+        """Check the signature of ``body``, whose last ``len(trailer)`` bytes are its
+        trailer (``None``: the body has none).
+
+        Raises:
+            SignatureError: the reason, naming key ids only.
+        """
+        if trailer is None:
+            raise SignatureError("unsigned job: this worker runs only signed jobs", body)
+        parts = _parts(trailer)
+        if parts is None:
+            raise SignatureError("malformed signature trailer", body)
+        kid, mac = parts[0], parts[1]
+        key = self._keys.get(kid)
+        if key is None:
+            known = ", ".join(self._keys)
+            raise SignatureError(f"signed with unknown key id {kid!r} (known: {known})", body)
+        payload = body[: len(body) - len(trailer)]
+        if len(parts) == 4:
+            signed = _without_joined_value(payload, parts[2], parts[3])
+            if signed is None:
+                raise SignatureError("malformed signature trailer (joined value)", body)
+            payload = signed
+        if not hmac.compare_digest(_mac(key, payload), mac):
+            raise SignatureError(f"bad signature (key id {kid}): the body was changed", body)
+
+
+@functools.lru_cache(maxsize=8)
+def signer_for(keys: tuple[str, ...]) -> Signer | None:
+    """The signer of ``keys`` (None for none), built once per process."""
+    return Signer(keys) if keys else None
+
+
+def _parts(trailer: bytes) -> list[Any] | None:
+    try:
+        parts = msgpack.unpackb(trailer, raw=False)
+    except Exception:  # msgpack raises several unrelated types on garbage
+        return None
+    if not isinstance(parts, list) or len(parts) not in (2, 4):
+        return None
+    if not all(type(p) is str for p in parts[:2]):
+        return None
+    if len(parts) == 4 and not all(type(n) is int and n >= 0 for n in parts[2:]):
+        return None
+    return parts
+
+
+def _without_joined_value(payload: bytes, pre_len: int, post_len: int) -> bytes | None:
+    """``pre + post`` if exactly one msgpack value sits between them, else None (anything
+    else could change how the rest of the body parses)."""
+    if pre_len + post_len > len(payload):
+        return None
+    try:
+        msgpack.unpackb(payload[pre_len : len(payload) - post_len], raw=False, strict_map_key=False)
+    except Exception:  # not one whole value: more, fewer, or garbage
+        return None
+    return payload[:pre_len] + payload[len(payload) - post_len :]

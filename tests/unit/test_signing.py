@@ -1,0 +1,131 @@
+"""Signed job bodies (issue 17, point 3): the signer, the codec, settings and their secrets."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+
+import msgpack
+import pytest
+
+from taskq import App
+from taskq.config import Settings, redact
+from taskq.errors import ConfigError, DecodeError
+from taskq.message import Message, is_signed, with_retries
+from taskq.signing import SignatureError, Signer, key_id
+
+K1, K2 = "first-key-0123456789abcdef", "second-key-0123456789abcdef"
+
+
+def _body(**kwargs: object) -> bytes:
+    return Message("tests.tasks.echo", (1, "two"), dict(kwargs), id="j1").encode()
+
+
+def test_a_signed_body_decodes_and_verifies() -> None:
+    signer = Signer([K1])
+    body = Message("tests.tasks.echo", (1,), id="j1").encode(signer=signer)
+    assert is_signed(body)
+    assert Message.decode(body, signer).args == (1,)
+    assert Message.decode(body).args == (1,)  # a worker without keys ignores the trailer
+
+
+def test_a_body_signed_by_hand_as_the_protocol_doc_says() -> None:
+    """What a Node or Go producer does: HMAC-SHA256 over the map's bytes, then append the
+    msgpack array [key id, hex digest]; the key id is 8 hex digits of SHA-256 over
+    b"taskq key id\\0" + key."""
+    payload = msgpack.packb(
+        {"v": 1, "id": "go-1", "task": "tests.tasks.echo", "args": [7], "kwargs": {}}
+    )
+    kid = hashlib.sha256(b"taskq key id\x00" + K1.encode()).hexdigest()[:8]
+    mac = hmac.new(K1.encode(), payload, hashlib.sha256).hexdigest()
+    body = payload + msgpack.packb([kid, mac])
+    assert kid == key_id(K1)
+    assert Message.decode(body, Signer([K1])).args == (7,)
+
+
+@pytest.mark.parametrize(
+    ("mangle", "reason"),
+    [
+        (lambda b: b.replace(b"two", b"tw0"), "bad signature"),
+        (lambda b: _body(), "unsigned job"),
+        (lambda b: _body() + msgpack.packb(["abcdef01", "00" * 32]), "unknown key id 'abcdef01'"),
+        (lambda b: _body() + msgpack.packb("not a trailer"), "malformed signature trailer"),
+        (lambda b: _body() + msgpack.packb([1, 2, 3]), "malformed signature trailer"),
+    ],
+)
+def test_bodies_that_are_refused(mangle: object, reason: str) -> None:
+    signer = Signer([K1])
+    body = mangle(Message("tests.tasks.echo", (1, "two"), id="j1").encode(signer=signer))  # type: ignore[operator]
+    with pytest.raises(SignatureError, match=reason):
+        Message.decode(body, signer)
+
+
+def test_rotation_accepts_every_listed_key_and_signs_with_the_first() -> None:
+    old, new = Signer([K1]), Signer([K2, K1])
+    by_old = Message("t", id="a").encode(signer=old)
+    by_new = Message("t", id="b").encode(signer=new)
+    Message.decode(by_old, new)
+    Message.decode(by_new, new)
+    with pytest.raises(SignatureError, match="unknown key id"):
+        Message.decode(by_new, old)
+    assert msgpack.unpackb(by_new[len(_strip(by_new)) :])[0] == key_id(K2)
+
+
+def _strip(body: bytes) -> bytes:
+    try:
+        msgpack.unpackb(body)
+    except msgpack.ExtraData as extra:
+        return body[: len(body) - len(extra.extra)]
+    return body
+
+
+def test_a_retry_is_signed_again() -> None:
+    signer = Signer([K1])
+    body = Message("t", id="a").encode(signer=signer)
+    again = with_retries(body, 2, signer)
+    assert Message.decode(again, signer).retries == 2
+    unsigned = with_retries(body, 1)
+    assert not is_signed(unsigned) and Message.decode(unsigned).retries == 1
+
+
+def test_a_chord_body_joined_in_redis_verifies_with_its_split_trailer() -> None:
+    signer = Signer([K1])
+    mark = msgpack.packb(msgpack.ExtType(71, b"mark"))  # where Redis joins the results
+    template = Message("t", (msgpack.ExtType(71, b"mark"), "x"), id="c").encode()
+    pre, _, post = template.partition(mark)
+    post += signer.split_trailer(pre, post)
+    joined = pre + msgpack.packb([1, 2, 3]) + post
+    assert Message.decode(joined, signer).args == ([1, 2, 3], "x")
+    with pytest.raises(SignatureError, match="bad signature"):  # the rest was changed
+        Message.decode(joined.replace(b"\xa1x", b"\xa1y"), signer)
+    with pytest.raises(DecodeError):  # two values where one was: refused, however it parses
+        Message.decode(pre + msgpack.packb(1) + msgpack.packb(2) + post, signer)
+
+
+def test_signer_keys_are_checked() -> None:
+    for bad in ([], [""], ["  "], "k1"):
+        with pytest.raises(ConfigError, match="signing_keys"):
+            Signer(bad)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="listed twice"):
+        Signer([K1, K1])
+    with pytest.raises(ConfigError, match="not one string"):
+        Settings(signing_keys="k1")  # type: ignore[arg-type]
+
+
+def test_signing_keys_from_the_environment() -> None:
+    settings = Settings.from_env({"TASKQ_SIGNING_KEYS": f" {K2}, {K1} "})
+    assert settings.signing_keys == (K2, K1)
+    assert settings.signer is not None and settings.signer.key_ids == (key_id(K2), key_id(K1))
+    assert Settings.from_env({}).signer is None
+
+
+def test_no_secret_in_reprs() -> None:
+    url = "redis://user:hunter2-secret@127.0.0.1:6390/0?password=hunter2-secret"
+    settings = Settings(redis_url=url, signing_keys=(K1, K2))
+    app = App(url, signing_keys=[K1, K2])
+    shown = " ".join([repr(settings), str(settings), repr(app), str(app), redact(url)])
+    shown += repr(settings.signer)
+    for secret in ("hunter2-secret", K1, K2):
+        assert secret not in shown
+    assert "user:***@127.0.0.1:6390" in redact(url) and "password=***" in redact(url)
+    assert "2 key(s)" in repr(settings)
