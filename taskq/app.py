@@ -25,7 +25,7 @@ from taskq.errors import BrokerUnavailable, ConfigError
 from taskq.job import Flow, Job
 from taskq.keys import check_job_id
 from taskq.message import Message, now_ms
-from taskq.middleware import Middleware
+from taskq.middleware import Middleware, enqueue_through, overriding
 from taskq.periodic import Periodic, PeriodicArgs, periodic_of
 from taskq.registry import SHARED, Registry
 from taskq.results import decode_value, encode_result
@@ -266,6 +266,9 @@ class App:
         Raises:
             EnqueueError: arguments not msgpack-serializable, or payload too large.
         """
+        hooks = overriding(self.middleware, "before_enqueue")
+        if hooks:
+            msg = enqueue_through(hooks, msg)
         return msg.encode(max_bytes=self.settings.max_payload_bytes, signer=self.settings.signer)
 
     def enqueue(self, msg: Message, *, in_ms: int | None = None) -> Job:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -25,6 +26,8 @@ class JobContext(NamedTuple):
     created_ms: int
     entry_id: str | None
     scheduled_ms: int | None = None
+    headers: Mapping[str, str] | None = None
+    """What the producer's middleware sent along (a trace context, say)."""
 
     @property
     def is_last_attempt(self) -> bool:
@@ -43,6 +46,7 @@ class JobContext(NamedTuple):
             msg.created_ms,
             entry_id,
             msg.tick_ms,
+            msg.headers,
         )
 
 

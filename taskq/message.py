@@ -47,6 +47,7 @@ class _MessageFields(NamedTuple):
     tick_ms: int | None
     expires_ms: int | None
     unique: str | None
+    headers: dict[str, str] | None
 
 
 class Message(_MessageFields):
@@ -59,8 +60,9 @@ class Message(_MessageFields):
     when it succeeds or fails (see :mod:`taskq.flow`). ``tick_ms`` is the tick of a
     periodic job (when its schedule said it was due); ``expires_ms``, when set, is the time
     after which the job is not started any more. ``unique`` is the key of the uniqueness lock
-    that the job's end releases (``unique_key``). (A named tuple rather than a frozen
-    dataclass: bulk enqueue builds one per job.)
+    that the job's end releases (``unique_key``). ``headers`` are strings that middleware
+    passes from producer to worker, opaque to taskq (a trace context, say). (A named tuple
+    rather than a frozen dataclass: bulk enqueue builds one per job.)
     """
 
     __slots__ = ()
@@ -81,6 +83,7 @@ class Message(_MessageFields):
         tick_ms: int | None = None,
         expires_ms: int | None = None,
         unique: str | None = None,
+        headers: dict[str, str] | None = None,
     ) -> Message:
         return super().__new__(
             cls,
@@ -98,6 +101,7 @@ class Message(_MessageFields):
             tick_ms,
             expires_ms,
             unique,
+            headers,
         )
 
     def encode(self, *, max_bytes: int | None = None, signer: Signer | None = None) -> bytes:
@@ -118,18 +122,10 @@ class Message(_MessageFields):
             "created_ms": self.created_ms,
             "retries": self.retries,
         }
-        if self.eta_ms is not None:
-            body_map["eta_ms"] = self.eta_ms
-        if self.result_ttl_s is not None:
-            body_map["result_ttl_s"] = self.result_ttl_s
-        if self.wf is not None:
-            body_map["wf"] = self.wf
-        if self.tick_ms is not None:
-            body_map["tick_ms"] = self.tick_ms
-        if self.expires_ms is not None:
-            body_map["expires_ms"] = self.expires_ms
-        if self.unique is not None:
-            body_map["unique"] = self.unique
+        for key in _OPTIONAL:
+            value = getattr(self, key)
+            if value is not None:
+                body_map[key] = value
         try:
             body: bytes = msgpack.packb(body_map, use_bin_type=True)
         except (TypeError, ValueError, OverflowError) as exc:
@@ -177,6 +173,7 @@ class Message(_MessageFields):
         created_ms, retries, eta_ms = get("created_ms", 0), get("retries", 0), get("eta_ms")
         result_ttl_s, wf = get("result_ttl_s"), get("wf")
         tick_ms, expires_ms, unique = get("tick_ms"), get("expires_ms"), get("unique")
+        headers = get("headers")
         # Fast path for what producers write; anything else is checked field by field below,
         # which also names the field that is wrong.
         well_formed = (
@@ -194,14 +191,17 @@ class Message(_MessageFields):
             and (tick_ms is None or type(tick_ms) is int)
             and (expires_ms is None or type(expires_ms) is int)
             and (unique is None or type(unique) is str)
+            and (headers is None or type(headers) is dict)
         )
         if len(data) > len(_KNOWN_KEYS) or not _KNOWN_KEYS.issuperset(data):
             _tell_unknown(data)
         if not well_formed:
             values = [_field(data, key, kind, default, body) for key, kind, default in _SCHEMA]
             task, msg_id, args, kwargs, queue, priority, created_ms, retries, eta_ms = values[:9]
-            result_ttl_s, wf, tick_ms, expires_ms, unique = values[9:]
+            result_ttl_s, wf, tick_ms, expires_ms, unique, headers = values[9:]
         _check_values(body, str(task), str(msg_id), kwargs, priority, retries, result_ttl_s)
+        if headers and not all(type(k) is str and type(v) is str for k, v in headers.items()):
+            raise DecodeError("body field 'headers' must map strings to strings", body)
         return cls(
             task,
             tuple(args),
@@ -217,6 +217,7 @@ class Message(_MessageFields):
             tick_ms,
             expires_ms,
             unique,
+            headers,
         )
 
 
@@ -236,10 +237,13 @@ _SCHEMA: tuple[tuple[str, type, Any], ...] = (
     ("tick_ms", int, None),
     ("expires_ms", int, None),
     ("unique", str, None),
+    ("headers", dict, None),
 )
 """Body fields in Message order: name, type, default (absent optional fields take it)."""
 
 
+_OPTIONAL = ("eta_ms", "result_ttl_s", "wf", "tick_ms", "expires_ms", "unique", "headers")
+"""Body fields written only when set."""
 _KNOWN_KEYS = frozenset({"v", *(key for key, _, _ in _SCHEMA)})
 _told: set[str] = set()
 

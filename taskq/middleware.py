@@ -1,15 +1,18 @@
 """Lifecycle hooks: subclass Middleware, override what you need, ``app.add_middleware(m)``.
 
-A hook that raises is logged with the middleware's name and the pipeline carries on.
+A hook that raises is logged with the middleware's name and the pipeline carries on. Only
+hooks a middleware overrides are called, so an app without middleware pays nothing per job.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from taskq.context import JobContext
+    from taskq.message import Message
     from taskq.worker.outcome import Outcome
 
 logger = logging.getLogger(__name__)
@@ -23,6 +26,22 @@ class Middleware:
 
     def child_start(self) -> None:
         """In each child, right after the fork."""
+
+    def before_enqueue(self, msg: Message) -> Message:
+        """In the producer, before a job is encoded: return it, or a copy with ``headers``
+        (``msg._replace(headers={...})``) that the worker's hooks read from ``job.headers``.
+        Jobs the worker writes itself (retries, workflow steps) keep the headers they had."""
+        return msg
+
+    def around_job(self, job: JobContext, run: Callable[[], Outcome]) -> Outcome:
+        """In the child, around one run: call ``run()`` once and return its outcome.
+
+        The task runs inside (``current_job()`` is set there), so a context opened here (a
+        span, an error-reporting scope, a database connection check) is current in the
+        task. The outcome says what became of the run (``kind``: ok, retry, dead, ...) and
+        carries the exception the task raised, if any; it is applied to Redis afterwards.
+        """
+        return run()
 
     def after_job(self, outcome: Outcome) -> None:
         """Once a job's fate (ok, retry or dead) is settled in Redis.
@@ -42,3 +61,42 @@ def emit(middleware: Sequence[Middleware], hook: str, *args: Any) -> None:
             getattr(m, hook)(*args)
         except Exception:
             logger.exception("middleware %s.%s failed", type(m).__name__, hook)
+
+
+def overriding(middleware: Sequence[Middleware], hook: str) -> list[Middleware]:
+    """The middleware whose class overrides ``hook`` (the others' hook does nothing)."""
+    default = getattr(Middleware, hook)
+    return [m for m in middleware if getattr(type(m), hook, default) is not default]
+
+
+def enqueue_through(middleware: Sequence[Middleware], msg: Message) -> Message:
+    """``msg`` after every ``before_enqueue`` hook; a hook that raises is logged and skipped."""
+    for m in middleware:
+        try:
+            msg = m.before_enqueue(msg)
+        except Exception:
+            logger.exception("middleware %s.before_enqueue failed", type(m).__name__)
+    return msg
+
+
+def run_around(
+    middleware: Sequence[Middleware], job: JobContext, run: Callable[[], Outcome]
+) -> Outcome:
+    """``run()`` inside every ``around_job`` hook, the first outermost. A hook that raises is
+    logged; the run still happens exactly once, and its outcome is returned."""
+    if not middleware:
+        return run()
+    outer, inner = middleware[0], middleware[1:]
+    done: list[Outcome] = []
+
+    def rest() -> Outcome:
+        if not done:
+            done.append(run_around(inner, job, run))
+        return done[0]
+
+    try:
+        outcome = outer.around_job(job, rest)
+    except Exception:
+        logger.exception("middleware %s.around_job failed", type(outer).__name__)
+        return rest()
+    return outcome if done else rest()

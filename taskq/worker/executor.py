@@ -13,6 +13,7 @@ from taskq.context import JobContext, reset_current, set_current
 from taskq.errors import DecodeError, JobCancelled, ResultError, Retry, TaskNotFound
 from taskq.flow import needs_result
 from taskq.message import Message, now_ms
+from taskq.middleware import overriding, run_around
 from taskq.results import encode_result
 from taskq.signing import SignatureError
 from taskq.task import Task
@@ -97,10 +98,15 @@ class Executor:
 
     def execute(self, p: Prepared) -> Outcome:
         """Run the task with its job context set; never raises for a task's exception."""
+        job = JobContext.of(p.msg, p.attempt, p.policy.max_attempts, p.delivery.entry_id)
+        hooks = overriding(self.app.middleware, "around_job")
+        if hooks:
+            return run_around(hooks, job, lambda: self._run(p, job))
+        return self._run(p, job)
+
+    def _run(self, p: Prepared, job: JobContext) -> Outcome:
         msg = p.msg
-        token = set_current(
-            JobContext.of(msg, p.attempt, p.policy.max_attempts, p.delivery.entry_id)
-        )
+        token = set_current(job)
         started = time.perf_counter()
         try:
             value = p.task.run(msg.args, msg.kwargs)
@@ -115,7 +121,8 @@ class Executor:
             stored = encode_result(value, max_bytes=self.app.settings.max_result_bytes)
         except ResultError as exc:  # the same value would fail again: no retry
             error = f"{msg.task}: {exc}"
-            return Outcome(DEAD, p.delivery, msg, p.attempt, 0, type(exc).__name__, error)
+            kind = type(exc).__name__
+            return Outcome(DEAD, p.delivery, msg, p.attempt, 0, kind, error, exception=exc)
         return Outcome(OK, p.delivery, msg, p.attempt, duration_s=duration_s, result=stored)
 
     def _failure(self, p: Prepared, exc: Exception, duration_s: float) -> Outcome:
@@ -130,6 +137,7 @@ class Executor:
             error=_text_of(exc),
             traceback=_traceback_of(exc),
             duration_s=duration_s,
+            exception=exc,
         )
 
     def lost(self, p: Prepared, cause: str) -> Outcome:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 
 from taskq.broker import Broker, Delivery
 from taskq.broker.records import Records
@@ -209,6 +210,15 @@ def deadletter_entry(o: Outcome, *, worker: str) -> Deadletter:
     )
 
 
+def trace_id_of(headers: Mapping[str, str] | None) -> str | None:
+    """The trace id of a W3C ``traceparent`` header (``00-<trace id>-<span id>-<flags>``),
+    so that a job's log lines join its spans in a log shipper."""
+    parts = (headers or {}).get("traceparent", "").split("-")
+    if len(parts) == 4 and len(parts[1]) == 32 and parts[1] != "0" * 32:
+        return parts[1]
+    return None
+
+
 def log_outcome(o: Outcome) -> None:
     """One INFO line per finished job (WARNING when it is dead-lettered)."""
     level = logging.WARNING if o.kind in (DEAD, EXPIRED) else logging.INFO
@@ -220,11 +230,17 @@ def log_outcome(o: Outcome) -> None:
     extra = {
         "job_id": job,
         "task": task,
+        "queue": o.delivery.queue,
         "priority": o.delivery.priority,
         "outcome": o.kind,
         "attempt": o.attempt,
         "duration_ms": round(o.duration_s * 1000, 3),
     }
+    if o.error_type:
+        extra["error_type"] = o.error_type
+    trace_id = trace_id_of(o.msg.headers if o.msg else None)
+    if trace_id:
+        extra["trace_id"] = trace_id
     logger.log(
         level,
         "%s %s[%s] %s attempt %d %.1fms %s%s",

@@ -34,6 +34,8 @@ class Outcome(NamedTuple):
     duration_s: float = 0.0
     result: bytes | None = None
     """The encoded return value of a success whose job stores its result."""
+    exception: BaseException | None = None
+    """The exception the task raised (in the process that ran it; None elsewhere)."""
 
 
 def rejected(d: Delivery, reason: str, msg: Message | None = None, attempt: int = 0) -> Outcome:
