@@ -7,28 +7,32 @@ application sets with :meth:`App.set_current`.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
-import itertools
 import os
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec, TypeVar, overload
 
 from taskq.broker import Broker, Link, connect
+from taskq.broker.alink import AsyncLink, connect_async
 from taskq.broker.operators import Operators
 from taskq.broker.reads import Reader
-from taskq.broker.records import Records
+from taskq.broker.records import Records, find_steps, status_steps
+from taskq.broker.steps import Steps, arun, run
 from taskq.canvas import Workflow
 from taskq.config import Settings, redact
 from taskq.context import JobContext, reset_current, set_current
 from taskq.current import set_current_app
-from taskq.errors import BrokerUnavailable, ConfigError
+from taskq.errors import ConfigError
 from taskq.job import Flow, Job
 from taskq.keys import check_job_id
-from taskq.message import Message, now_ms
+from taskq.message import Message
 from taskq.middleware import Middleware, enqueue_through, overriding
 from taskq.periodic import Periodic, PeriodicArgs, periodic_of
 from taskq.registry import SHARED, Registry
 from taskq.results import decode_value, encode_result
+from taskq.sending import handle, send_many_steps, send_steps
 from taskq.task import Task, TaskOptionArgs, build_options
 
 if TYPE_CHECKING:
@@ -38,9 +42,6 @@ if TYPE_CHECKING:
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-BATCH_SIZE = 1000
-"""Jobs per pipelined round trip in bulk enqueue."""
 
 
 class App:
@@ -73,6 +74,8 @@ class App:
         self.middleware: list[Middleware] = []
         self.periodics: dict[str, Periodic] = {}
         self._link: Link | None = None
+        self._alinks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncLink]
+        self._alinks = weakref.WeakKeyDictionary()
         self._broker: Broker | None = None
         self._pid = 0
 
@@ -178,6 +181,22 @@ class App:
         return self._link
 
     @property
+    def alink(self) -> AsyncLink:
+        """The asyncio connection pool of the running event loop (one per loop, made on
+        first use; ``await app.aclose()`` closes it)."""
+        loop = asyncio.get_running_loop()
+        link = self._alinks.get(loop)
+        if link is None:
+            link = self._alinks[loop] = connect_async(self.settings.redis_url)
+        return link
+
+    async def aclose(self) -> None:
+        """Close the running event loop's connections (they open again on demand)."""
+        link = self._alinks.pop(asyncio.get_running_loop(), None)
+        if link is not None:
+            await link.close()
+
+    @property
     def broker(self) -> Broker:
         """A broker for the app's queue, on this process's link."""
         link = self.link
@@ -208,15 +227,21 @@ class App:
         Raises:
             ConfigError: ``job_id`` is not a plausible job id.
         """
+        return run(self.link, self._handle_steps(job_id, queue))
+
+    async def ajob(self, job_id: str, *, queue: str | None = None) -> Job:
+        """:meth:`job` for asyncio code."""
+        return await arun(self.alink, self._handle_steps(job_id, queue))
+
+    def _handle_steps(self, job_id: str, queue: str | None) -> Steps[Job]:
         check_job_id(job_id)
         queues = [queue] if queue else self.queues()
-        found = self.records.find(queues, job_id)
+        found = yield from find_steps(queues, job_id)
         if found is None:
             return Job(job_id, "", queues[0], "normal", app=self)
-        status = self.records.status(found, job_id)
-        return Job(
-            job_id, status.task, found, status.priority or "normal", stores_result=True, app=self
-        )
+        status = yield from status_steps(found, job_id)
+        priority = status.priority or "normal"
+        return Job(job_id, status.task, found, priority, stores_result=True, app=self)
 
     def flow(self, flow_id: str, *, queue: str | None = None) -> Flow | None:
         """The handle of a workflow started elsewhere, from its record (None: no record)."""
@@ -231,9 +256,19 @@ class App:
     def launch(self, workflow: Workflow) -> Flow:
         """Start a workflow (``chain(...)``, ``group(...)``, ``chord(...)``, a signature);
         its ``apply_async()`` does this with the app of its first task."""
-        from taskq.launch import launch  # the workflow machinery, loaded when first used
+        from taskq.launch import launch_steps, run_eagerly  # loaded when first used
 
-        return launch(workflow, self)
+        if self.settings.eager:
+            return run_eagerly(workflow, self)
+        return run(self.link, launch_steps(workflow, self))
+
+    async def alaunch(self, workflow: Workflow) -> Flow:
+        """:meth:`launch` for asyncio code."""
+        from taskq.launch import launch_steps, run_eagerly
+
+        if self.settings.eager:
+            return run_eagerly(workflow, self)
+        return await arun(self.alink, launch_steps(workflow, self))
 
     def queues(self) -> list[str]:
         """The app's queue, then the other queues its tasks name, in registration order."""
@@ -287,13 +322,14 @@ class App:
         body = self.encode(msg)
         if self.settings.eager:  # the task sees what a worker would: the decoded job
             return self._run_eagerly(Message.decode(body))
-        try:
-            if in_ms is not None or (msg.eta_ms is not None and msg.eta_ms > now_ms()):
-                self.broker.schedule(msg, body, in_ms=in_ms)
-                return self._job(msg, None)
-            return self._job(msg, self.broker.publish(msg, body))
-        except BrokerUnavailable as exc:
-            raise _enqueue_unavailable(exc) from exc
+        return run(self.link, send_steps(self, msg, body, in_ms))
+
+    async def aenqueue(self, msg: Message, *, in_ms: int | None = None) -> Job:
+        """:meth:`enqueue` for asyncio code: the same, without blocking the event loop."""
+        body = self.encode(msg)
+        if self.settings.eager:
+            return self._run_eagerly(Message.decode(body))
+        return await arun(self.alink, send_steps(self, msg, body, in_ms))
 
     def enqueue_many(self, messages: Iterable[Message]) -> list[Job]:
         """Send many jobs, one pipelined round trip per batch of 1,000.
@@ -301,19 +337,15 @@ class App:
         Every job of a batch is encoded and checked before any is sent, so a bad argument
         sends nothing of its batch.
         """
-        jobs: list[Job] = []
-        iterator = iter(messages)
-        while batch := list(itertools.islice(iterator, BATCH_SIZE)):
-            encoded = [(m, self.encode(m)) for m in batch]
-            if self.settings.eager:
-                jobs += [self._run_eagerly(Message.decode(body)) for _, body in encoded]
-                continue
-            try:
-                ids = self.broker.publish_many(encoded)
-            except BrokerUnavailable as exc:
-                raise _enqueue_unavailable(exc) from exc
-            jobs += [self._job(m, i) for m, i in zip(batch, ids, strict=True)]
-        return jobs
+        if self.settings.eager:
+            return [self._run_eagerly(Message.decode(self.encode(m))) for m in messages]
+        return run(self.link, send_many_steps(self, messages))
+
+    async def aenqueue_many(self, messages: Iterable[Message]) -> list[Job]:
+        """:meth:`enqueue_many` for asyncio code."""
+        if self.settings.eager:
+            return [self._run_eagerly(Message.decode(self.encode(m))) for m in messages]
+        return await arun(self.alink, send_many_steps(self, messages))
 
     def _run_eagerly(self, msg: Message) -> Job:
         from taskq.worker.executor import policy_for  # the worker package imports this one
@@ -327,19 +359,7 @@ class App:
             reset_current(token)
         if msg.result_ttl_s is not None:  # what a worker would store, and return from result()
             value = decode_value(encode_result(value, max_bytes=self.settings.max_result_bytes))
-        return dataclasses.replace(self._job(msg, None), eager_value=(value,))
-
-    def _job(self, msg: Message, entry_id: str | None) -> Job:
-        """The handle; ``eta_ms`` only for a job that waits in the schedule (no entry id yet)."""
-        eta = None if entry_id else msg.eta_ms
-        stores = msg.result_ttl_s is not None
-        return Job(msg.id, msg.task, msg.queue, msg.priority, entry_id, eta, stores, self)
-
-
-def _enqueue_unavailable(exc: BrokerUnavailable) -> BrokerUnavailable:
-    if not exc.timed_out:
-        return exc
-    return BrokerUnavailable(f"{exc}; the job may or may not have been enqueued", timed_out=True)
+        return dataclasses.replace(handle(self, msg, None), eager_value=(value,))
 
 
 @overload

@@ -7,6 +7,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from taskq.broker.records import entry_status_steps, status_steps, wait_steps
+from taskq.broker.steps import Steps, arun, run
 from taskq.errors import (
     ConfigError,
     JobCancelled,
@@ -49,14 +51,14 @@ class Job:
         see :class:`~taskq.results.JobStatus`.
         """
         if self.eager_value is not None:
-            return JobStatus(self.id, SUCCEEDED, True, self.task, self.queue, self.priority)
-        app = self._app()
-        if self.stores_result or self.entry_id is None:
-            status = app.records.status(self.queue, self.id)
-            if status.state != UNKNOWN or self.entry_id is None:
-                return status
-        assert self.entry_id is not None
-        return app.records.entry_status(self.queue, self.priority, self.id, self.entry_id)
+            return self._eager_status()
+        return run(self._app().link, self._status_steps())
+
+    async def astatus(self) -> JobStatus:
+        """:meth:`status` for asyncio code."""
+        if self.eager_value is not None:
+            return self._eager_status()
+        return await arun(self._app().alink, self._status_steps())
 
     def result(self, timeout: float | None = None) -> Any:
         """The task's return value, waiting for the job to end (for ever if ``timeout`` is
@@ -72,16 +74,41 @@ class Job:
             return self.eager_value[0]
         return self.wait(timeout).value
 
+    async def aresult(self, timeout: float | None = None) -> Any:
+        """:meth:`result` for asyncio code: the wait blocks in Redis, not the event loop."""
+        if self.eager_value is not None:
+            return self.eager_value[0]
+        self._check_stores()
+        steps = wait_steps(self.queue, self.id, timeout)
+        return self._ended(await arun(self._app().alink, steps)).value
+
     def wait(self, timeout: float | None = None) -> JobStatus:
         """Wait for the job to succeed and return its final status (see :meth:`result`)."""
         if self.eager_value is not None:
             return self.status()
+        self._check_stores()
+        return self._ended(self._app().records.wait(self.queue, self.id, timeout))
+
+    def _eager_status(self) -> JobStatus:
+        return JobStatus(self.id, SUCCEEDED, True, self.task, self.queue, self.priority)
+
+    def _status_steps(self) -> Steps[JobStatus]:
+        if self.stores_result or self.entry_id is None:
+            status = yield from status_steps(self.queue, self.id)
+            if status.state != UNKNOWN or self.entry_id is None:
+                return status
+        assert self.entry_id is not None
+        return (yield from entry_status_steps(self.queue, self.priority, self.id, self.entry_id))
+
+    def _check_stores(self) -> None:
         if not self.stores_result:
             raise ConfigError(
                 f"job {self.id} ({self.task}) does not store its result: enqueue it from an "
                 "App(store_results=True) or a task with store_result=True"
             )
-        status = self._app().records.wait(self.queue, self.id, timeout)
+
+    def _ended(self, status: JobStatus) -> JobStatus:
+        """``status`` if the job succeeded; else the error that says how it ended."""
         if status.state == SUCCEEDED:
             return status
         if status.state == FAILED:

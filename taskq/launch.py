@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import msgpack
 
+from taskq.broker.link import script_command
+from taskq.broker.steps import Steps
 from taskq.canvas import Chain, Chord, Group, Signature, Workflow
 from taskq.flow import Context, Layout, spawn, with_implicit_chords
 from taskq.job import Flow, Job
@@ -19,11 +21,9 @@ if TYPE_CHECKING:
     from taskq.app import App
 
 
-def launch(w: Workflow, app: App) -> Flow:
+def launch_steps(w: Workflow, app: App) -> Steps[Flow]:
     """Start a workflow: its first jobs, the status records of all its steps (``pending``
     until their turn), and its own record, in one script. Returns its handle."""
-    if app.settings.eager:
-        return run_eagerly(w, app)
     laid = Layout(app).lay(w, Context())
     first_ids = {f["id"] for f in laid.fragments if f["t"] == "job"}
     ops = spawn(laid.fragments, None, app.settings.signer)
@@ -43,7 +43,7 @@ def launch(w: Workflow, app: App) -> Flow:
     info = {"steps": steps, "chords": chords, "jobs": terminal, "single": _single(w)}
     blob = bytes(msgpack.packb(info, use_bin_type=True))
     ops.add(["flow", flow_key, ttl_ms, kind, blob], flow_key)
-    app.broker.launch(ops.keys, ops.packed())
+    yield [script_command("launch", ops.keys, [ops.packed()])]
     jobs = tuple(dataclasses.replace(j, app=app) for j in laid.terminal)
     return Flow(flow_id, kind, queue, jobs, single=_single(w), app=app)
 

@@ -6,25 +6,26 @@ is an error in the user's own mypy run, as is a misspelt task option.
 
 from __future__ import annotations
 
-import math
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypedDict, TypeVar
 
-from taskq.canvas import Signature, Workflow
+from taskq.apply import ApplyOptions, apply_plan
+from taskq.broker.steps import arun, run
+from taskq.canvas import Signature
 from taskq.config import check_queue_name
 from taskq.context import JobContext, current_job, reset_current, set_current
 from taskq.current import current_app
 from taskq.errors import ConfigError
 from taskq.job import Job
-from taskq.keys import check_job_id, check_priority
+from taskq.keys import check_priority
 from taskq.limits import Rate
-from taskq.message import Message, new_job_id, now_ms
-from taskq.unique import enqueue_unique, uniqueness
+from taskq.message import Message, new_job_id
 
 if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing.Unpack is 3.11+; only mypy reads this
+
     from taskq.app import App
 
 P = ParamSpec("P")
@@ -183,6 +184,12 @@ class Task(Generic[P, R]):
             return self.apply_async(args, kwargs)
         return self.app.enqueue(self.message(args, kwargs))
 
+    async def adelay(self, *args: P.args, **kwargs: P.kwargs) -> Job:
+        """:meth:`delay` for asyncio code: the same, without blocking the event loop."""
+        if self.options.unique:
+            return await self.aapply_async(args, kwargs)
+        return await self.app.aenqueue(self.message(args, kwargs))
+
     def s(self, *args: Any, **kwargs: Any) -> Signature:
         """A signature: this call, to make later or in a workflow (it gets the previous
         step's result as its first argument)."""
@@ -196,18 +203,7 @@ class Task(Generic[P, R]):
         self,
         args: Iterable[Any] = (),
         kwargs: dict[str, Any] | None = None,
-        *,
-        priority: str | None = None,
-        countdown: float | None = None,
-        eta: datetime | float | None = None,
-        queue: str | None = None,
-        link: Workflow | Iterable[Workflow] | None = None,
-        link_error: Signature | Iterable[Signature] | None = None,
-        expires: datetime | float | None = None,
-        unique_key: str | None = None,
-        unique_for: float | None = None,
-        unique_mode: str | None = None,
-        job_id: str | None = None,
+        **options: Unpack[ApplyOptions],
     ) -> Job:
         """Enqueue with options.
 
@@ -227,47 +223,26 @@ class Task(Generic[P, R]):
             job_id: a caller-chosen id, refused while a job with it is held: the enqueue
                 then returns the existing job's handle.
         """
-        if link is not None or link_error is not None:
-            if expires is not None or unique_key is not None or job_id is not None:
-                raise ConfigError("expires, unique_key and job_id do not go with link yet")
-            return self._linked(args, kwargs, priority, countdown, eta, queue, link, link_error)
-        eta_ms, in_ms = due_time(countdown, eta)
-        msg = self.message(tuple(args), kwargs or {}, priority=priority, eta_ms=eta_ms, queue=queue)
-        if expires is not None:
-            msg = msg._replace(expires_ms=expiry_ms(expires))
-        if job_id is not None:
-            check_job_id(job_id)
-            msg = msg._replace(id=job_id)
-        u = uniqueness(
-            self, msg, unique_key=unique_key, unique_for=unique_for, unique_mode=unique_mode,
-            job_id=job_id,
-        )  # fmt: skip
-        if u is not None and not self.app.settings.eager:
-            return enqueue_unique(self.app, msg, u, in_ms)
-        return self.app.enqueue(msg, in_ms=in_ms)
+        plan = apply_plan(self, tuple(args), kwargs or {}, options)
+        if isinstance(plan, Job):
+            return plan
+        if isinstance(plan, Generator):
+            return run(self.app.link, plan)
+        return self.app.launch(plan).jobs[0]
 
-    def _linked(
+    async def aapply_async(
         self,
-        args: Iterable[Any],
-        kwargs: dict[str, Any] | None,
-        priority: str | None,
-        countdown: float | None,
-        eta: datetime | float | None,
-        queue: str | None,
-        link: Workflow | Iterable[Workflow] | None,
-        link_error: Signature | Iterable[Signature] | None,
+        args: Iterable[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+        **options: Unpack[ApplyOptions],
     ) -> Job:
-        """``apply_async`` with callbacks: the job runs as a one-step workflow."""
-        if eta is not None:
-            raise ConfigError("link and link_error take a countdown, not an eta")
-        sig = Signature(self.name, tuple(args), kwargs or {}, task_obj=self)
-        sig = sig.set(priority=priority, queue=queue, countdown=countdown)
-        sig = sig.on_success(*_many(link)).on_error(*_many(link_error))
-        flow = sig.apply_async(app=self.app)
-        if flow.eager_value is not None:  # eager mode: it ran already
-            msg = self.message(tuple(args), kwargs or {})
-            return Job(msg.id, msg.task, msg.queue, msg.priority, eager_value=flow.eager_value)
-        return flow.jobs[0]
+        """:meth:`apply_async` for asyncio code (the same options)."""
+        plan = apply_plan(self, tuple(args), kwargs or {}, options)
+        if isinstance(plan, Job):
+            return plan
+        if isinstance(plan, Generator):
+            return await arun(self.app.alink, plan)
+        return (await self.app.alaunch(plan)).jobs[0]
 
     def map(self, items: Iterable[Any]) -> list[Job]:
         """Enqueue one job per item (the item is the single argument), pipelined in batches."""
@@ -318,55 +293,6 @@ class Task(Generic[P, R]):
         return (o.result_ttl_s or app_ttl_s) if stores else None
 
 
-def due_time(
-    countdown: float | None, eta: datetime | float | None
-) -> tuple[int | None, int | None]:
-    """``(eta_ms, in_ms)`` for a delayed job, or ``(None, None)`` for "now".
-
-    A countdown is relative: ``in_ms`` is counted from when Redis receives the job, by the
-    Redis clock, so a producer with a wrong clock cannot shift it (``eta_ms`` is then this
-    machine's estimate, for the handle and the body). An ``eta`` is an absolute time
-    (``in_ms`` None). A naive ``eta`` datetime is taken as UTC, as Celery does
-    (``datetime.utcnow() + ...``).
-    """
-    if countdown is not None and eta is not None:
-        raise ConfigError("give countdown or eta, not both")
-    if countdown is not None:
-        if isinstance(countdown, bool) or not isinstance(countdown, int | float):
-            raise ConfigError(f"countdown must be a number of seconds, not {countdown!r}")
-        if not math.isfinite(countdown):
-            raise ConfigError(f"countdown must be finite, not {countdown!r}")
-        in_ms = int(countdown * 1000)
-        return (now_ms() + in_ms, in_ms) if in_ms > 0 else (None, None)
-    if eta is None:
-        return None, None
-    if isinstance(eta, datetime):
-        aware = eta if eta.tzinfo is not None else eta.replace(tzinfo=timezone.utc)
-        due_ms = int(aware.timestamp() * 1000)
-    elif isinstance(eta, int | float) and not isinstance(eta, bool) and math.isfinite(eta):
-        due_ms = int(eta * 1000)
-    else:
-        raise ConfigError(f"eta must be a datetime or a POSIX timestamp, not {eta!r}")
-    return (due_ms, None) if due_ms > now_ms() else (None, None)
-
-
-def expiry_ms(expires: datetime | float) -> int:
-    """When a job expires (ms since the epoch): ``expires`` seconds from now, or at a
-    ``datetime`` (a naive one is UTC, as for ``eta``).
-
-    Raises:
-        ConfigError: not a finite number or a datetime.
-    """
-    if isinstance(expires, datetime):
-        aware = expires if expires.tzinfo is not None else expires.replace(tzinfo=timezone.utc)
-        return int(aware.timestamp() * 1000)
-    if isinstance(expires, bool) or not isinstance(expires, int | float):
-        raise ConfigError(f"expires must be seconds or a datetime, not {expires!r}")
-    if not math.isfinite(expires):
-        raise ConfigError(f"expires must be finite, not {expires!r}")
-    return now_ms() + int(expires * 1000)
-
-
 def build_options(options: Mapping[str, Any]) -> tuple[str | None, TaskOptions]:
     """The task's name (None: from the function) and options, with old spellings renamed.
 
@@ -387,10 +313,3 @@ def build_options(options: Mapping[str, Any]) -> tuple[str | None, TaskOptions]:
         return name, TaskOptions(**opts)
     except TypeError as exc:
         raise ConfigError(f"unknown task option: {exc}") from None
-
-
-def _many(value: Any) -> list[Any]:
-    """One callback or an iterable of them, as a list."""
-    if value is None:
-        return []
-    return list(value) if isinstance(value, list | tuple | Iterator) else [value]

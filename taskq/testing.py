@@ -155,7 +155,12 @@ def drain(
             if due_in_ms == 0:
                 continue  # came due meanwhile, and is in its stream now
             if due_in_ms < 0 or not wait_for_retries:
-                return result
+                # That promote may have moved the last one (then nothing is left to wait
+                # for): run what it made ready before returning.
+                _burst(app, broker, recorder)
+                if len(recorder.outcomes) == len(result.outcomes):
+                    return result
+                continue
             wait_s = due_in_ms / 1000
             if time.monotonic() + wait_s > deadline:
                 raise DrainTimeout(

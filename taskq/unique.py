@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from taskq.broker.enqueue import unique_command
+from taskq.broker.steps import Steps
 from taskq.errors import ConfigError
 from taskq.flow import enqueue_ops
 from taskq.job import Job
@@ -93,7 +94,7 @@ def _check_key(key: str) -> None:
         )
 
 
-def enqueue_unique(app: App, msg: Message, u: Uniqueness, in_ms: int | None) -> Job:
+def unique_steps(app: App, msg: Message, u: Uniqueness, in_ms: int | None) -> Steps[Job]:
     """Enqueue ``msg`` unless its key is held; returns its handle, or the holder's."""
     if u.released_at_end:
         msg = msg._replace(unique=u.lock)
@@ -104,7 +105,7 @@ def enqueue_unique(app: App, msg: Message, u: Uniqueness, in_ms: int | None) -> 
     record = QueueKeys(msg.queue).job(msg.id)
     at = keys.index(record) + 1 if record in keys else 0
     command = unique_command(keys, msg.id, u.hold_ms, ops.packed(), at, u.released_at_end)
-    [holder] = app.link.pipeline([command])
+    [holder] = yield [command]
     holder_id = holder.decode() if isinstance(holder, bytes) else str(holder)
     stores = msg.result_ttl_s is not None
     if holder_id == msg.id:

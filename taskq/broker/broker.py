@@ -15,19 +15,19 @@ starve its lease. Only an entry whose whole worker died stays idle long enough f
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from taskq.broker.completions import completion_blob
 from taskq.broker.delivery import Delivery, Fetched, delivery
-from taskq.broker.enqueue import publish_command, schedule_command
+from taskq.broker.enqueue import publish_command
 from taskq.broker.link import Command, Direct, Link
 from taskq.broker.pending import autoclaim, pending_of
 from taskq.broker.replies import as_int, entries, flat_pairs, redis_ms, text
 from taskq.deadletter import Deadletter
 from taskq.errors import BrokerError, BrokerRefused
 from taskq.keys import GROUP, PRIORITIES, RECOVER_CONSUMER, QueueKeys
-from taskq.message import Message, now_ms
+from taskq.message import Message
 from taskq.results import Completion, FailedRun
 
 PROMOTE_LIMIT = 500
@@ -85,31 +85,6 @@ class Broker:
         """XADD one job to its priority stream (with its status record, if it keeps one);
         returns the entry id."""
         return text(self.link.call(*publish_command(msg, body)))
-
-    def launch(self, keys: Sequence[str], ops: bytes) -> None:
-        """Start a workflow: run its ops (``taskq.flow``) in one script."""
-        self.link.script("launch", keys, [ops])
-
-    def schedule(self, msg: Message, body: bytes, *, in_ms: int | None = None) -> None:
-        """Park a delayed job in the queue's schedule: due ``in_ms`` from now by the Redis
-        clock (a countdown), or at ``msg.eta_ms`` (an absolute eta)."""
-        self.link.call(*schedule_command(msg, body, in_ms))
-
-    def publish_many(self, jobs: Iterable[tuple[Message, bytes]]) -> list[str | None]:
-        """Enqueue many jobs in one round trip; those with a future ``eta_ms`` go to the
-        schedule.
-
-        Returns the entry ids (None for delayed jobs).
-        """
-        now = now_ms()
-        commands = [
-            schedule_command(msg, body, None)
-            if msg.eta_ms is not None and msg.eta_ms > now
-            else publish_command(msg, body)
-            for msg, body in jobs
-        ]
-        replies = self.link.pipeline(commands)
-        return [r.decode() if isinstance(r, bytes) else None for r in replies]
 
     # -- consumer side -------------------------------------------------------------------
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 import functools
 import hashlib
 import ssl
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib import resources
-from typing import Any, NoReturn, Protocol, cast
+from typing import Any, NoReturn, Protocol, TypeVar, cast
 
 import redis
 from redis.exceptions import NoScriptError
@@ -25,6 +25,7 @@ from taskq.config import redact
 from taskq.errors import BrokerError, BrokerRefused, BrokerUnavailable, ConfigError
 
 Command = tuple[Any, ...]
+_C = TypeVar("_C", redis.Redis, "redis.asyncio.Redis")
 
 
 class Connection(Protocol):
@@ -58,6 +59,33 @@ def script_sha(name: str) -> str:
     return hashlib.sha1(script_text(name).encode()).hexdigest()
 
 
+CLIENT_OPTIONS: dict[str, Any] = {
+    "protocol": 2,  # the replies the parsers here read (redis-py 8 defaults to RESP3)
+    "socket_connect_timeout": 5,
+    "socket_timeout": 30,
+    "socket_keepalive": True,
+    # A str that is not valid UTF-8 (a task's error message with lone surrogates, from
+    # os.fsdecode) is stored readably instead of failing the write.
+    "encoding_errors": "backslashreplace",
+}
+"""redis-py client options of every link, blocking or asyncio."""
+
+
+def client_from_url(factory: Callable[..., _C], url: str) -> _C:
+    """``factory(url, **CLIENT_OPTIONS)`` (a redis-py ``from_url``), with the URL checked.
+
+    Raises:
+        ConfigError: the URL is not a Redis URL, or asks for RESP3 (taskq speaks RESP2).
+    """
+    try:
+        client = factory(url, **CLIENT_OPTIONS)
+    except ValueError as exc:
+        raise ConfigError(f"invalid Redis URL {redact(url)!r}: {exc}") from None
+    if str(client.connection_pool.connection_kwargs.get("protocol")) != "2":
+        raise ConfigError(f"{redact(url)}: taskq speaks RESP2; remove protocol=3 from the URL")
+    return client
+
+
 def connect(url: str) -> Link:
     """A link to the Redis at ``redis://``, ``rediss://`` (TLS) or ``unix://`` ``url``.
 
@@ -66,22 +94,7 @@ def connect(url: str) -> Link:
     Raises:
         ConfigError: the URL is not a Redis URL, or asks for RESP3 (taskq speaks RESP2).
     """
-    try:
-        # backslashreplace: a str that is not valid UTF-8 (a task's error message with lone
-        # surrogates, from os.fsdecode) is stored readably instead of failing the write.
-        client = redis.Redis.from_url(
-            url,
-            protocol=2,  # the replies the parsers here read (redis-py 8 defaults to RESP3)
-            socket_connect_timeout=5,
-            socket_timeout=30,
-            socket_keepalive=True,
-            encoding_errors="backslashreplace",
-        )
-    except ValueError as exc:
-        raise ConfigError(f"invalid Redis URL {redact(url)!r}: {exc}") from None
-    if str(client.connection_pool.connection_kwargs.get("protocol")) != "2":
-        raise ConfigError(f"{redact(url)}: taskq speaks RESP2; remove protocol=3 from the URL")
-    return Link(client, url)
+    return Link(client_from_url(redis.Redis.from_url, url), url)
 
 
 class Link:
@@ -128,21 +141,15 @@ class Link:
                 if isinstance(reply, redis.ResponseError):  # EXECABORT and the like
                     raise_as_broker_error(reply, self.url)
             replies = list(replies[-1])
-        else:
-            replies = self._send(commands)
-            missing = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
-            if missing:
-                shas = {str(commands[i][1]) for i in missing}
-                self._send([("SCRIPT", "LOAD", _SCRIPTS[sha]) for sha in shas])
-                again = self._send([commands[i] for i in missing])
-                for i, reply in zip(missing, again, strict=True):
-                    replies[i] = reply
-        for i, reply in enumerate(replies):
-            if isinstance(reply, redis.ResponseError):
-                if errors:
-                    raise_as_broker_error(reply, self.url)
-                replies[i] = as_broker_error(reply, self.url)
-        return replies
+            return map_errors(replies, self.url, errors)
+        replies = self._send(commands)
+        missing, loads = missing_scripts(commands, replies)
+        if missing:
+            self._send(loads)
+            again = self._send([commands[i] for i in missing])
+            for i, reply in zip(missing, again, strict=True):
+                replies[i] = reply
+        return map_errors(replies, self.url, errors)
 
     def script(self, name: str, keys: Sequence[Any], args: Sequence[Any]) -> Any:
         """Run one of taskq's Lua scripts."""
@@ -231,6 +238,26 @@ def script_command(name: str, keys: Sequence[Any], args: Sequence[Any]) -> Comma
     sha = script_sha(name)
     _SCRIPTS.setdefault(sha, script_text(name))
     return ("EVALSHA", sha, len(keys), *keys, *args)
+
+
+def missing_scripts(
+    commands: Sequence[Command], replies: Sequence[Any]
+) -> tuple[list[int], list[Command]]:
+    """The replies that say NOSCRIPT (a new or restarted server), and the SCRIPT LOADs that
+    teach Redis their scripts before those commands are sent again."""
+    missing = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
+    shas = {str(commands[i][1]) for i in missing}
+    return missing, [("SCRIPT", "LOAD", _SCRIPTS[sha]) for sha in shas]
+
+
+def map_errors(replies: list[Any], url: str, errors: bool) -> list[Any]:
+    """Error replies raised as :class:`BrokerError`, or (``errors=False``) put in place."""
+    for i, reply in enumerate(replies):
+        if isinstance(reply, redis.ResponseError):
+            if errors:
+                raise_as_broker_error(reply, url)
+            replies[i] = as_broker_error(reply, url)
+    return replies
 
 
 def exchange(conn: Connection, commands: Sequence[Command], url: str) -> list[Any]:

@@ -20,6 +20,7 @@ import msgpack
 
 from taskq.broker.link import Link
 from taskq.broker.replies import as_int, flat_pairs, info_records, pending_rows, redis_ms, text
+from taskq.broker.steps import Pause, Steps, run
 from taskq.errors import BrokerRefused, BrokerUnavailable
 from taskq.keys import GROUP, PRIORITIES, QueueKeys
 from taskq.results import FINAL, RUNNING, SUCCEEDED, UNKNOWN, WAITING, FlowView, JobStatus
@@ -38,14 +39,11 @@ class Records:
 
     def status(self, queue: str, job_id: str) -> JobStatus:
         """The job's status from its record (``unknown`` when there is none)."""
-        raw, now = self.link.pipeline([("HGETALL", QueueKeys(queue).job(job_id)), ("TIME",)])
-        return JobStatus.from_record(job_id, flat_pairs(raw), redis_ms(now))
+        return run(self.link, status_steps(queue, job_id))
 
     def find(self, queues: Sequence[str], job_id: str, *, flow: bool = False) -> str | None:
         """The first of ``queues`` that holds a record of the job (or of the workflow)."""
-        keys = [QueueKeys(q).flow(job_id) if flow else QueueKeys(q).job(job_id) for q in queues]
-        replies = self.link.pipeline([("EXISTS", k) for k in keys])
-        return next((q for q, r in zip(queues, replies, strict=True) if r), None)
+        return run(self.link, find_steps(queues, job_id, flow=flow))
 
     def flow(self, queue: str, flow_id: str) -> dict[bytes, bytes]:
         """A workflow's record (HGETALL; empty if there is none)."""
@@ -80,25 +78,7 @@ class Records:
     def wait(self, queue: str, job_id: str, timeout_s: float | None) -> JobStatus:
         """Block until the job ends, its record is gone, or ``timeout_s`` passes; return its
         status then (the caller tells the three apart by the state)."""
-        k = QueueKeys(queue)
-        done = k.done(job_id)
-        deadline = math.inf if timeout_s is None else time.monotonic() + timeout_s
-        pause_s = RECONNECT_BACKOFF_S[0]
-        while True:
-            try:
-                status = self.status(queue, job_id)
-                left_s = deadline - time.monotonic()
-                if status.state in FINAL or status.state == UNKNOWN or left_s <= 0:
-                    return status
-                block_s = max(0.001, min(left_s, WAIT_SLICE_S))
-                self.link.call("BLMOVE", done, done, "LEFT", "LEFT", f"{block_s:.3f}")
-                pause_s = RECONNECT_BACKOFF_S[0]
-            except BrokerUnavailable:
-                left_s = deadline - time.monotonic()
-                if left_s <= 0:
-                    return JobStatus(job_id, WAITING, tracked=True)
-                time.sleep(min(pause_s, left_s))
-                pause_s = min(pause_s * 2, RECONNECT_BACKOFF_S[1])
+        return run(self.link, wait_steps(queue, job_id, timeout_s))
 
     def forget(self, queue: str, job_id: str) -> bool:
         """Delete the job's record and done list; True if there was a record."""
@@ -123,45 +103,87 @@ class Records:
         return {j for (_, j), r in zip(jobs, replies, strict=True) if as_int(r)}
 
     def entry_status(self, queue: str, priority: str, job_id: str, entry_id: str) -> JobStatus:
-        """What the queue's own keys tell of a job without a record, from its stream entry:
-        ``waiting`` (not delivered yet), ``running`` (pending under a consumer),
-        ``succeeded`` (acked; finished entries linger until the next trim; a failure removes
-        its entry) or ``unknown`` (the entry is gone)."""
-        stream = QueueKeys(queue).stream(priority)
+        """What the queue's own keys tell of a job without a record (see
+        :func:`entry_status_steps`)."""
+        return run(self.link, entry_status_steps(queue, priority, job_id, entry_id))
+
+
+# -- the exchanges, for the blocking and the asyncio link (taskq.broker.steps) -----------
+
+
+def status_steps(queue: str, job_id: str) -> Steps[JobStatus]:
+    """The job's status from its record (``unknown`` when there is none)."""
+    raw, now = yield [("HGETALL", QueueKeys(queue).job(job_id)), ("TIME",)]
+    return JobStatus.from_record(job_id, flat_pairs(raw), redis_ms(now))
+
+
+def find_steps(queues: Sequence[str], job_id: str, *, flow: bool = False) -> Steps[str | None]:
+    """The first of ``queues`` that holds a record of the job (or of the workflow)."""
+    keys = [QueueKeys(q).flow(job_id) if flow else QueueKeys(q).job(job_id) for q in queues]
+    replies = yield [("EXISTS", k) for k in keys]
+    return next((q for q, r in zip(queues, replies, strict=True) if r), None)
+
+
+def wait_steps(queue: str, job_id: str, timeout_s: float | None) -> Steps[JobStatus]:
+    """Until the job ends, its record is gone, or ``timeout_s`` passes: its status then."""
+    done = QueueKeys(queue).done(job_id)
+    deadline = math.inf if timeout_s is None else time.monotonic() + timeout_s
+    pause_s = RECONNECT_BACKOFF_S[0]
+    while True:
         try:
-            rows, pending, groups = self.link.pipeline(
-                [
-                    ("XRANGE", stream, entry_id, entry_id),
-                    ("XPENDING", stream, GROUP, entry_id, entry_id, 1),
-                    ("XINFO", "GROUPS", stream),
-                ]
-            )
-        except BrokerRefused:  # no stream or no group
-            return JobStatus(job_id, UNKNOWN)
-        if not rows:
-            return JobStatus(job_id, UNKNOWN)
-        held = pending_rows(pending)
-        if held:
-            return JobStatus(
-                job_id,
-                RUNNING,
-                queue=queue,
-                priority=priority,
-                entry_id=entry_id,
-                worker=held[0][1],
-                attempts=held[0][3],
-            )
-        last = next(
-            (
-                text(g.get("last-delivered-id", "0-0"))
-                for g in info_records(groups)
-                if text(g.get("name", "")) == GROUP
-            ),
-            "0-0",
+            status = yield from status_steps(queue, job_id)
+            left_s = deadline - time.monotonic()
+            if status.state in FINAL or status.state == UNKNOWN or left_s <= 0:
+                return status
+            block_s = max(0.001, min(left_s, WAIT_SLICE_S))
+            yield [("BLMOVE", done, done, "LEFT", "LEFT", f"{block_s:.3f}")]
+            pause_s = RECONNECT_BACKOFF_S[0]
+        except BrokerUnavailable:
+            left_s = deadline - time.monotonic()
+            if left_s <= 0:
+                return JobStatus(job_id, WAITING, tracked=True)
+            yield Pause(min(pause_s, left_s))
+            pause_s = min(pause_s * 2, RECONNECT_BACKOFF_S[1])
+
+
+def entry_status_steps(queue: str, priority: str, job_id: str, entry_id: str) -> Steps[JobStatus]:
+    """What the queue's own keys tell of a job without a record, from its stream entry:
+    ``waiting`` (not delivered yet), ``running`` (pending under a consumer),
+    ``succeeded`` (acked; finished entries linger until the next trim; a failure removes
+    its entry) or ``unknown`` (the entry is gone)."""
+    stream = QueueKeys(queue).stream(priority)
+    try:
+        rows, pending, groups = yield [
+            ("XRANGE", stream, entry_id, entry_id),
+            ("XPENDING", stream, GROUP, entry_id, entry_id, 1),
+            ("XINFO", "GROUPS", stream),
+        ]
+    except BrokerRefused:  # no stream or no group
+        return JobStatus(job_id, UNKNOWN)
+    if not rows:
+        return JobStatus(job_id, UNKNOWN)
+    held = pending_rows(pending)
+    if held:
+        return JobStatus(
+            job_id,
+            RUNNING,
+            queue=queue,
+            priority=priority,
+            entry_id=entry_id,
+            worker=held[0][1],
+            attempts=held[0][3],
         )
-        delivered = _id_key(entry_id) <= _id_key(last)
-        state = SUCCEEDED if delivered else WAITING
-        return JobStatus(job_id, state, queue=queue, priority=priority, entry_id=entry_id)
+    last = next(
+        (
+            text(g.get("last-delivered-id", "0-0"))
+            for g in info_records(groups)
+            if text(g.get("name", "")) == GROUP
+        ),
+        "0-0",
+    )
+    delivered = _id_key(entry_id) <= _id_key(last)
+    state = SUCCEEDED if delivered else WAITING
+    return JobStatus(job_id, state, queue=queue, priority=priority, entry_id=entry_id)
 
 
 def _flow_info(raw: dict[bytes, bytes]) -> dict[str, Any]:

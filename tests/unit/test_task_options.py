@@ -7,8 +7,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from taskq.apply import due_time
 from taskq.errors import ConfigError
-from taskq.task import due_time
 
 
 def test_naive_eta_is_utc() -> None:

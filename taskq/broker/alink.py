@@ -1,0 +1,82 @@
+"""The asyncio connection to Redis, for producers in an event loop (FastAPI, Starlette).
+
+:class:`AsyncLink` is :class:`~taskq.broker.link.Link` on ``redis.asyncio``: the same
+client options, the same RESP2 replies, scripts loaded again on NOSCRIPT, and redis-py's
+errors turned into taskq's. It sends what the steps of :mod:`taskq.broker.steps` yield, so
+every exchange is written once for both links.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import redis
+import redis.asyncio
+
+from taskq.broker.link import (
+    Command,
+    client_from_url,
+    map_errors,
+    missing_scripts,
+    raise_as_broker_error,
+)
+from taskq.config import redact
+
+
+def connect_async(url: str) -> AsyncLink:
+    """An asyncio link to ``url``; nothing is sent until the first command.
+
+    Raises:
+        ConfigError: the URL is not a Redis URL, or asks for RESP3.
+    """
+    return AsyncLink(client_from_url(redis.asyncio.Redis.from_url, url), url)
+
+
+class AsyncLink:
+    """A pool of asyncio connections to one Redis server, for one event loop."""
+
+    def __init__(self, client: redis.asyncio.Redis, url: str) -> None:
+        self._client = client
+        self.url = redact(url)
+
+    def __repr__(self) -> str:
+        return f"<AsyncLink {self.url}>"
+
+    async def pipeline(self, commands: Sequence[Command], *, errors: bool = True) -> list[Any]:
+        """Send ``commands`` in one write and return their replies (see ``Link.pipeline``)."""
+        replies = await self._send(commands)
+        missing, loads = missing_scripts(commands, replies)
+        if missing:
+            await self._send(loads)
+            again = await self._send([commands[i] for i in missing])
+            for i, reply in zip(missing, again, strict=True):
+                replies[i] = reply
+        return map_errors(replies, self.url, errors)
+
+    async def close(self) -> None:
+        """Close every connection of the pool."""
+        await self._client.aclose()
+
+    async def _send(self, commands: Sequence[Command]) -> list[Any]:
+        pool = self._client.connection_pool
+        try:
+            conn = await pool.get_connection()  # type: ignore[no-untyped-call]
+        except redis.RedisError as exc:
+            raise_as_broker_error(exc, self.url)
+        try:
+            await conn.send_packed_command(conn.pack_commands(commands))
+            replies: list[Any] = []
+            for _ in commands:
+                try:
+                    replies.append(await conn.read_response())
+                except redis.ResponseError as exc:  # read whole: still in step
+                    replies.append(exc)
+            return replies
+        except BaseException as exc:  # cut off mid-exchange (a cancel too): out of step
+            await conn.disconnect()
+            if isinstance(exc, redis.RedisError):
+                raise_as_broker_error(exc, self.url)
+            raise
+        finally:
+            await pool.release(conn)
