@@ -28,7 +28,7 @@ from taskq.errors import ConfigError
 from taskq.job import Flow, Job
 from taskq.keys import check_job_id
 from taskq.message import Message
-from taskq.middleware import Middleware, enqueue_through, overriding
+from taskq.middleware import Hooks, Middleware, enqueue_through
 from taskq.periodic import Periodic, PeriodicArgs, periodic_of
 from taskq.registry import SHARED, Registry
 from taskq.results import decode_value, encode_result
@@ -72,6 +72,7 @@ class App:
             self.settings = settings.replace(**changes) if changes else settings
         self.registry = Registry(fallback=SHARED)
         self.middleware: list[Middleware] = []
+        self._enqueue_hooks = Hooks(self.middleware, "before_enqueue")
         self.periodics: dict[str, Periodic] = {}
         self._link: Link | None = None
         self._alinks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncLink]
@@ -301,7 +302,7 @@ class App:
         Raises:
             EnqueueError: arguments not msgpack-serializable, or payload too large.
         """
-        hooks = overriding(self.middleware, "before_enqueue")
+        hooks = self._enqueue_hooks()
         if hooks:
             msg = enqueue_through(hooks, msg)
         return msg.encode(max_bytes=self.settings.max_payload_bytes, signer=self.settings.signer)

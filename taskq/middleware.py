@@ -69,6 +69,24 @@ def overriding(middleware: Sequence[Middleware], hook: str) -> list[Middleware]:
     return [m for m in middleware if getattr(type(m), hook, default) is not default]
 
 
+class Hooks:
+    """:func:`overriding` for one list of middleware, worked out again only when the list
+    changes (a per-job lookup must cost nothing when no middleware wants the hook)."""
+
+    __slots__ = ("_found", "_hook", "_middleware", "_seen")
+
+    def __init__(self, middleware: list[Middleware], hook: str) -> None:
+        self._middleware, self._hook = middleware, hook
+        self._seen: list[Middleware] = []
+        self._found: list[Middleware] = []
+
+    def __call__(self) -> list[Middleware]:
+        if self._seen != self._middleware:
+            self._seen = list(self._middleware)
+            self._found = overriding(self._seen, self._hook)
+        return self._found
+
+
 def enqueue_through(middleware: Sequence[Middleware], msg: Message) -> Message:
     """``msg`` after every ``before_enqueue`` hook; a hook that raises is logged and skipped."""
     for m in middleware:

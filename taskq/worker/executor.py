@@ -13,7 +13,7 @@ from taskq.context import JobContext, reset_current, set_current
 from taskq.errors import DecodeError, JobCancelled, ResultError, Retry, TaskNotFound
 from taskq.flow import needs_result
 from taskq.message import Message, now_ms
-from taskq.middleware import overriding, run_around
+from taskq.middleware import Hooks, run_around
 from taskq.results import encode_result
 from taskq.signing import SignatureError
 from taskq.task import Task
@@ -62,6 +62,7 @@ class Executor:
         self.time_limit_s = time_limit_s
         self.soft_time_limit_s = soft_time_limit_s
         self._policies: dict[str, RetryPolicy] = {}
+        self._around = Hooks(app.middleware, "around_job")
 
     def prepare(self, d: Delivery) -> Prepared | Outcome:
         """Decode and look up; bad input becomes a DEAD outcome with the reason."""
@@ -99,7 +100,7 @@ class Executor:
     def execute(self, p: Prepared) -> Outcome:
         """Run the task with its job context set; never raises for a task's exception."""
         job = JobContext.of(p.msg, p.attempt, p.policy.max_attempts, p.delivery.entry_id)
-        hooks = overriding(self.app.middleware, "around_job")
+        hooks = self._around()
         if hooks:
             return run_around(hooks, job, lambda: self._run(p, job))
         return self._run(p, job)
