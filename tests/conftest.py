@@ -32,6 +32,15 @@ FAST_SETTINGS: dict[str, Any] = {
 """Timings shrunk for tests; the same values reach worker subprocesses as TASKQ_* variables."""
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """taskq's pytest plugin, for the modules that use its fixtures: installing taskq registers
+    it (the ``taskq`` entry point), but an install older than the plugin has not."""
+    from taskq.contrib import pytest_plugin
+
+    if not config.pluginmanager.is_registered(pytest_plugin):
+        config.pluginmanager.register(pytest_plugin, "taskq")  # None if -p no:taskq
+
+
 def wait_until(
     predicate: Callable[[], Any],
     timeout_s: float = 10.0,

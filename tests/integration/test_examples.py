@@ -8,16 +8,17 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 
 from examples import idempotent, producer, tasks
 from taskq import App
+from taskq.contrib.pytest_plugin import Drain
 from taskq.ops.devserver import port_in_use
-from taskq.testing import drain, override
 from tests.conftest import FAST_SETTINGS, ROOT, WorkerProcess, wait_until
 from tests.examples_support import http, results, run_example, web_process
 from tests.redis_server import free_port
@@ -27,25 +28,38 @@ pytestmark = pytest.mark.integration
 CRM = "examples.tasks.sync_to_legacy_crm"
 
 
+# The in-process tests get examples.tasks.app from taskq's pytest plugin (taskq_app, with the
+# suite's short timings, on the suite's Redis, emptied around each test) and its taskq_drain.
+
+
 @pytest.fixture
-def example_app(redis_url: str) -> Iterator[App]:
-    """examples.tasks.app pointed at the test's Redis, with the suite's short timings."""
-    with override(tasks.app, redis_url=redis_url, **FAST_SETTINGS) as app:
-        yield app
+def taskq_app_path() -> str:
+    return "examples.tasks:app"
+
+
+@pytest.fixture
+def taskq_config() -> dict[str, Any]:
+    return dict(FAST_SETTINGS)
+
+
+@pytest.fixture(scope="session")
+def taskq_redis_server(redis_server: str) -> str:
+    """The suite's Redis, which ``r``, the workers and the example scripts use too."""
+    return redis_server
 
 
 # -- tasks.py, in-process ------------------------------------------------------------------
 
 
 def test_example_tasks_reach_the_outcomes_they_describe(
-    example_app: App, r: redis.Redis, caplog: pytest.LogCaptureFixture
+    taskq_app: App, taskq_drain: Drain, r: redis.Redis, caplog: pytest.LogCaptureFixture
 ) -> None:
     # given: the producer's batch of jobs, with short slow and delayed jobs
     jobs = producer.enqueue(3, 0.01, 0.2)
 
     # when: drained in-process, waiting for the flaky retry and the delayed job
     with caplog.at_level(logging.WARNING, logger="examples.deadletters"):
-        result = drain(example_app, wait_for_retries=True, timeout_s=20)
+        result = taskq_drain(wait_for_retries=True, timeout_s=20)
 
     # then
     done = results(r)
@@ -58,17 +72,17 @@ def test_example_tasks_reach_the_outcomes_they_describe(
     assert "ALERT dead letter: examples.tasks.sync_to_legacy_crm" in caplog.text
 
 
-def test_high_priority_example_jobs_run_first(example_app: App) -> None:
+def test_high_priority_example_jobs_run_first(taskq_app: App, taskq_drain: Drain) -> None:
     tasks.resize_image.delay(1)
     tasks.build_report.apply_async(("R1",), {"seconds": 0}, priority="low")
     tasks.send_welcome_email.delay(1)
 
-    result = drain(example_app)
+    result = taskq_drain()
 
     assert [o.delivery.priority for o in result.outcomes] == ["high", "normal", "low"]
 
 
-def test_charge_once_takes_each_order_once(example_app: App, r: redis.Redis) -> None:
+def test_charge_once_takes_each_order_once(taskq_app: App, r: redis.Redis) -> None:
     assert idempotent.charge_once(r, "order-1", 4200) is True
     assert idempotent.charge_once(r, "order-1", 4200) is False
     assert idempotent.charge_once(r, "order-2", 100) is True
@@ -116,11 +130,11 @@ def test_idempotent_example_charges_once(
 
 @pytest.mark.slow
 def test_deadletters_example_lists_retries_and_purges(
-    example_app: App, redis_url: str, r: redis.Redis
+    taskq_app: App, taskq_drain: Drain, redis_url: str, r: redis.Redis
 ) -> None:
     # given: one dead-lettered job
     tasks.sync_to_legacy_crm.delay(42)
-    assert drain(example_app, wait_for_retries=True).dead == 1
+    assert taskq_drain(wait_for_retries=True).dead == 1
 
     listed = run_example("deadletters", redis_url=redis_url)
     assert listed.returncode == 0, listed.stderr
@@ -133,7 +147,7 @@ def test_deadletters_example_lists_retries_and_purges(
     assert r.xlen("tasks:normal") == 1
 
     # the re-driven job fails again (with its attempts reset) and dies again
-    again = drain(example_app, wait_for_retries=True)
+    again = taskq_drain(wait_for_retries=True)
     assert [o.attempt for o in again.outcomes] == [1, 2]
     purged = run_example("deadletters", "--purge-older-than-days", "0", redis_url=redis_url)
     assert "purged 1 dead job(s)" in purged.stdout
