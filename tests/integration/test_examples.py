@@ -94,6 +94,31 @@ def test_charge_once_takes_each_order_once(taskq_app: App, r: redis.Redis) -> No
 
 
 @pytest.mark.slow
+def test_the_pytest_plugin_example_passes(redis_url: str, tmp_path: Path) -> None:
+    # as its docstring runs it; the plugin by module name (its entry point may not be
+    # installed yet, and then must not load it twice), on the suite's Redis, without the
+    # hypothesis plugin (a second to load, for nothing)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TASKQ_", "PYTEST_"))}
+    env["PYTHONPATH"] = str(ROOT)
+    run = subprocess.run(
+        [
+            sys.executable, "-m", "pytest", "examples/test_with_taskq_plugin.py",
+            "--taskq-app", "examples.tasks:app", "--taskq-redis-url", redis_url,
+            "-p", "no:taskq", "-p", "taskq.contrib.pytest_plugin", "-p", "no:hypothesispytest",
+            "-p", "no:cacheprovider", f"--basetemp={tmp_path / 'tmp'}", "-q",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=45,
+    )  # fmt: skip
+
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "4 passed" in run.stdout and "skipped" not in run.stdout
+
+
+@pytest.mark.slow
 def test_producer_follows_its_jobs_through_a_worker(
     start_worker: Callable[..., WorkerProcess], redis_url: str, r: redis.Redis
 ) -> None:
