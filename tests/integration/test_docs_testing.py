@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import subprocess
@@ -40,3 +41,19 @@ def test_the_documented_pytest_example_passes(redis_url: str, tmp_path: Path) ->
     # then: both tests pass, neither skipped
     assert run.returncode == 0, run.stdout + run.stderr
     assert "2 passed" in run.stdout and "skipped" not in run.stdout
+
+
+def test_the_plugin_section_shows_the_example_file_and_every_fixture() -> None:
+    page = (ROOT / "docs" / "testing.md").read_text()
+    example = (ROOT / "examples" / "test_with_taskq_plugin.py").read_text()
+    plugin = ast.parse((ROOT / "taskq" / "contrib" / "pytest_plugin.py").read_text())
+    fixtures = [
+        f.name
+        for f in plugin.body
+        if isinstance(f, ast.FunctionDef)
+        and any("fixture" in ast.unparse(d) for d in f.decorator_list)
+    ]
+
+    assert f"```python\n{example}```" in page
+    assert len(fixtures) == 8
+    assert [f for f in fixtures if f"| `{f}` |" not in page] == []
