@@ -229,6 +229,7 @@ def test_the_app_by_option_and_a_missing_app(pytester: pytest.Pytester) -> None:
     missing.stdout.fnmatch_lines(["*no taskq app to test: set `taskq_app = MODULE:ATTR`*"])
 
 
+@pytest.mark.slow
 def test_a_suite_that_uses_no_fixture_starts_nothing(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
