@@ -4,15 +4,24 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import redis
 
-from taskq import App, Retry, current_job
+from taskq import App, Retry, current_job, testing
 from taskq.message import Message
 from taskq.testing import DrainTimeout, drain
+from tests.conftest import wait_until
 
 pytestmark = pytest.mark.integration
+
+RETRY = "tasks:retry:normal"
+
+
+def now_ms(r: redis.Redis) -> int:
+    seconds, micros = r.time()
+    return int(seconds) * 1000 + int(micros) // 1000
 
 
 def test_drain_runs_every_ready_job_highest_priority_first(
@@ -87,6 +96,39 @@ def test_drain_waits_for_retries_when_asked(make_app: Callable[..., App], r: red
     assert (result.ok, result.retried, result.dead) == (1, 4, 1)
     assert r.xlen("tasks:deadletter") == 1
     assert r.zcard("tasks:retry:normal") == 0
+
+
+def test_drain_runs_a_retry_that_comes_due_while_it_decides_whether_to_stop(
+    make_app: Callable[..., App], r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = make_app(retry_backoff_ms=10, retry_jitter=False)
+
+    @app.task(name="flaky_once")
+    def flaky_once() -> None:
+        job = current_job()
+        assert job is not None
+        if job.attempt == 1:
+            raise Retry(countdown=0.01)
+
+    def retry_is_due() -> bool:
+        parked = r.zrange(RETRY, 0, -1, withscores=True)
+        return bool(parked) and all(due <= now_ms(r) for _, due in parked)
+
+    def slow_burst(*args: Any) -> None:
+        # a slow machine: the retry this burst parked is due before drain looks again
+        burst(*args)
+        bursts.append(len(bursts) + 1)
+        if bursts == [1]:  # the burst that ran the first attempt and parked the retry
+            wait_until(retry_is_due, message="the retry to come due")
+
+    burst, bursts = testing._burst, list[int]()
+    monkeypatch.setattr(testing, "_burst", slow_burst)
+    flaky_once.delay()
+
+    result = drain(app, wait_for_retries=True)
+
+    assert [o.kind for o in result.outcomes] == ["retry", "ok"]
+    assert r.zcard(RETRY) == 0 and r.xlen("tasks:normal") == 0
 
 
 def test_drain_waits_for_delayed_jobs_only_when_asked(make_app: Callable[..., App]) -> None:
