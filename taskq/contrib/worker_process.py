@@ -43,9 +43,17 @@ def child_env(settings: Mapping[str, object]) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(paths)
     env["PYTHONUNBUFFERED"] = "1"
     for name, value in settings.items():
-        text = ("1" if value else "0") if isinstance(value, bool) else str(value)
-        env[f"TASKQ_{name.upper()}"] = text
+        env[f"TASKQ_{name.upper()}"] = env_value(value)
     return env
+
+
+def env_value(value: object) -> str:
+    """A setting as its ``TASKQ_*`` variable spells it (what ``Settings.from_env`` reads)."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, list | tuple):  # signing_keys: comma-separated
+        return ",".join(str(v) for v in value)
+    return str(value)
 
 
 class WorkerProcess:
