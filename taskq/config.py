@@ -178,8 +178,8 @@ def _parse(name: str, raw: str, kind: type) -> Any:
 
 
 def redact(url: str) -> str:
-    """The URL with any password replaced by ***: in its user part and as a ``password=``
-    query parameter (the two places redis-py reads one from)."""
+    """The URL with any password replaced by ***: in its user part and in query parameters
+    named like one (``password=``, ``ssl_password=``)."""
     scheme, sep, rest = url.partition("://")
     rest, qmark, query = rest.partition("?")
     creds, at, host = rest.rpartition("@")
@@ -187,7 +187,7 @@ def redact(url: str) -> str:
         rest = f"{creds.split(':', 1)[0]}:***@{host}"
     if qmark:
         params = [
-            "password=***" if p.split("=", 1)[0].lower() == "password" else p
+            f"{p.split('=', 1)[0]}=***" if "password" in p.split("=", 1)[0].lower() else p
             for p in query.split("&")
         ]
         rest += "?" + "&".join(params)

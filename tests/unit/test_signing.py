@@ -120,12 +120,13 @@ def test_signing_keys_from_the_environment() -> None:
 
 
 def test_no_secret_in_reprs() -> None:
-    url = "redis://user:hunter2-secret@127.0.0.1:6390/0?password=hunter2-secret"
+    url = "redis://user:hunter2-secret@127.0.0.1:6390/0?password=hunter2-secret&ssl_password=hunter2-secret"
     settings = Settings(redis_url=url, signing_keys=(K1, K2))
     app = App(url, signing_keys=[K1, K2])
     shown = " ".join([repr(settings), str(settings), repr(app), str(app), redact(url)])
     shown += repr(settings.signer)
     for secret in ("hunter2-secret", K1, K2):
         assert secret not in shown
-    assert "user:***@127.0.0.1:6390" in redact(url) and "password=***" in redact(url)
+    assert "user:***@127.0.0.1:6390" in redact(url)
+    assert "?password=***&ssl_password=***" in redact(url)
     assert "2 key(s)" in repr(settings)

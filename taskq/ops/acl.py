@@ -1,0 +1,210 @@
+"""Least-privilege Redis users: the ``ACL SETUSER`` line of each role on some queues.
+
+A role is the set of commands one kind of process really sends, found by running every
+operation of that kind as a user with exactly these rights and reading ``ACL LOG``
+(``tests/integration/test_acl.py`` keeps it so). Commands a Lua script runs are checked
+against the caller's rights too, so each list includes what its scripts run. See
+docs/security.md for why each permission is there and what a role can still do.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from taskq.errors import ConfigError
+from taskq.keys import QueueKeys
+
+SCRIPTS = ("evalsha", "script|load")
+"""taskq runs its Lua scripts by SHA1 and loads one Redis does not know (a new or restarted
+server) itself; no other process loads them, so every role that runs a script may load it."""
+
+DATABASE = ("select",)
+"""redis-py sends SELECT for a URL's database number above 0 (ACLs do not limit databases)."""
+
+PRODUCER_COMMANDS = (
+    "xadd",  # a job without a status record goes straight to its stream
+    *SCRIPTS,  # a job with a record, a delayed job, a unique job, a workflow: one script each
+    "hset",  # in those scripts: the job's status record
+    "pexpire",  # ... which expires after result_ttl_s
+    "hget",  # ... a workflow step's record, read as the workflow starts
+    "zadd",  # ... a delayed job joins the schedule
+    "get",  # ... the schedule's due key, a unique job's lock
+    "set",  # ... lowered due key, the lock taken (NX PX)
+    "time",  # the Redis clock: scripts and job.status()
+    "hgetall",  # job.status(), job.result(): the record
+    "exists",  # app.job(id), app.flow(id): which queue holds the record
+    "blmove",  # job.result(): blocks on the job's done list
+    *DATABASE,
+)
+
+WORKER_COMMANDS = (
+    *SCRIPTS,
+    *DATABASE,
+    "ping",  # waiting for Redis at start
+    "time",
+    # the job streams: reads, acks, hand-backs, crash recovery, trims of finished entries
+    "xreadgroup",
+    "xack",
+    "xadd",
+    "xdel",
+    "xtrim",
+    "xrange",
+    "xlen",
+    "xpending",
+    "xclaim",  # lease renewal (JUSTID)
+    "xautoclaim",  # the sweep takes back the jobs of dead workers
+    "xgroup|create",
+    "xgroup|delconsumer",  # consumers of dead workers are forgotten
+    "xinfo|groups",
+    "xinfo|consumers",
+    # the schedule, retry sets, rate-limit windows, concurrency slots, the worker registry
+    "zadd",
+    "zrem",
+    "zrange",
+    "zrangebyscore",
+    "zremrangebyscore",
+    "zcard",
+    "zscore",
+    "zpopmin",
+    # status records, chord states, periodic schedules, heartbeats, leases, locks
+    "hset",
+    "hsetnx",
+    "hget",
+    "hmget",
+    "hgetall",
+    "hdel",
+    "hincrby",
+    "get",
+    "set",
+    "del",
+    "exists",
+    "pexpire",
+    "rpush",  # a job's done list: wakes job.result() waiters
+    "multi",  # a stopping worker leaves the registry in one transaction
+    "exec",
+)
+
+OPERATOR_COMMANDS = (
+    *SCRIPTS,
+    *DATABASE,
+    "ping",  # taskq inspect ping
+    "time",
+    # taskq inspect, taskq job, taskq deadletter list/show, taskq periodic list: reads
+    "xrange",
+    "xrevrange",
+    "xlen",
+    "xpending",
+    "xinfo|groups",
+    "zrange",
+    "zcard",
+    "hgetall",
+    "hmget",
+    "hget",
+    "exists",
+    "pttl",  # how long each worker's heartbeat has left
+    "blmove",  # taskq job ID --wait
+    # taskq deadletter retry/purge, taskq purge: streams
+    "xadd",
+    "xdel",
+    "xack",
+    "xtrim",
+    "del",
+    "multi",  # deadletter purge counts and deletes in one transaction
+    "exec",
+    # taskq job cancel: the record, the schedule and retry sets, a unique job's lock
+    "hset",
+    "hdel",
+    "hincrby",
+    "pexpire",
+    "rpush",
+    "zrangebyscore",
+    "zrem",
+    "get",
+    "set",  # the tombstone of a running job (--terminate)
+)
+
+
+def _all_keys(k: QueueKeys) -> tuple[str, ...]:
+    return (f"{k.queue}:*",)
+
+
+def _producer_keys(k: QueueKeys) -> tuple[str, ...]:
+    """The keys an enqueue and a result read touch: never the dead letters, retry sets,
+    limits, periodic schedules or the worker registry."""
+    ids = ("job", "done", "unique", "chord", "flow")
+    return (*k.streams, k.schedule, k.due, *(f"{k.queue}:{kind}:*" for kind in ids))
+
+
+@dataclass(frozen=True)
+class Role:
+    """A kind of taskq process and the rights it needs on each of its queues."""
+
+    name: str
+    commands: tuple[str, ...]
+    key_patterns: Callable[[QueueKeys], tuple[str, ...]]
+
+
+ROLES = {
+    r.name: r
+    for r in (
+        Role("producer", PRODUCER_COMMANDS, _producer_keys),
+        Role("worker", WORKER_COMMANDS, _all_keys),
+        Role("operator", OPERATOR_COMMANDS, _all_keys),
+    )
+}
+
+
+def default_user(role: str) -> str:
+    return f"taskq-{role}"
+
+
+def password_hash(password: str) -> str:
+    """The ``#<sha256>`` rule: Redis stores only this, so the line carries no password."""
+    return "#" + hashlib.sha256(password.encode()).hexdigest()
+
+
+def setuser_args(
+    role: str, queues: Sequence[str], *, user: str | None = None, password: str | None = None
+) -> list[str]:
+    """``ACL SETUSER`` and its arguments for a ``role`` on ``queues``.
+
+    ``reset`` first, so running the line again replaces the user whole; ``resetchannels``
+    again after it because Redis 6.2's ``reset`` grants every channel (acl-pubsub-default).
+    Without ``password`` the user is on but nobody can log in as it until one is added.
+
+    Raises:
+        ConfigError: an unknown role, no queue, or a user or queue name that cannot be
+            written on one line (spaces, quotes).
+    """
+    if role not in ROLES:
+        raise ConfigError(f"unknown role {role!r}; use one of {', '.join(ROLES)}")
+    if not queues:
+        raise ConfigError("give at least one queue")
+    r, name = ROLES[role], user or default_user(role)
+    _check_word("user name", name)
+    patterns = []
+    for queue in dict.fromkeys(queues):
+        _check_word("queue name", queue)
+        patterns += [f"~{p}" for p in r.key_patterns(QueueKeys(_glob_escape(queue)))]
+    secret = [password_hash(password)] if password else []
+    rules = ["reset", "on", *secret, "resetchannels", *patterns, "-@all"]
+    return ["ACL", "SETUSER", name, *rules, *(f"+{c}" for c in r.commands)]
+
+
+def setuser_line(
+    role: str, queues: Sequence[str], *, user: str | None = None, password: str | None = None
+) -> str:
+    """:func:`setuser_args` as one line for ``redis-cli``."""
+    return " ".join(setuser_args(role, queues, user=user, password=password))
+
+
+def _glob_escape(name: str) -> str:
+    """A queue name as a literal in a Redis glob pattern."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in name)
+
+
+def _check_word(what: str, value: str) -> None:
+    if not value or not value.isprintable() or any(c.isspace() or c in "\"'" for c in value):
+        raise ConfigError(f"invalid {what} {value!r}: no spaces or quotes in an ACL line")

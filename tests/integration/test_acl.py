@@ -1,0 +1,391 @@
+"""Least-privilege users: a Redis whose users are made from ``taskq acl print``'s lines, and
+each role doing its whole job with them (ACL LOG stays empty) and no more."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from click.testing import CliRunner
+
+from taskq import Job, chain, chord, group
+from taskq.cli import main
+from taskq.errors import JobCancelled, JobExpired, TaskFailed
+from tests import acl_tasks, tasks
+from tests.conftest import ROOT, WorkerProcess, wait_until, worker_env
+from tests.redis_server import RedisServer
+
+pytestmark = pytest.mark.integration
+
+PASSWORDS = {"producer": "producer-pw", "worker": "pw", "operator": "operator-pw"}
+
+
+def acl_line(role: str) -> str:
+    """What ``taskq acl print`` prints for ``role`` on queues ``tasks`` and ``acl`` (the full
+    run's)."""
+    args = ["acl", "print", "-Q", "tasks", "-Q", "acl", "--role", role, "--password-env", "PW"]
+    result = CliRunner().invoke(main, args, env={"PW": PASSWORDS[role]})
+    assert result.exit_code == 0, result.output
+    [line] = result.stdout.splitlines()
+    return line
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A private Redis with the three users (the default user stays the admin)."""
+    s = RedisServer(tmp_path_factory.mktemp("redis-acl"))
+    s.start()
+    with s.client() as admin:
+        for role in PASSWORDS:
+            admin.execute_command(*acl_line(role).split())
+    yield s
+    s.stop()
+
+
+def url(server: RedisServer, role: str, password: str | None = None) -> str:
+    return f"redis://taskq-{role}:{password or PASSWORDS[role]}@127.0.0.1:{server.port}/0"
+
+
+@pytest.fixture
+def admin(server: RedisServer) -> Iterator[redis.Redis]:
+    """The admin connection, with ACL LOG emptied for the test."""
+    client = server.client()
+    client.acl_log_reset()
+    yield client
+    client.close()
+
+
+def denials(admin: redis.Redis) -> list[tuple[str, str, str]]:
+    """(user, reason, object) of each ACL LOG entry, but redis-py's CLIENT SETINFO, which it
+    sends on connect and whose refusal it ignores (see docs/security.md)."""
+    rows = [{_text(k): _text(v) for k, v in e.items()} for e in admin.acl_log()]
+    return [
+        (e["username"], e["reason"], e["object"])
+        for e in rows
+        if not e["object"].startswith("client")
+    ]
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+@pytest.fixture(scope="module")
+def mark_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("marks")
+
+
+@pytest.fixture(scope="module")
+def worker(
+    server: RedisServer, mark_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[WorkerProcess]:
+    """A real ``taskq worker`` logged in as taskq-worker, for the whole module."""
+    log = tmp_path_factory.mktemp("worker") / "worker.log"
+    args = ("-A", "tests.tasks", "-Q", "tasks", "-c", "2")
+    w = WorkerProcess(url(server, "worker"), *args, log_path=log, TASKQ_TEST_MARK_DIR=str(mark_dir))
+    yield w
+    w.stop()
+
+
+@pytest.fixture(scope="module")
+def producer(server: RedisServer) -> Iterator[None]:
+    """tests.tasks' app, enqueueing as taskq-producer."""
+    tasks.app.close()
+    tasks.app.settings = tasks.app.settings.replace(redis_url=url(server, "producer"))
+    yield
+    tasks.app.close()
+
+
+def marked(mark_dir: Path) -> set[str]:
+    """Job ids that ``tests.tasks.mark`` ran (it writes files, not Redis)."""
+    return {line.split()[0] for f in mark_dir.iterdir() for line in f.read_text().splitlines()}
+
+
+def test_a_producer_enqueues_and_reads_its_results(
+    producer: None, worker: WorkerProcess, admin: redis.Redis, mark_dir: Path
+) -> None:
+    plain = tasks.mark.delay(1)  # no record: a bare XADD
+    now = tasks.add.delay(1, 2)
+    later = tasks.add.apply_async((2, 3), countdown=0.5)
+    unique = tasks.add.apply_async((3, 4), unique_key="acl")
+    assert tasks.add.apply_async((3, 4), unique_key="acl").id == unique.id
+    assert later.status().state == "scheduled"
+    assert [now.result(timeout=10), later.result(timeout=10), unique.result(timeout=10)] == [
+        3,
+        5,
+        7,
+    ]
+    # queue= : without it app.job() also looks in ptick and pall (tests.tasks names them)
+    assert tasks.app.job(now.id, queue="tasks").status().state == "succeeded"
+    wait_until(lambda: plain.id in marked(mark_dir), message="the plain job to run")
+    assert denials(admin) == []
+
+
+def test_an_async_producer_needs_no_more(
+    producer: None, worker: WorkerProcess, admin: redis.Redis
+) -> None:
+    async def enqueue_and_wait() -> list[int]:
+        try:
+            now = await tasks.add.adelay(5, 6)
+            later = await tasks.add.aapply_async((1, 1), countdown=0.5)
+            unique = await tasks.add.aapply_async((2, 2), unique_key="acl-async")
+            assert (await later.astatus()).state == "scheduled"
+            return [await j.aresult(timeout=10) for j in (now, later, unique)]
+        finally:
+            await tasks.app.aclose()
+
+    assert asyncio.run(enqueue_and_wait()) == [11, 2, 4]
+    assert denials(admin) == []
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("XRANGE", "tasks:normal", "-", "+"),
+        ("XDEL", "tasks:normal", "0-1"),
+        ("XREADGROUP", "GROUP", "taskq", "intruder", "STREAMS", "tasks:normal", ">"),
+        ("FLUSHALL",),
+        ("XADD", "tasks:deadletter", "*", "task", "x"),  # XADD, but not to that key
+    ],
+    ids=" ".join,
+)
+def test_a_producer_can_do_nothing_else(
+    server: RedisServer, admin: redis.Redis, command: tuple[str, ...]
+) -> None:
+    with (
+        redis.Redis.from_url(url(server, "producer")) as client,
+        pytest.raises(redis.exceptions.NoPermissionError),
+    ):
+        client.execute_command(*command)
+    assert [d[0] for d in denials(admin)] == ["taskq-producer"]
+
+
+def test_a_worker_runs_retries_dead_letters_delayed_jobs_and_workflows(
+    producer: None, worker: WorkerProcess, admin: redis.Redis
+) -> None:
+    retried = tasks.fails_then_adds.delay(2, 3, 0.0)
+    dead = tasks.fails_stored.delay("for good")
+    delayed = tasks.add.apply_async((4, 4), countdown=0.2)
+    steps = chain(tasks.add.s(1, 2), tasks.add.s(10)).delay()
+    squares = group(tasks.square.s(i) for i in range(3)).delay()
+    assert delayed.result(timeout=10) == 8
+    with pytest.raises(TaskFailed, match="for good"):
+        dead.result(timeout=10)
+    assert retried.result(timeout=10) == 5
+    assert retried.status().attempts == 2
+    assert [steps.result(timeout=10), squares.result(timeout=10)] == [13, [0, 1, 4]]
+    assert dead.id in dead_letters(admin)
+    assert denials(admin) == []
+    assert "NOPERM" not in worker.output() and "Traceback" not in worker.output()
+
+
+def operator(server: RedisServer, *args: str, app: str | None = None) -> str:
+    """``taskq ARGS`` as taskq-operator; with ``app``, in a process of its own (loading the app
+    in this one would point its module's App at the operator's URL)."""
+    if app is None:
+        result = CliRunner().invoke(main, ["--redis-url", url(server, "operator"), *args])
+        assert result.exit_code == 0, result.output
+        return result.stdout
+    done = subprocess.run(
+        [sys.executable, "-m", "taskq", "-A", app, *args],
+        env=worker_env(url(server, "operator")),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_an_operator_inspects_and_handles_dead_letters(
+    server: RedisServer, producer: None, worker: WorkerProcess, admin: redis.Redis
+) -> None:
+    # given a dead-lettered job
+    dead = tasks.fails_stored.delay("operator")
+    with pytest.raises(TaskFailed):
+        dead.result(timeout=10)
+    # when the operator looks, cancels a job, retries the dead one (it fails again) and
+    # purges the dead letters
+    assert "tasks  normal" in operator(server, "inspect")
+    assert "queues=tasks" in operator(server, "inspect", "workers")
+    delayed = tasks.add.apply_async((1, 1), countdown=60)
+    assert "scheduled" in operator(server, "job", delayed.id)
+    assert operator(server, "job", "cancel", delayed.id) == f"{delayed.id}: cancelled\n"
+    listed = json.loads(operator(server, "deadletter", "list", "--json"))
+    [dead_id] = [e["dead_id"] for e in listed if e["job_id"] == dead.id]
+    assert "KeyError" in operator(server, "deadletter", "show", dead_id)
+    assert operator(server, "deadletter", "retry", dead_id).startswith("re-enqueued 1 job")
+    wait_until(
+        lambda: dead_letters(admin).get(dead.id, dead_id) != dead_id,
+        message="the retried job to be dead-lettered again",
+    )
+    assert operator(server, "deadletter", "purge", "-y").startswith("deleted")
+    # then nothing is left, and no command was refused
+    assert admin.xlen("tasks:deadletter") == 0
+    assert denials(admin) == []
+
+
+def dead_letters(admin: redis.Redis) -> dict[str, str]:
+    """Job id -> dead-letter id of the newest entry of each job, as the admin reads them."""
+    entries = admin.xrange("tasks:deadletter")
+    return {fields[b"job_id"].decode(): dead_id.decode() for dead_id, fields in entries}
+
+
+@pytest.mark.parametrize(
+    "command", [("inspect",), ("deadletter", "list"), ("worker", "-A", "tests.tasks")], ids=" ".join
+)
+def test_a_wrong_password_is_one_line(server: RedisServer, command: tuple[str, ...]) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "taskq", *command],
+        env=worker_env(url(server, "operator", "wrong-pw")),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr
+    [line] = done.stderr.splitlines()
+    assert "refused the credentials" in line and "wrong-pw" not in line
+
+
+StartWorker = Callable[..., WorkerProcess]
+
+
+@pytest.fixture
+def start_acl_worker(server: RedisServer, tmp_path: Path) -> Iterator[StartWorker]:
+    """Starts ``taskq worker -A tests.acl_tasks`` processes as taskq-worker."""
+    started: list[WorkerProcess] = []
+
+    def start(*args: str) -> WorkerProcess:
+        log = tmp_path / f"worker-{len(started)}.log"
+        env = {"TASKQ_TEST_MARK_DIR": str(tmp_path)}
+        w = WorkerProcess(
+            url(server, "worker"), "-A", "tests.acl_tasks", *args, log_path=log, **env
+        )
+        started.append(w)
+        return w
+
+    yield start
+    for w in started:
+        w.stop()
+
+
+@pytest.fixture
+def acl_app(server: RedisServer) -> Iterator[None]:
+    """tests.acl_tasks' app, enqueueing as taskq-producer."""
+    acl_tasks.app.settings = acl_tasks.app.settings.replace(redis_url=url(server, "producer"))
+    yield
+    acl_tasks.app.close()
+
+
+@pytest.mark.slow
+def test_everything_each_role_does_passes_its_acl(
+    server: RedisServer,
+    admin: redis.Redis,
+    acl_app: None,
+    start_acl_worker: StartWorker,
+    tmp_path: Path,
+) -> None:
+    """The run the command lists come from (docs/security.md), on queue ``acl``: every
+    feature, as the three users, and Redis refuses nothing."""
+    w1 = _every_feature_runs(start_acl_worker, tmp_path)
+    _the_operator_cancels_and_looks(functools.partial(operator, server), admin)
+    _dead_and_stopped_workers_give_their_jobs_back(start_acl_worker, w1)
+    _without_workers_jobs_are_cancelled_and_purged(functools.partial(operator, server))
+    assert denials(admin) == []
+    assert "NOPERM" not in "".join(p.read_text() for p in tmp_path.glob("worker-*.log"))
+
+
+def _state(job: Job) -> str:
+    return job.status().state
+
+
+def _every_feature_runs(start: StartWorker, tmp_path: Path) -> WorkerProcess:
+    t = acl_tasks
+    # given jobs of every kind, enqueued as the producer
+    body = chord(group(t.add.s(i, i) for i in range(3)), t.total.s()).delay()
+    broken = chord(group([t.add.s(1, 1), t.fails.s()]), t.total.s()).on_error(t.errback.s())
+    broken_flow = broken.delay()
+    limited = [t.limited.delay("k", i) for i in range(6)]
+    unique = t.unique.delay(1)
+    expired = t.add.apply_async((0, 0), expires=0.01)
+    overrun, crashed = t.overruns.delay(), t.crashes_once.delay()
+    # when a worker runs them, and the periodic ticks
+    w1 = start("-c", "3", "--prefetch", "1")  # a child each: a long job, an exclusive one, the rest
+    # then each ends as it should
+    assert body.result(timeout=20) == 6
+    with pytest.raises(TaskFailed):
+        broken_flow.result(timeout=20)
+    assert [j.result(timeout=20) for j in limited] == list(range(6))
+    assert unique.result(timeout=20) == 1 and t.unique.delay(1).id != unique.id  # released
+    with pytest.raises(JobExpired):
+        expired.result(timeout=20)
+    with pytest.raises(TaskFailed):
+        overrun.result(timeout=20)
+    assert crashed.result(timeout=20) == "second attempt"
+    wait_until(lambda: list(tmp_path.glob("tick-*")), message="a periodic tick")
+    return w1
+
+
+def _the_operator_cancels_and_looks(op: Callable[..., str], admin: redis.Redis) -> None:
+    t = acl_tasks
+    # given jobs running, held for a concurrency slot, retrying and scheduled
+    running, first = t.sleeper.delay(30), t.exclusive.delay(1, 3.0)
+    retrying, scheduled = t.retries_later.delay(), t.add.apply_async((1, 1), countdown=60)
+    wait_until(lambda: _state(first) == "running", message="the exclusive job to run")
+    held = t.exclusive.delay(2)
+    wait_until(lambda: admin.zcard("acl:held:tests.acl_tasks.exclusive"), message="a held job")
+    wait_until(lambda: _state(retrying) == "retrying" and _state(running) == "running")
+    # when the operator cancels them, then looks at everything
+    for job in (held, retrying, scheduled):
+        assert op("job", "cancel", job.id, "-Q", "acl") == f"{job.id}: cancelled\n"
+    terminating = op("job", "cancel", running.id, "-Q", "acl", "--terminate")
+    assert terminating == f"{running.id}: terminating\n"
+    with pytest.raises(JobCancelled):
+        running.result(timeout=20)
+    for view in ("queues", "workers", "active", "pending", "registered", "ping"):
+        op("inspect", view, "-Q", "acl")
+    short = t.sleeper.delay(0.3).id
+    assert "succeeded" in op("job", short, "-Q", "acl", "--wait", "--timeout", "10")
+    assert "tick" in op("periodic", "list", app="tests.acl_tasks")
+    assert "fails" in op("deadletter", "list", "-Q", "acl")
+    assert op("deadletter", "retry", "-Q", "acl", "--all").startswith("re-enqueued")
+    op("deadletter", "purge", "-Q", "acl", "--older-than", "1d", "-y")
+    op("deadletter", "purge", "-Q", "acl", "-y")
+
+
+def _dead_and_stopped_workers_give_their_jobs_back(start: StartWorker, w1: WorkerProcess) -> None:
+    t = acl_tasks
+    # given a worker that dies running jobs
+    lost = [t.sleeper.delay(2.0) for _ in range(2)]
+    wait_until(lambda: all(_state(j) == "running" for j in lost), message="both running")
+    w2 = start("-c", "1")
+    w1.kill_all()
+    # then another worker's sweep takes them back
+    assert [j.result(timeout=20) for j in lost] == [2.0, 2.0]
+    # and a worker stopped with jobs in hand hands them back for the next one
+    more = [t.sleeper.delay(0.3), *(t.add.delay(i, 0) for i in range(10))]
+    w2.signal(signal.SIGTERM)
+    w2.wait()
+    w3 = start("-c", "2")
+    assert [j.result(timeout=20) for j in more] == [0.3, *range(10)]
+    w3.signal(signal.SIGTERM)
+    w3.wait()
+
+
+def _without_workers_jobs_are_cancelled_and_purged(op: Callable[..., str]) -> None:
+    waiting = acl_tasks.unique.delay(42)  # in its stream, holding its lock
+    assert op("job", "cancel", waiting.id, "-Q", "acl") == f"{waiting.id}: cancelled\n"
+    acl_tasks.add.map([(1, 1)] * 3)
+    assert op("purge", "acl", "-y").startswith("removed ")  # and any tick left behind
