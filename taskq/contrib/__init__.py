@@ -1,0 +1,1 @@
+"""Integrations with other libraries, each an optional extra (``taskq[django]``, ...)."""
