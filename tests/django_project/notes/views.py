@@ -2,7 +2,7 @@ from django.db import transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from tests.django_project.notes.models import Note
-from tests.django_project.notes.tasks import process_note
+from tests.django_project.notes.tasks import process_note, process_note_now
 
 
 class Rollback(Exception):
@@ -26,5 +26,5 @@ def create_note_without_transaction(request: HttpRequest) -> HttpResponse:
     """Autocommit: the note is committed by create(), so the job is sent at once."""
     note = Note.objects.create(text=request.POST["text"])
     job_id = f"note-{note.pk}"
-    process_note.apply_async_on_commit((note.pk,), priority="high", job_id=job_id)
+    process_note_now.apply_async_on_commit((note.pk,), priority="high", job_id=job_id)
     return JsonResponse({"id": note.pk, "job_id": job_id}, status=201)
