@@ -6,14 +6,13 @@ no settings read), so these tests leave no global state behind.
 
 from __future__ import annotations
 
-import inspect
 import subprocess
 import sys
 
 import pytest
 
-from taskq import ConfigError, Settings, Task
-from taskq.contrib.django import ApplyAsyncOptions, DjangoApp, DjangoTask, taskq_settings
+from taskq import ConfigError, Settings
+from taskq.contrib.django import DjangoApp, DjangoTask, taskq_settings
 from taskq.registry import SHARED
 from taskq.task import TaskOptions
 from tests.conftest import ROOT
@@ -39,12 +38,6 @@ def test_settings_taskq_refuses_unknown_names_and_non_mappings() -> None:
         taskq_settings({"concurency": 4}, {})
     with pytest.raises(ConfigError, match=r"settings\.TASKQ must be a dict, not list"):
         taskq_settings([("queue", "q")], {})
-
-
-def test_apply_async_on_commit_takes_exactly_the_options_of_apply_async() -> None:
-    params = inspect.signature(Task.apply_async).parameters.values()
-    keyword_only = {p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY}
-    assert set(ApplyAsyncOptions.__annotations__) == keyword_only
 
 
 def test_an_unknown_on_commit_option_is_refused_at_the_call_not_at_the_commit() -> None:

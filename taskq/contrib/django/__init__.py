@@ -15,14 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 from taskq.contrib.django.connections import DjangoConnections
 from taskq.contrib.django.project import get_app, settings_from_django, taskq_settings
-from taskq.contrib.django.task import ApplyAsyncOptions, DjangoApp, DjangoTask, task
+from taskq.contrib.django.task import DjangoApp, DjangoTask, task
 
 if TYPE_CHECKING:
     app: DjangoApp
     """The project's app (:func:`get_app`), built on first access."""
 
 __all__ = [
-    "ApplyAsyncOptions",
     "DjangoApp",
     "DjangoConnections",
     "DjangoTask",

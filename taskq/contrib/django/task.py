@@ -10,14 +10,13 @@ commits, never on a rollback, and at once where no transaction is open (autocomm
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from datetime import datetime
 from functools import partial
-from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec, TypedDict, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec, TypeVar, overload
 
 from django.db import transaction
 
 from taskq.app import App, decorator
-from taskq.canvas import Signature, Workflow
+from taskq.apply import ApplyOptions
 from taskq.errors import ConfigError
 from taskq.registry import SHARED
 from taskq.task import Task, TaskOptionArgs
@@ -28,24 +27,8 @@ if TYPE_CHECKING:
 P = ParamSpec("P")
 R = TypeVar("R")
 
-
-class ApplyAsyncOptions(TypedDict, total=False):
-    """The keyword options of :meth:`taskq.Task.apply_async`, for ``apply_async_on_commit``."""
-
-    priority: str | None
-    countdown: float | None
-    eta: datetime | float | None
-    queue: str | None
-    link: Workflow | Iterable[Workflow] | None
-    link_error: Signature | Iterable[Signature] | None
-    expires: datetime | float | None
-    unique_key: str | None
-    unique_for: float | None
-    unique_mode: str | None
-    job_id: str | None
-
-
-APPLY_ASYNC_OPTIONS = frozenset(ApplyAsyncOptions.__annotations__)
+APPLY_OPTIONS = frozenset(ApplyOptions.__annotations__)
+"""The options ``apply_async`` takes (an unknown one is refused before it waits for a commit)."""
 
 
 class DjangoTask(Task[P, R]):
@@ -68,7 +51,7 @@ class DjangoTask(Task[P, R]):
         *,
         using: str | None = None,
         robust: bool = False,
-        **options: Unpack[ApplyAsyncOptions],
+        **options: Unpack[ApplyOptions],
     ) -> None:
         """``apply_async(args, kwargs, **options)`` once the transaction of the database
         ``using`` (default: ``"default"``) commits; nothing if it rolls back.
@@ -80,7 +63,7 @@ class DjangoTask(Task[P, R]):
         Raises:
             ConfigError: an option ``apply_async`` does not take (checked now, not at commit).
         """
-        unknown = sorted(set(options) - APPLY_ASYNC_OPTIONS)
+        unknown = sorted(set(options) - APPLY_OPTIONS)
         if unknown:
             raise ConfigError(f"unknown apply_async option(s): {', '.join(unknown)}")
         # The arguments as they are now: a list the caller changes before the commit, or a
