@@ -395,14 +395,14 @@ def decorator(
     bind: bool,
     app: App | None,
     register: Callable[[Task[..., Any]], None],
+    cls: type[Task[..., Any]] = Task,
 ) -> Any:
-    """The body of ``@app.task`` and ``@taskq.task``: build, register, return the Task."""
+    """The body of ``@app.task`` and ``@taskq.task``: build, register, return the Task (an
+    instance of ``cls``: integrations add methods in a subclass)."""
     name, opts = build_options({**options, "bind": bind} if bind else options)
 
     def wrap(f: Callable[..., Any]) -> Task[..., Any]:
-        t: Task[..., Any] = Task(
-            f, name=name or f"{f.__module__}.{f.__qualname__}", options=opts, app=app
-        )
+        t = cls(f, name=name or f"{f.__module__}.{f.__qualname__}", options=opts, app=app)
         register(t)
         return t
 

@@ -1,1 +1,2 @@
-"""Integrations of taskq with other tools; taskq itself imports nothing from here."""
+"""Integrations with other tools, each an optional extra (``taskq[django]``, ...); taskq
+itself imports nothing from here."""
