@@ -109,11 +109,13 @@ def test_jobs_of_a_vanished_consumer_are_recovered_after_the_visibility_timeout(
 def test_delayed_jobs_run_once_when_due_with_several_workers(
     task_app: App, start_worker: StartWorker, r: redis.Redis
 ) -> None:
+    for _ in range(3):
+        start_worker("-A", "tests.tasks", "-c", "2")
+    # Up first, so that the lateness below is the promotion's, not the workers' start-up.
+    wait_until(lambda: r.zcard("tasks:workers") == 3, 20, message="three workers up")
     due_at = time.time() + 1.0
     jobs = [tasks.echo.apply_async((i,), eta=due_at) for i in range(50)]
     assert r.zcard("tasks:schedule") == 50
-    for _ in range(3):
-        start_worker("-A", "tests.tasks", "-c", "2")
     # Promotion moves a job out of the schedule in the same step as it adds it to the stream,
     # so once both are empty no duplicate can still appear: every copy would have run.
     wait_until(
