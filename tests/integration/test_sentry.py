@@ -278,6 +278,35 @@ def test_retry_cancel_and_soft_time_limits(
     assert slow["fingerprint"] == ["taskq", "SoftTimeLimitExceeded", "s.slow"]
 
 
+class Declined(Exception):
+    pass
+
+
+def test_the_tasks_own_events_carry_the_job_and_the_sdk_filters_apply(
+    make_app: Callable[..., App], sentry_init: Callable[..., Path]
+) -> None:
+    path = sentry_init(ignore_errors=[Declined])
+    app = make_app()
+    instrument(app)
+
+    @app.task(name="s.notes", max_retries=0)
+    def notes() -> None:
+        sentry_sdk.capture_message("a note from the task")
+        raise Declined()
+
+    job = notes.delay()
+    assert drain(app).dead == 1
+    [note] = read_events(path)  # the Declined error was filtered out by the SDK
+    assert note["message"] == "a note from the task"
+    assert tags(note) == {
+        "taskq.task": "s.notes",
+        "taskq.job_id": job.id,
+        "taskq.attempt": "1",
+        "taskq.queue": app.settings.queue,
+        "taskq.priority": "normal",
+    }
+
+
 def test_a_run_continues_the_producers_trace(
     make_app: Callable[..., App], sentry_init: Callable[..., Path]
 ) -> None:
