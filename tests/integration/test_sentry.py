@@ -28,6 +28,8 @@ from taskq import (  # noqa: E402
 )
 from taskq.contrib.sentry import SentryMiddleware, instrument  # noqa: E402
 from taskq.errors import TaskFailed  # noqa: E402
+from taskq.message import Message  # noqa: E402
+from taskq.middleware import Middleware  # noqa: E402
 from taskq.testing import drain  # noqa: E402
 from tests import sentry_tasks  # noqa: E402
 from tests.conftest import WorkerProcess, wait_until  # noqa: E402
@@ -326,11 +328,45 @@ def test_a_run_continues_the_producers_trace(
     assert event["contexts"]["trace"]["trace_id"] == producer.trace_id
 
 
-def test_without_an_active_client_runs_go_untouched(make_app: Callable[..., App]) -> None:
-    app = make_app()
+class OtherBaggage(Middleware):
+    def before_enqueue(self, msg: Message) -> Message:
+        return msg._replace(headers={"baggage": "team=billing"})
+
+
+def test_the_trace_travels_in_the_headers_next_to_other_baggage(
+    make_app: Callable[..., App], sentry_init: Callable[..., Path]
+) -> None:
+    sentry_init(traces_sample_rate=1.0)
+    app, seen = make_app(), list[dict[str, str]]()
+    app.add_middleware(OtherBaggage())
     instrument(app)
-    job = _tasks(app)["fails"].delay("x")
-    assert drain(app).dead == 1 and job.id
+
+    @app.task(name="s.headers")
+    def headers() -> None:
+        job = current_job()
+        seen.append(dict(job.headers or {}) if job else {})
+
+    with sentry_sdk.start_transaction(name="request") as producer:
+        headers.delay()
+    assert drain(app).ok == 1
+    [sent] = seen
+    assert sent["sentry-trace"].startswith(f"{producer.trace_id}-{producer.span_id}")
+    assert sent["baggage"].startswith("team=billing,sentry-")
+    assert f"sentry-trace_id={producer.trace_id}" in sent["baggage"]
+
+
+def test_without_an_active_client_nothing_is_added_or_sent(make_app: Callable[..., App]) -> None:
+    app, seen = make_app(), []
+    instrument(app)
+
+    @app.task(name="s.headers", max_retries=0)
+    def headers() -> None:
+        job = current_job()
+        seen.append(dict(job.headers or {}) if job else None)
+        raise ValueError("no")
+
+    headers.delay()
+    assert drain(app).dead == 1 and seen == [{}]
 
 
 def test_report_names_only_failures() -> None:
