@@ -27,6 +27,10 @@ class Middleware:
     def child_start(self) -> None:
         """In each child, right after the fork."""
 
+    def child_stop(self) -> None:
+        """In each child that ran ``child_start``, as it exits (flush buffers here): after its
+        last job, or after it crashed; not when it is killed."""
+
     def before_enqueue(self, msg: Message) -> Message:
         """In the producer, before a job is encoded: return it, or a copy with ``headers``
         (``msg._replace(headers={...})``) that the worker's hooks read from ``job.headers``.

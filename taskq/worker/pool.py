@@ -190,6 +190,7 @@ class Pool:
 
     def _child_main(self, index: int) -> int:
         die_with_parent(self.pid)  # nobody would renew its jobs' leases
+        started = False
         try:
             n, queues = self.options.concurrency, ",".join(self.options.queues)
             prefix = f"taskq: child {index + 1}/{n} [{queues}]"
@@ -208,11 +209,15 @@ class Pool:
             )
             consumer.install_signal_handlers()
             emit(self.app.middleware, "child_start")
+            started = True
             consumer.run()
             return 0
         except BaseException:
             logger.exception("child %d crashed", index + 1)
             return 1
+        finally:
+            if started:  # the child leaves by os._exit: no atexit handler flushes for it
+                emit(self.app.middleware, "child_stop")
 
     def _reap(self) -> None:
         while self.children:

@@ -39,5 +39,5 @@ def test_a_failing_hook_is_logged_and_the_others_still_run(
 
 def test_the_base_class_hooks_do_nothing() -> None:
     m = Middleware()
-    for hook in ("worker_start", "child_start", "worker_stop"):
+    for hook in ("worker_start", "child_start", "child_stop", "worker_stop"):
         emit([m], hook, *(((),) if hook == "worker_start" else ()))
