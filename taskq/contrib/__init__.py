@@ -1,0 +1,1 @@
+"""Integrations of taskq with other tools; taskq itself imports nothing from here."""
