@@ -108,15 +108,21 @@ class TaskqInstrumentation(Middleware):
         attributes = _job_attributes("process", "run", job.queue, job.id, job.task)
         attributes |= {PRIORITY: job.priority, ATTEMPT: job.attempt}
         attributes[MAX_ATTEMPTS] = job.max_attempts
-        token = otel_context.attach(self._extract(job.headers))
+        parent = self._extract(job.headers)
+        span = self.tracer.start_span(
+            f"taskq.run {job.task}", parent, kind=SpanKind.CONSUMER, attributes=attributes
+        )
+        token = otel_context.attach(trace.set_span_in_context(span, parent))
         try:
-            with self.tracer.start_as_current_span(
-                f"taskq.run {job.task}", kind=SpanKind.CONSUMER, attributes=attributes
-            ) as span:
-                outcome = run()
-                _settle(span, outcome)
+            outcome = run()
+            _settle(span, outcome)
+        except BaseException as exc:  # not the task's failure (an Outcome): the run was cut
+            span.record_exception(exc)
+            span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+            raise
         finally:
             otel_context.detach(token)
+            span.end()
         return outcome
 
     def after_job(self, outcome: Outcome) -> None:

@@ -23,9 +23,11 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from taskq import App, Retry, current_job
+from taskq.context import JobContext
 from taskq.contrib.otel import TaskqInstrumentation, instrument
 from taskq.message import Message
 from taskq.testing import drain
+from taskq.worker.outcome import Outcome
 from tests.conftest import ROOT, WorkerProcess, wait_until
 
 
@@ -236,6 +238,21 @@ def test_spans_in_process_with_drain(make_app: Callable[..., App], tracing: Trac
     attempts = [(s.attributes or {})["taskq.job.attempt"] for s in (first, second)]
     assert attempts == [1, 2] and (second.attributes or {})["taskq.job.outcome"] == "ok"
     assert trace.get_current_span() is trace.INVALID_SPAN  # nothing left attached
+
+
+def test_a_run_cut_short_ends_its_span_with_an_error(tracing: Tracing) -> None:
+    hook = TaskqInstrumentation(tracer_provider=tracing.provider)
+    job = JobContext.of(hook.before_enqueue(Message("otel.cut")), 1, 3, "1-0")
+
+    def run() -> Outcome:
+        raise KeyboardInterrupt  # what a run that never returns an outcome looks like
+
+    with pytest.raises(KeyboardInterrupt):
+        hook.around_job(job, run)
+    [span] = tracing.spans("taskq.run otel.cut")
+    assert span.status.status_code is StatusCode.ERROR and span.end_time is not None
+    assert [e.name for e in span.events] == ["exception"]
+    assert trace.get_current_span() is trace.INVALID_SPAN
 
 
 def test_taskq_imports_no_opentelemetry_and_names_the_extra_without_it() -> None:
