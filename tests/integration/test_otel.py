@@ -22,7 +22,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from taskq import App, Retry, current_job
+from taskq import App, Retry, chain, current_job
 from taskq.context import JobContext
 from taskq.contrib.otel import TaskqInstrumentation, instrument
 from taskq.message import Message
@@ -238,6 +238,31 @@ def test_spans_in_process_with_drain(make_app: Callable[..., App], tracing: Trac
     attempts = [(s.attributes or {})["taskq.job.attempt"] for s in (first, second)]
     assert attempts == [1, 2] and (second.attributes or {})["taskq.job.outcome"] == "ok"
     assert trace.get_current_span() is trace.INVALID_SPAN  # nothing left attached
+
+
+def test_a_workflow_launched_in_a_span_is_one_trace(
+    make_app: Callable[..., App], tracing: Tracing
+) -> None:
+    app = make_app(store_results=True)
+    instrument(app, tracer_provider=tracing.provider)
+
+    @app.task(name="otel.add")
+    def add(a: int, b: int = 0) -> int:
+        return a + b
+
+    with tracing.tracer.start_as_current_span("request"):
+        flow = chain(add.s(1, 2), add.s(3), add.s(4)).apply_async()
+    assert drain(app).ok == 3 and flow.result(timeout=5) == 10
+    [request] = tracing.spans("request")
+    enqueues, runs = tracing.spans("taskq.enqueue otel.add"), tracing.spans("taskq.run otel.add")
+    assert len(enqueues) == len(runs) == 3
+    assert request.context is not None
+    assert {s.context.trace_id for s in enqueues + runs if s.context} == {request.context.trace_id}
+    assert all(
+        s.parent is not None and s.parent.span_id == request.context.span_id for s in enqueues
+    )
+    ids = {s.context.span_id for s in enqueues if s.context}
+    assert {s.parent.span_id for s in runs if s.parent} == ids  # each run under its own step
 
 
 def test_a_run_cut_short_ends_its_span_with_an_error(tracing: Tracing) -> None:
