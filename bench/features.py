@@ -64,7 +64,8 @@ if TYPE_CHECKING:  # imported where it is used: it imports taskq, which the peer
     from bench.redis_server import PrivateRedis
 
 REPO = envs.REPO
-ORDER = ("results", "chords", "periodic", "limits", "async")  # sections of RESULTS-features.md
+# sections of RESULTS-features.md, in this order
+ORDER = ("results", "chords", "periodic", "limits", "async", "otel")
 COMMANDS = {key: f".venv/bin/python bench/{key}_bench.py" for key in ORDER}
 RAW_LABELS = {"raw": "raw floor (redis-py)", "raw-hiredis": "raw floor (redis-py + hiredis)"}
 POLL_S = 0.001

@@ -31,6 +31,7 @@ from taskq.errors import ConfigError
 from taskq.job import Job
 from taskq.keys import PRIORITIES, QueueKeys
 from taskq.message import Message, lua_pack, new_job_id
+from taskq.middleware import enqueue_through, overriding
 from taskq.results import encode_args
 from taskq.signing import Signer
 
@@ -117,8 +118,11 @@ class Layout:
     def _signature(self, s: Signature, ctx: Context) -> Laid:
         task = s.task_obj if s.task_obj is not None else self.app.get_task(s.task)
         msg = task.message(tuple(s.args), dict(s.kwargs), priority=s.priority, queue=s.queue)
+        hooks = overriding(self.app.middleware, "before_enqueue")
+        if hooks:  # each step's producer hooks run at launch, when its id is known
+            msg = enqueue_through(hooks, msg)
         ttl = None if ctx.chord is not None else msg.result_ttl_s  # headers report to the chord
-        job_id = new_job_id()
+        job_id = msg.id
         wf: dict[str, Any] = {}
         nexts = [*ctx.next, *(f for w in s.link for f in self.lay(w, Context()).fragments)]
         errbacks = [*ctx.errback, *(self._callback(e) for e in s.link_error)]
@@ -144,6 +148,8 @@ class Layout:
             "countdown_ms": int(s.countdown_s * 1000) if s.countdown_s else 0,
             "wf": wf or None,
         }
+        if msg.headers:
+            frag["headers"] = msg.headers
         job = Job(job_id, msg.task, msg.queue, msg.priority, stores_result=ttl is not None)
         return Laid([frag], [job], [frag])
 
@@ -237,6 +243,7 @@ def _job_ops(frag: dict[str, Any], parent: bytes | None, signer: Signer | None) 
         frag["priority"],
         result_ttl_s=frag["ttl"],
         wf=frag["wf"],
+        headers=frag.get("headers"),
     )
     body, args = msg.encode(), encode_args((*first, *frag["args"]), frag["kwargs"])
     if spliced:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from taskq import App, Middleware, current_job
+from taskq import App, Middleware, chain, chord, current_job
 from taskq.cli.logs import JsonFormatter
 from taskq.context import JobContext
 from taskq.message import Message
@@ -123,3 +123,28 @@ def test_the_json_log_line_of_a_run_carries_its_trace_id(
         "attempt": 1,
     }
     assert line["job_id"] and line["duration_ms"] >= 0
+
+
+class StepHeaders(Middleware):
+    """A header naming the job: which producer hook each step's headers came from."""
+
+    def before_enqueue(self, msg: Message) -> Message:
+        return msg._replace(headers={"made-for": msg.id})
+
+
+def test_every_workflow_step_gets_its_headers_at_launch(make_app: Callable[..., App]) -> None:
+    app, seen = make_app(store_results=True), []
+    app.add_middleware(StepHeaders())
+
+    @app.task(name="hooks.step")
+    def step(*values: Any) -> int:  # the chord's body gets its header's results as a list
+        job = current_job()
+        assert job is not None
+        seen.append((job.id, dict(job.headers or {})))
+        return sum(sum(v) if isinstance(v, list) else v for v in values)
+
+    flow = chain(step.s(1), chord([step.s(), step.s()], step.s())).apply_async()
+    result = drain(app)
+    assert result.ok == 4 and flow.result(timeout=5) == 2
+    assert len(seen) == 4
+    assert all(headers == {"made-for": job_id} for job_id, headers in seen)

@@ -1,0 +1,335 @@
+"""OpenTelemetry benchmark: drain with tracing on (taskq.contrib.otel) as a ratio of off.
+
+Usage, from the repository root::
+
+    .venv/bin/python bench/otel_bench.py            # full: 20,000 jobs, 3 runs
+    .venv/bin/python bench/otel_bench.py --quick    # 5,000 jobs, 1 run
+
+taskq only, no peer and no raw floor (issue 20, point 6). The app
+(bench/peers/taskq_otel_app.py) has the main bench's ``noop(i)`` (one record, one ``INCR``)
+on queue ``obench``; with ``BENCH_OTEL=on`` it is instrumented, and the producer and every
+worker child get an SDK ``TracerProvider`` with a ``BatchSpanProcessor`` (SDK defaults) over
+an exporter that counts spans and keeps none.
+
+Each run, two halves, each a fresh agent from an empty Redis, alternating which goes first:
+**off** and **on** (``BENCH_OTEL`` set for the agent, so for its workers too).
+``--drain-jobs`` (20,000) jobs are bulk-enqueued (``starmap``, batches of 1,000; with OTel
+on, one enqueue span per job), then ``taskq worker -c <--procs>`` is spawned and timed from
+just before the spawn until ``bench:incr`` reaches the number of jobs; the worker is stopped
+(its children flush their spans as they exit) and the spans exported are counted (on: one
+enqueue span and one run span per job). The family's own round measures, in one process,
+the per-job costs of the hooks (``timeit``): ``App.encode`` with and without the enqueue
+hook, ``around_job`` around a no-op run, and the body size.
+
+Writes the "Otel" section of bench/RESULTS-features.md; bench/README.md ("Feature
+benchmarks") explains it. Exit status 1 if a measurement failed, else 0.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+import timeit
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import envs, features, record
+from bench.agent import BenchError
+from bench.features import AgentCtx, Family, Params, Size, num
+from bench.job import COUNTER, counter_client
+from bench.periodic_bench import environ
+from bench.report import md_table
+from bench.run import Entry
+
+KEY = "otel"
+ENV = "BENCH_OTEL"  # read by bench/peers/taskq_otel_app.py at import: "on" or "off"
+HALVES = ("off", "on")
+BATCH = 1_000  # jobs per bulk enqueue call (starmap)
+STALL_S = 30.0  # a drain whose counter has not moved for this long has failed
+POLL_S = 0.001
+MICRO_NUMBER = 5_000  # calls per timeit repeat
+MICRO_REPEAT = 5  # the least of these repeats is kept
+
+
+# ------------------------------------------------------------------ agent side
+
+
+def _best_us(fn: Callable[[], Any]) -> float:
+    return min(timeit.repeat(fn, number=MICRO_NUMBER, repeat=MICRO_REPEAT)) / MICRO_NUMBER * 1e6
+
+
+def micro(ctx: AgentCtx) -> Params:
+    """µs per call of the producer's encode and of a run's hook, tracing off and on, with the
+    bench's provider (batch processor, counting exporter); body bytes off and on."""
+    from bench.peers import taskq_otel_app as m
+    from taskq import App
+    from taskq.context import JobContext
+    from taskq.contrib.otel import TaskqInstrumentation
+    from taskq.message import Message
+    from taskq.worker.outcome import OK, Outcome
+
+    provider = m.tracer_provider()
+    off = App(redis_url=ctx.url, queue=m.QUEUE)
+    on = App(redis_url=ctx.url, queue=m.QUEUE)
+    hook = TaskqInstrumentation(tracer_provider=provider)
+    on.add_middleware(hook)
+    msg = m.noop.message((12_345,), {})
+    body_off, body_on = off.encode(msg), on.encode(msg)
+    decoded = Message.decode(body_on)
+    job = JobContext.of(decoded, 1, 3, "1-0")
+    outcome = Outcome(OK, None, decoded, 1)  # type: ignore[arg-type]
+    out = {
+        "encode_off": _best_us(lambda: off.encode(msg)),
+        "encode_on": _best_us(lambda: on.encode(msg)),
+        "run_hook": _best_us(lambda: hook.around_job(job, lambda: outcome)),
+        "decode_off": _best_us(lambda: Message.decode(body_off)),
+        "decode_on": _best_us(lambda: Message.decode(body_on)),
+    }
+    provider.shutdown()
+    return out | {"body_bytes_off": len(body_off), "body_bytes_on": len(body_on)}
+
+
+def agent(system: Any, ctx: AgentCtx) -> Params:
+    """A drain half (``BENCH_OTEL`` set by the orchestrator), else the micro-costs."""
+    half = os.environ.get(ENV)
+    if half:
+        if half not in HALVES:
+            raise BenchError(f"{ENV}={half!r}: expected one of {', '.join(HALVES)}")
+        if system.on != (half == "on"):
+            raise BenchError(f"{ENV}={half} but the app was loaded with tracing {system.on}")
+        return drain_half(system, ctx, half)
+    costs = micro(ctx)
+    return {"figures": {k: costs[k] for k in ("encode_off", "encode_on", "run_hook")}} | {
+        "micro": costs
+    }
+
+
+def drain_half(system: Any, ctx: AgentCtx, half: str) -> Params:
+    """Bulk enqueue, then the worker spawned and timed until the counter reaches the jobs."""
+    from bench.peers.taskq_otel_app import spans_exported
+
+    n = ctx.drain_jobs
+    client = counter_client(ctx.url)
+    t0 = time.perf_counter()
+    system.enqueue_noop(n, BATCH)
+    enqueue_s = time.perf_counter() - t0
+    system.flush()
+    with features.workers(system.worker_argvs(ctx.procs), ctx, f"drain-{half}") as running:
+        done_ns = _wait_counter(client, n, running, ctx.deadline)
+    starts = sorted(ns for i, ns in record.read_records(ctx.record_dir))
+    if len(starts) < n:
+        raise BenchError(f"{half}: {len(starts)} start records for {n} jobs")
+    counts = spans_exported(ctx.record_dir)
+    producer = counts.pop(os.getpid(), 0)
+    drain_s = (done_ns - running.t_start) / 1e9
+    steady_s = (starts[n - 1] - starts[0]) / 1e9
+    return {
+        "figures": {
+            "rate": n / drain_s, "steady_rate": (n - 1) / steady_s if steady_s > 0 else None,
+            "enqueue_rate": n / enqueue_s,
+        },
+        "half": half,
+        "jobs": n,
+        "enqueue_s": enqueue_s,
+        "drain_s": drain_s,
+        "startup_s": (starts[0] - running.t_start) / 1e9,
+        "steady_s": steady_s,
+        "spans": {"producer": producer, "workers": sum(counts.values()),
+                  "worker_processes": len(counts)},
+    }  # fmt: skip
+
+
+def _wait_counter(client: Any, n: int, running: features.Workers, deadline_s: float) -> int:
+    """Poll ``bench:incr`` until it reaches ``n``; ``time.time_ns()`` when it was seen there."""
+    start = time.monotonic()
+    last, moved, polls = -1, start, 0
+    while True:
+        count = int(client.get(COUNTER) or 0)
+        now = time.monotonic()
+        if count >= n:
+            return time.time_ns()
+        if count != last:
+            last, moved = count, now
+        if now - moved > STALL_S:
+            raise BenchError(f"drain stalled at {count:,} of {n:,} jobs for {STALL_S:.0f}s")
+        if now - start > deadline_s:
+            raise BenchError(f"drain: {count:,} of {n:,} jobs after {deadline_s:.0f}s")
+        polls += 1
+        if polls % 200 == 0:
+            running.check_alive()
+        time.sleep(POLL_S)
+
+
+def no_raw(ctx: AgentCtx) -> Params:
+    raise BenchError("the otel family has no raw floor")
+
+
+# ------------------------------------------------------------------ orchestrator side
+
+
+def drain_rounds(s: features.Session, systems: Sequence[Entry], run: int) -> None:
+    """Run ``run`` of the drain: off and on, each a fresh agent from an empty Redis, in the
+    order off, on in odd runs and on, off in even ones."""
+    halves = HALVES if run % 2 else HALVES[::-1]
+    for entry in (e for e in systems if e.is_taskq):
+        node = s.data.setdefault("drain", {}).setdefault(entry.name, {h: [] for h in HALVES})
+        for order, half in enumerate(halves, 1):
+            with environ({ENV: half}):
+                res = s.call(entry.venv, "agent", f"{entry.name}-{half}-{run}",
+                             ["--module", entry.module])  # fmt: skip
+            node[half].append(res | {"run": run, "order": order})
+            if res.get("worker_argv"):
+                s.data["meta"]["systems"].setdefault(entry.name, {})["worker_argv"] = res[
+                    "worker_argv"
+                ]
+            print(f"run {run}/{s.args.runs}  {entry.name} drain, otel {half}: "
+                  f"{features._brief(res)}", flush=True)  # fmt: skip
+
+
+# ------------------------------------------------------------------ report
+
+
+def _fig(res: Params | None, key: str) -> float | None:
+    if res is None or "error" in res:
+        return None
+    value = res["figures"].get(key)
+    return None if value is None else float(value)
+
+
+def _div(a: float | None, b: float | None) -> float | None:
+    return None if a is None or not b else a / b
+
+
+def _pct(v: float | None) -> str:
+    return "n/a" if v is None else f"{100 * v:.1f} %"
+
+
+def pairs(node: dict[str, list[Params]]) -> list[tuple[int, Params | None, Params | None]]:
+    """(run, off half, on half) of every run."""
+    by = {h: {r["run"]: r for r in node.get(h, [])} for h in HALVES}
+    runs = sorted(set(by["off"]) | set(by["on"]))
+    return [(run, by["off"].get(run), by["on"].get(run)) for run in runs]
+
+
+def summary(node: dict[str, list[Params]]) -> Params:
+    """Medians of each half's figures over the runs that did not fail; their ratios."""
+
+    def med(half: str, key: str) -> float | None:
+        values = [v for r in node.get(half, []) if (v := _fig(r, key)) is not None]
+        return statistics.median(values) if values else None
+
+    keys = ("rate", "steady_rate", "enqueue_rate")
+    out: Params = {f"{h}_{k}": med(h, k) for h in HALVES for k in keys}
+    for k in keys:
+        out[f"{k}_ratio"] = _div(out[f"on_{k}"], out[f"off_{k}"])
+    return out
+
+
+HEADER = [
+    "run", "order", "drain off (jobs/s)", "drain on (jobs/s)", "on / off",
+    "after 1st job: off", "after 1st job: on", "after 1st job: on / off",
+    "bulk enqueue off / on (jobs/s)", "start-up off / on (s)",
+    "spans exported, on: producer + workers",
+]  # fmt: skip
+
+
+def _row(run: int, off: Params | None, on: Params | None) -> list[str]:
+    order = "off first" if (off or {}).get("order") == 1 else "on first"
+    startup = [num(None if r is None or "error" in r else r["startup_s"], ".2f") for r in (off, on)]
+    spans = "n/a"
+    if on is not None and "error" not in on:
+        sp = on["spans"]
+        spans = f"{sp['producer']:,} + {sp['workers']:,} ({sp['worker_processes']} children)"
+    return [
+        str(run), order, num(_fig(off, "rate")), num(_fig(on, "rate")),
+        _pct(_div(_fig(on, "rate"), _fig(off, "rate"))), num(_fig(off, "steady_rate")),
+        num(_fig(on, "steady_rate")),
+        _pct(_div(_fig(on, "steady_rate"), _fig(off, "steady_rate"))),
+        f"{num(_fig(off, 'enqueue_rate'))} / {num(_fig(on, 'enqueue_rate'))}",
+        " / ".join(startup), spans,
+    ]  # fmt: skip
+
+
+def _median_row(m: Params) -> list[str]:
+    return [
+        "**median**", "", num(m["off_rate"]), num(m["on_rate"]), f"**{_pct(m['rate_ratio'])}**",
+        num(m["off_steady_rate"]), num(m["on_steady_rate"]), _pct(m["steady_rate_ratio"]),
+        f"{num(m['off_enqueue_rate'])} / {num(m['on_enqueue_rate'])} "
+        f"({_pct(m['enqueue_rate_ratio'])})",
+        "", "",
+    ]  # fmt: skip
+
+
+def _micro_lines(runs: Sequence[Params]) -> list[str]:
+    ok = [r["micro"] for r in runs if "error" not in r]
+    if not ok:
+        return ["Per-job costs: not measured (the family's round failed)."]
+    c = {k: statistics.median(float(r[k]) for r in ok) for k in ok[0]}
+    return [
+        f"Per-job costs in one process (`timeit`, best of {MICRO_REPEAT} × {MICRO_NUMBER:,} "
+        f"calls, median over {len(ok)} run(s)): `App.encode` {c['encode_off']:.1f} µs off, "
+        f"{c['encode_on']:.1f} µs on (the enqueue span and the injection: "
+        f"+{c['encode_on'] - c['encode_off']:.1f} µs); `around_job` around a no-op run "
+        f"(extract, the run span, its attributes and end): {c['run_hook']:.1f} µs; decode "
+        f"{c['decode_off']:.1f} µs off, {c['decode_on']:.1f} µs on; body "
+        f"{c['body_bytes_off']:.0f} bytes off, {c['body_bytes_on']:.0f} on (the `headers` "
+        "map with `traceparent`). The batch processor's export thread runs besides (here it "
+        "only counts: a real exporter also encodes and sends).",
+    ]
+
+
+def render(data: dict[str, Any]) -> list[str]:
+    """The section body: what was run, the drain table, per-job costs, notes."""
+    params = data["meta"]["params"]
+    n, procs = params["drain_jobs"], params["procs"]
+    node = data.get("drain", {}).get("taskq", {})
+    m = summary(node)
+    lines = [
+        f"{n:,} jobs of the main bench's `noop(i)` (one record, one `INCR`) on queue `obench`, "
+        f"bulk-enqueued (`starmap`, batches of {BATCH:,}), then drained by `taskq worker -A "
+        f"bench.peers.taskq_otel_app:app -c {procs}`, timed from just before the spawn until "
+        '`bench:incr` reaches the number of jobs (start-up included; "after 1st job" leaves '
+        "it out). **off**: the plain app; **on**: `taskq.contrib.otel.instrument(app)`, the "
+        "producer and each worker child with an SDK `TracerProvider`, a `BatchSpanProcessor` "
+        "(SDK defaults) and an exporter that counts the spans and keeps none, so every job has "
+        "an enqueue span (producer) and a run span (worker) and carries a `traceparent` header. "
+        "Each half in a fresh agent from an empty Redis, alternating which goes first; the "
+        "ratio is of the medians (each run's own shown).",
+        "",
+        md_table(HEADER, [*(_row(*p) for p in pairs(node)), _median_row(m)]),
+        "",
+        *_micro_lines(data["systems"].get("taskq", [])),
+    ]
+    errors = [f"- drain {h}, run {r['run']}: {r['error']}" for h in HALVES
+              for r in node.get(h, []) if "error" in r]  # fmt: skip
+    if errors:
+        lines += ["", "Drain errors:", "", *errors]
+    if data["meta"]["skipped"]:
+        lines += ["", "taskq: not available yet; nothing measured."]
+    return lines
+
+
+ENTRIES = [Entry("taskq", "taskq_otel_app", envs.PROJECT_VENV, "taskq", is_taskq=True)]
+
+FAMILY = Family(
+    key=KEY,
+    title="Otel",
+    module="bench.otel_bench",
+    attr="OTEL",
+    systems=ENTRIES,
+    sizes=[Size("drain_jobs", 20_000, 5_000, "jobs of each drain half")],
+    agent=agent,
+    raw=no_raw,
+    render=render,
+    raws=(),
+    extra=drain_rounds,
+)
+
+
+if __name__ == "__main__":
+    sys.exit(features.main(FAMILY))
