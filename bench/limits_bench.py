@@ -226,7 +226,7 @@ def drain_half(system: Any, ctx: AgentCtx, half: str) -> Params:
     argvs = system.worker_argvs(ctx.procs, ctx.concurrency)
     with features.workers(argvs, ctx, f"drain-{half}") as running:
         t_spawn = running.t_start
-        done_ns = _wait_counter(client, n, running, ctx.deadline)
+        done_ns = wait_counter(client, n, running, ctx.deadline)
         time.sleep(SETTLE_S)
         stats = window.stop(n)
     noop = _starts(ctx, system.limited_base, limited=False)
@@ -257,7 +257,7 @@ def drain_half(system: Any, ctx: AgentCtx, half: str) -> Params:
     }  # fmt: skip
 
 
-def _wait_counter(client: Any, n: int, running: features.Workers, deadline_s: float) -> int:
+def wait_counter(client: Any, n: int, running: features.Workers, deadline_s: float) -> int:
     """Poll ``bench:incr`` until it reaches ``n``; ``time.time_ns()`` when it was seen there."""
     start = time.monotonic()
     last, moved, polls = -1, start, 0

@@ -41,7 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench import envs, features, record
 from bench.agent import BenchError
 from bench.features import AgentCtx, Family, Params, Size, num
-from bench.job import COUNTER, counter_client
+from bench.job import counter_client
+from bench.limits_bench import wait_counter
 from bench.periodic_bench import environ
 from bench.report import md_table
 from bench.run import Entry
@@ -50,8 +51,6 @@ KEY = "otel"
 ENV = "BENCH_OTEL"  # read by bench/peers/taskq_otel_app.py at import: "on" or "off"
 HALVES = ("off", "on")
 BATCH = 1_000  # jobs per bulk enqueue call (starmap)
-STALL_S = 30.0  # a drain whose counter has not moved for this long has failed
-POLL_S = 0.001
 MICRO_NUMBER = 5_000  # calls per timeit repeat
 MICRO_REPEAT = 5  # the least of these repeats is kept
 
@@ -120,7 +119,7 @@ def drain_half(system: Any, ctx: AgentCtx, half: str) -> Params:
     enqueue_s = time.perf_counter() - t0
     system.flush()
     with features.workers(system.worker_argvs(ctx.procs), ctx, f"drain-{half}") as running:
-        done_ns = _wait_counter(client, n, running, ctx.deadline)
+        done_ns = wait_counter(client, n, running, ctx.deadline)
     starts = sorted(ns for i, ns in record.read_records(ctx.record_dir))
     if len(starts) < n:
         raise BenchError(f"{half}: {len(starts)} start records for {n} jobs")
@@ -142,27 +141,6 @@ def drain_half(system: Any, ctx: AgentCtx, half: str) -> Params:
         "spans": {"producer": producer, "workers": sum(counts.values()),
                   "worker_processes": len(counts)},
     }  # fmt: skip
-
-
-def _wait_counter(client: Any, n: int, running: features.Workers, deadline_s: float) -> int:
-    """Poll ``bench:incr`` until it reaches ``n``; ``time.time_ns()`` when it was seen there."""
-    start = time.monotonic()
-    last, moved, polls = -1, start, 0
-    while True:
-        count = int(client.get(COUNTER) or 0)
-        now = time.monotonic()
-        if count >= n:
-            return time.time_ns()
-        if count != last:
-            last, moved = count, now
-        if now - moved > STALL_S:
-            raise BenchError(f"drain stalled at {count:,} of {n:,} jobs for {STALL_S:.0f}s")
-        if now - start > deadline_s:
-            raise BenchError(f"drain: {count:,} of {n:,} jobs after {deadline_s:.0f}s")
-        polls += 1
-        if polls % 200 == 0:
-            running.check_alive()
-        time.sleep(POLL_S)
 
 
 def no_raw(ctx: AgentCtx) -> Params:
