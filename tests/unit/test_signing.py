@@ -12,7 +12,7 @@ from taskq import App
 from taskq.config import Settings, redact
 from taskq.errors import ConfigError, DecodeError
 from taskq.message import Message, is_signed, with_retries
-from taskq.signing import SignatureError, Signer, key_id
+from taskq.signing import KeyedMac, SignatureError, Signer, key_id
 
 K1, K2 = "first-key-0123456789abcdef", "second-key-0123456789abcdef"
 
@@ -130,3 +130,9 @@ def test_no_secret_in_reprs() -> None:
     assert "user:***@127.0.0.1:6390" in redact(url)
     assert "?password=***&ssl_password=***" in redact(url)
     assert "2 key(s)" in repr(settings)
+
+
+@pytest.mark.parametrize("key", [b"k", b"k" * 64, b"k" * 65, bytes(range(200))])
+def test_the_keyed_mac_is_hmac_sha256(key: bytes) -> None:
+    for data in (b"", b"x", bytes(range(256)) * 3):
+        assert KeyedMac(key).digest(data) == hmac.digest(key, data, "sha256")
