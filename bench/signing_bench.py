@@ -1,0 +1,752 @@
+"""Signing benchmark: drain and enqueue with signed job bodies, as ratios of signing off.
+
+Usage, from the repository root::
+
+    .venv/bin/python bench/signing_bench.py            # full: 20,000 jobs, 10,000 enqueues, 3 runs
+    .venv/bin/python bench/signing_bench.py --quick    # 5,000 jobs, 2,000 enqueues, 1 run
+
+taskq only, no peer and no raw floor (issue 17, point 6: signing on >= 90 % of off for each
+figure). Every run, for signing off and on, each in a fresh ``bench.agent`` round from an
+empty Redis on the main bench's plain app (bench/peers/taskq_app.py: its ``noop`` task, the
+main bench's ``bench.job.job``, and its worker command ``taskq worker -c 2``):
+
+* **single-call enqueue**: ``--enqueue-jobs`` ``noop.delay(i, t)``, one round trip each, no
+  worker running (the main bench's enqueue round);
+* **bulk enqueue** and **drain**: ``--drain-jobs`` jobs enqueued with ``noop.starmap`` in
+  batches of 1,000 (``app.enqueue_many``), then ``taskq worker -c 2`` is spawned and timed to
+  the last job's start (the main bench's drain round, start-up included);
+* the same drain as an untimed **clean pass** (worker tree and producer off redis-server's
+  CPU), for the Redis time per job, and in run 1 the untimed ``MONITOR`` accounting pass that
+  splits script time (bench/redistime.py).
+
+Signing on is the same round with ``TASKQ_SIGNING_KEYS`` set in its environment: the producer's
+``App`` signs every body with it, and the worker, which inherits it, runs only bodies signed
+with it. The off and on rounds of each kind run back to back, and which goes first alternates
+from one run to the next. The family's own round (``agent``) measures the encode and decode
+micro-costs with and without a signer (``timeit``), runs the two producer loops again in one
+process with signing off and on in alternating blocks (the enqueue targets are judged on
+these), and checks the "on" setup: a producer with ``App(signing_keys=[key])`` writes signed
+bodies, and a worker with only ``TASKQ_SIGNING_KEYS`` runs a signed job and dead-letters an
+unsigned one. Each target is the median over the runs of each run's own on / off ratio.
+
+Writes the "Signing" section of bench/RESULTS-features.md; bench/README.md ("Feature
+benchmarks") explains it. Exit status 1 if a measurement failed, else 2 if a target was
+missed or the check failed, else 0.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import json
+import os
+import shlex
+import sys
+import time
+import timeit
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import envs, features, report
+from bench.agent import BenchError
+from bench.features import AgentCtx, Family, Params, Size, num
+from bench.job import COUNTER, counter_client
+from bench.peers.taskq_signing_app import ENV, KEY, QUEUE
+from bench.report import md_table
+from bench.run import Entry, brief, loadavg
+
+FAMILY_KEY = "signing"
+MODES = ("off", "on")
+SIGNED_VS_OFF = 0.90  # issue 17, point 6: each figure with signing on, share of signing off
+ACCOUNT_JOBS = 2_000  # jobs of the untimed MONITOR accounting pass (as run.py's default)
+# What run.Runner.agent reads from the options besides this family's own: the main bench's
+# bulk batch, and the task's INCR (the standard shape); no latency or idle phase here.
+AGENT_OPTIONS = {"batch": 1_000, "latency_samples": 0, "idle_seconds": 0.0, "incr": True}
+MICRO_NUMBER = 20_000  # calls per timeit repeat
+MICRO_REPEAT = 5  # the least of these repeats is kept
+CHECK_TIMEOUT_S = 60.0
+ONE_BLOCK = 500  # single-call enqueues per block of the interleaved producer loop
+BULK_BATCH = 1_000  # jobs per starmap call (one block) of the interleaved bulk loop
+# target key -> (round kind, figure path in the round's result, what it measures). The drain
+# is judged on the separate rounds (each drain needs its own worker); the two enqueue rates on
+# the interleaved producer loops (JUDGED_INTERLEAVED), which pair off and on blocks a fraction
+# of a second apart in one process: the separate rounds' ratios are shown beside them.
+TARGETS: dict[str, tuple[str, tuple[str, ...], str]] = {
+    "drain": ("drain", ("drain", "rate"), "drain"),
+    "enqueue_one": ("enqueue", ("enqueue_one", "rate"), "single-call enqueue (`delay`)"),
+    "enqueue_bulk": ("drain", ("enqueue_bulk", "rate"), "bulk enqueue (`starmap`)"),
+}
+JUDGED_INTERLEAVED = ("enqueue_one", "enqueue_bulk")
+
+
+@contextlib.contextmanager
+def signing_env(mode: str) -> Iterator[None]:
+    """``TASKQ_SIGNING_KEYS`` set to the bench key (``on``) or unset (``off``) for the block,
+    in this process's environment and so in every process started meanwhile."""
+    saved = os.environ.pop(ENV, None)
+    if mode == "on":
+        os.environ[ENV] = KEY
+    try:
+        yield
+    finally:
+        os.environ.pop(ENV, None)
+        if saved is not None:
+            os.environ[ENV] = saved
+
+
+# ------------------------------------------------------------------ agent side
+
+
+def _best_us(fn: Callable[[], Any], number: int) -> float:
+    """CPU µs per call of ``fn``: the least of MICRO_REPEAT timeit repeats of ``number``
+    calls, timed with this process's CPU clock, so that time the machine's other processes
+    take from it does not count."""
+    best = min(timeit.repeat(fn, number=number, repeat=MICRO_REPEAT, timer=time.process_time))
+    return best / number * 1e6
+
+
+def micro(number: int) -> Params:
+    """Encode (the producer's ``App.encode``) and decode (the worker's ``Message.decode``)
+    of the bench's job, with and without a signer; the signer's parts; the body sizes."""
+    from bench.peers import taskq_app
+    from taskq import App
+    from taskq.message import Message
+
+    plain = taskq_app.app
+    signed = App(redis_url=plain.settings.redis_url, queue=QUEUE, signing_keys=[KEY])
+    signer = signed.settings.signer
+    if plain.settings.signer is not None or signer is None:
+        raise BenchError("micro: the plain app signs, or the signed one does not")
+    msg = taskq_app.noop.message((12_345, time.time_ns()), {})
+    off, on = plain.encode(msg), signed.encode(msg)
+    trailer = on[len(off) :]
+    key = KEY.encode()
+    costs = {
+        "encode_off": lambda: plain.encode(msg),
+        "encode_on": lambda: signed.encode(msg),
+        "decode_off": lambda: Message.decode(off, None),
+        "decode_on": lambda: Message.decode(on, signer),
+        "sign": lambda: signer.sign(off),
+        "verify": lambda: signer.verify(on, trailer),
+        "hmac_digest": lambda: hmac.digest(key, off, "sha256"),
+        "hmac_hex": lambda: hmac.digest(key, off, "sha256").hex(),
+    }
+    out: Params = {name: _best_us(fn, number) for name, fn in costs.items()}
+    return out | {"body_bytes_off": len(off), "body_bytes_on": len(on), "number": number}
+
+
+def _wait(what: str, done: Callable[[], bool], running: features.Workers) -> None:
+    bound = time.monotonic() + CHECK_TIMEOUT_S
+    while not done():
+        if time.monotonic() > bound:
+            raise BenchError(f"check: {what} not seen after {CHECK_TIMEOUT_S:.0f}s")
+        running.check_alive()
+        time.sleep(0.01)
+
+
+def check(ctx: AgentCtx) -> Params:
+    """One job enqueued by ``App(signing_keys=[KEY])`` and one by the plain app, then a worker
+    with only ``TASKQ_SIGNING_KEYS=KEY``: the first runs, the second is dead-lettered."""
+    from bench.peers import taskq_app
+    from taskq import App
+    from taskq.keys import QueueKeys
+    from taskq.message import is_signed
+
+    if ENV in os.environ:
+        raise BenchError(f"check: {ENV} is set in the agent's environment")
+    r = ctx.redis()
+    keys = QueueKeys(QUEUE)
+    signed = App(redis_url=ctx.url, queue=QUEUE, signing_keys=[KEY])
+    t_ns = time.time_ns()
+    signed.enqueue(taskq_app.noop.message((0, t_ns), {}))
+    taskq_app.app.enqueue(taskq_app.noop.message((1, t_ns), {}))
+    entries: Any = r.xrange(keys.stream("normal"))
+    bodies = [fields[b"body"] for _, fields in entries]
+    flags = [is_signed(b) for b in bodies]
+    counter = counter_client(ctx.url)
+    with signing_env("on"), features.workers([taskq_app.SYSTEM.worker_argv(1)], ctx, "check") as w:
+        _wait("the signed job's run", lambda: int(counter.get(COUNTER) or 0) >= 1, w)
+        _wait("the unsigned job's dead letter", lambda: r.xlen(keys.deadletter) >= 1, w)
+        time.sleep(0.3)
+    ran = int(counter.get(COUNTER) or 0)
+    dead_entries: Any = r.xrange(keys.deadletter)
+    dead = [fields for _, fields in dead_entries]
+    reasons = [d.get(b"error", b"").decode(errors="replace") for d in dead]
+    ok = flags == [True, False] and ran == 1 and len(dead) == 1
+    ok = ok and reasons[0].startswith("refused: unsigned job")
+    return {"signed_bodies": flags, "ran": ran, "dead_letters": len(dead), "reasons": reasons,
+            "ok": ok}  # fmt: skip
+
+
+def _abba(blocks: int) -> Iterator[str]:
+    """off, on, on, off, off, on, ...: every pair of blocks has both modes, and linear drift
+    over four blocks cancels."""
+    for b in range(blocks):
+        yield MODES[(b + b // 2) % 2]
+
+
+def interleaved(ctx: AgentCtx) -> Params:
+    """The producer's two loops in one process, signing off and on in alternating blocks on
+    the same app and connection (``app.settings`` swapped between blocks): ``--enqueue-jobs``
+    ``noop.delay`` per mode in blocks of ONE_BLOCK, then ``--drain-jobs`` per mode with
+    ``noop.starmap`` in batches of BULK_BATCH, one batch per block. No worker runs. Each
+    mode's rate, and the producer's CPU time per job (its own, whatever the load)."""
+    from bench.peers import taskq_app
+
+    app, noop = taskq_app.app, taskq_app.noop
+    settings = {"off": app.settings, "on": app.settings.replace(signing_keys=(KEY,))}
+    if settings["off"].signer is not None or settings["on"].signer is None:
+        raise BenchError("interleaved: the plain app signs, or the signed settings do not")
+    out: Params = {"one_block": ONE_BLOCK, "bulk_batch": BULK_BATCH}
+    r = ctx.redis()
+    noop.delay(-1, time.time_ns())  # warm-up: connect
+    loops: dict[str, tuple[int, int, Callable[[int, int], None]]] = {
+        "enqueue_one": (ctx.enqueue_jobs, ONE_BLOCK, _one_block(noop)),
+        "enqueue_bulk": (ctx.drain_jobs, BULK_BATCH, _bulk_block(noop)),
+    }
+    stop = time.monotonic() + ctx.deadline
+    for name, (jobs, block, run_block) in loops.items():
+        spent = {mode: 0.0 for mode in MODES}
+        cpu = {mode: 0.0 for mode in MODES}
+        done = {mode: 0 for mode in MODES}
+        for mode in _abba(2 * max(1, jobs // block)):
+            if time.monotonic() > stop:
+                raise BenchError(f"interleaved {name}: not done after {ctx.deadline:.0f}s")
+            app.settings = settings[mode]
+            t0, c0 = time.perf_counter(), time.process_time()
+            run_block(done[mode], block)
+            spent[mode] += time.perf_counter() - t0
+            cpu[mode] += time.process_time() - c0
+            done[mode] += block
+        app.settings = settings["off"]
+        out[name] = {mode: done[mode] / spent[mode] for mode in MODES} | {"jobs": done["on"]}
+        out[name] |= {f"cpu_us_{mode}": 1e6 * cpu[mode] / done[mode] for mode in MODES}
+        r.flushall()
+    return out
+
+
+def _one_block(noop: Any) -> Callable[[int, int], None]:
+    def run(first: int, n: int) -> None:
+        for i in range(first, first + n):
+            noop.delay(i, time.time_ns())
+
+    return run
+
+
+def _bulk_block(noop: Any) -> Callable[[int, int], None]:
+    def run(first: int, n: int) -> None:
+        t_ns = time.time_ns()
+        noop.starmap([(i, t_ns) for i in range(first, first + n)])
+
+    return run
+
+
+def agent(system: Any, ctx: AgentCtx) -> Params:
+    """The family's own round, in taskq's venv: micro-costs, the interleaved producer loops,
+    then the check."""
+    costs = micro(ctx.micro_number)
+    ab = interleaved(ctx)
+    result = check(ctx)
+    figures = {k: costs[k] for k in ("encode_off", "encode_on", "decode_off", "decode_on")}
+    figures |= {f"ab_{k}_{m}": ab[k][m] for k in ("enqueue_one", "enqueue_bulk") for m in MODES}
+    return {"figures": figures | {"check_ok": int(result["ok"])}, "micro": costs,
+            "interleaved": ab, "check": result}  # fmt: skip
+
+
+def no_raw(ctx: AgentCtx) -> Params:
+    raise BenchError("the signing family has no raw floor")
+
+
+# ------------------------------------------------------------------ orchestrator side
+
+
+def _entry(entry: Entry, mode: str) -> Entry:
+    """The bench.agent round of taskq variant ``entry`` with signing ``mode``: the main
+    bench's plain app either way (``mode`` only decides TASKQ_SIGNING_KEYS)."""
+    return Entry(f"{entry.name}-signing-{mode}", "taskq_app", entry.venv,
+                 f"{entry.label}, signing {mode}", True)  # fmt: skip
+
+
+def signing_rounds(s: features.Session, systems: Sequence[Entry], run: int) -> None:
+    """Run ``run`` of the enqueue and drain rounds, signing off and on, for each taskq variant.
+
+    Each round is the main bench's (``python -m bench.agent``, a fresh agent from an empty
+    Redis): the single-call enqueue round, then the drain round (bulk enqueue, then the
+    worker spawned and timed), then the drain's clean pass; the off and on rounds of each kind
+    back to back, alternating which goes first from one run to the next. In run 1 also the
+    MONITOR accounting pass of each mode.
+    """
+    for key, value in AGENT_OPTIONS.items():
+        vars(s.args).setdefault(key, value)
+    meta = s.data["meta"].setdefault("rounds", {})
+    meta.setdefault("clean_cpus", s.runner.clean_cpus)
+    meta.setdefault("loadavg", {})[str(run)] = loadavg()
+    order = MODES if run % 2 else MODES[::-1]
+    kinds = [("enqueue", "enqueue", False), ("drain", "drain", False)]
+    if s.runner.clean_cpus:
+        kinds.append(("clean", "drain", True))
+    for entry in (e for e in systems if e.is_taskq):
+        node = s.data.setdefault("rounds", {}).setdefault(
+            entry.name,
+            {mode: {"enqueue": [], "drain": [], "clean": [], "accounting": None} for mode in MODES},
+        )
+        for kind, phases, clean in kinds:
+            for pos, mode in enumerate(order, 1):
+                res = _round(s, entry, mode, run, phases, clean)
+                node[mode][kind].append(res | {"run": run, "order": pos})
+                if res.get("worker_argv"):
+                    meta.setdefault("worker_argv", {})[mode] = res["worker_argv"]
+        if run == 1:
+            for mode in order:
+                res = _round(s, entry, mode, 0, "account", False)
+                node[mode]["accounting"] = {k: res[k] for k in ("accounting", "error") if k in res}
+        # The versions table's worker commands: the rounds' drain, then the check's.
+        info = s.data["meta"]["systems"].setdefault(entry.name, {})
+        drain_argv = meta.get("worker_argv", {}).get("on")
+        if drain_argv:
+            others = [a for a in info.get("worker_argv", []) if a != drain_argv]
+            info["worker_argv"] = [drain_argv, *others]
+
+
+def _round(
+    s: features.Session, entry: Entry, mode: str, run: int, phases: str, clean: bool
+) -> Params:
+    """One bench.agent round of ``entry`` with signing ``mode`` (run 0: the accounting pass,
+    at ACCOUNT_JOBS jobs); the load average just before it is kept with the result."""
+    n, m = s.args.drain_jobs, s.args.enqueue_jobs
+    sizes = (min(n, ACCOUNT_JOBS), min(m, ACCOUNT_JOBS // 4)) if phases == "account" else (n, m)
+    load = loadavg()
+    with signing_env(mode):
+        res = s.runner.agent(_entry(entry, mode), run, phases, sizes=sizes, clean=clean)
+    kind = "accounting pass (MONITOR)" if phases == "account" else "clean" if clean else phases
+    done = "ERROR" if "error" in res else "done"
+    what = done if clean or phases == "account" else brief(res)
+    print(f"run {max(run, 1)}/{s.args.runs}  {entry.name:<14} signing {mode} {kind}: {what}",
+          flush=True)  # fmt: skip
+    return res | {"loadavg": load}
+
+
+# ------------------------------------------------------------------ report
+
+
+def _ok(runs: Sequence[Params]) -> list[Params]:
+    return [r for r in runs if "error" not in r]
+
+
+def mode_summary(node: Params) -> Params:
+    """Medians of one mode (signing off or on) over its runs; failed runs left out."""
+    enq, drn, cln = (_ok(node[k]) for k in ("enqueue", "drain", "clean"))
+    acc = node["accounting"]
+
+    def m(runs: Sequence[Params], *path: str) -> float | None:
+        return report.med([report.dig(r, *path) for r in runs])
+
+    drain_costs = report.redis_costs(drn, ("enqueue_bulk", "drain"), acc)
+    counts = "+".join(str(len(x)) for x in (enq, drn, cln))
+    total = "+".join(str(len(node[k])) for k in ("enqueue", "drain", "clean"))
+    errors = [f"{k}, run {r['run']}: {r['error']}" for k in ("enqueue", "drain", "clean")
+              for r in node[k] if "error" in r]  # fmt: skip
+    if acc and "error" in acc:
+        errors.append(f"accounting pass: {acc['error']}")
+    return {
+        "enqueue_one": m(enq, "enqueue_one", "rate"),
+        "enqueue_bulk": m(drn, "enqueue_bulk", "rate"),
+        "drain": m(drn, "drain", "rate"),
+        "drain_steady": m(drn, "drain", "steady_rate"),
+        "startup_s": m(drn, "drain", "startup_s"),
+        "duplicates": m(drn, "drain", "duplicates"),
+        "redis_one": report.redis_costs(enq, ("enqueue_one",), acc)["enqueue_one"],
+        "redis_bulk": drain_costs["enqueue_bulk"],
+        "redis_drain": drain_costs["drain"],
+        "redis_clean": report.redis_costs(cln, ("drain",), acc)["drain"],
+        "ok": f"{counts} of {total}",
+        "errors": errors,
+    }
+
+
+def per_run(
+    node: Params, target: str, figure: str | None = None
+) -> list[tuple[int, float | None, float | None]]:
+    """(run, off, on) of one target's figure (or of another ``figure`` of its round's same
+    phase, e.g. the drain's ``steady_rate``) in every run."""
+    kind, path, _ = TARGETS[target]
+    if figure is not None:
+        path = (path[0], figure)
+    by = {mode: {r["run"]: r for r in node[mode][kind]} for mode in MODES}
+    runs = sorted(set(by["off"]) | set(by["on"]))
+
+    def fig(mode: str, run: int) -> float | None:
+        res = by[mode].get(run)
+        return None if res is None or "error" in res else report.dig(res, *path)
+
+    return [(run, fig("off", run), fig("on", run)) for run in runs]
+
+
+def _div(a: float | None, b: float | None) -> float | None:
+    return None if a is None or not b else a / b
+
+
+def _pct(v: float | None) -> str:
+    return "n/a" if v is None else f"{100 * v:.1f} %"
+
+
+def targets(data: dict[str, Any]) -> dict[str, Params]:
+    """Each target: the median over the runs of each run's own ratio (on / off), PASS at >=
+    SIGNED_VS_OFF, from the interleaved producer loops for the enqueue rates and from the
+    separate rounds for the drain; the separate rounds' figures always beside it (for the
+    drain, its "after 1st job" ratio).
+
+    Ratios are paired within a run on purpose: a burst of other load lasts seconds and hits
+    one round of one pair, which the median of the pairs' ratios leaves out, while a ratio of
+    medians can set the off round of one run against the on round of another."""
+    node = data.get("rounds", {}).get("taskq")
+    ab = [r["interleaved"] for r in _ok(data["systems"].get("taskq", [])) if "interleaved" in r]
+    s = {mode: mode_summary(node[mode]) for mode in MODES} if node else None
+    out = {}
+    for key in TARGETS:
+        t: Params = {"rounds": None, "interleaved": None}
+        if node and s:
+            runs = [_div(on, off) for _, off, on in per_run(node, key)]
+            t["rounds"] = {
+                "value": report.med(runs), "runs": runs, "off": s["off"][key], "on": s["on"][key],
+                "of_medians": _div(s["on"][key], s["off"][key]),
+            }  # fmt: skip
+            if key == "drain":
+                steady = [_div(on, off) for _, off, on in per_run(node, key, "steady_rate")]
+                t["steady"] = {"value": report.med(steady), "runs": steady}
+        if key in JUDGED_INTERLEAVED and ab:
+            runs = [_div(r[key]["on"], r[key]["off"]) for r in ab]
+            t["interleaved"] = {
+                "value": report.med(runs), "runs": runs,
+                "off": report.med([r[key]["off"] for r in ab]),
+                "on": report.med([r[key]["on"] for r in ab]),
+            }  # fmt: skip
+        t["judged_on"] = "interleaved" if key in JUDGED_INTERLEAVED else "rounds"
+        judged = t[t["judged_on"]]
+        t["value"] = judged["value"] if judged else None
+        t["pass"] = None if t["value"] is None else t["value"] >= SIGNED_VS_OFF
+        out[key] = t
+    return out
+
+
+def check_results(data: dict[str, Any]) -> list[Params]:
+    """The family rounds' checks (one per run that did not fail)."""
+    return [r["check"] for r in _ok(data["systems"].get("taskq", []))]
+
+
+def _us_cell(c: Params | None) -> str:
+    if not c:
+        return "n/a"
+    bound = " (upper bound)" if c["split"] == "upper bound" else ""
+    return f"{c['us_per_job']:.1f}{bound}"
+
+
+def _cpu_cell(c: Params | None) -> str:
+    return "n/a" if not c else f"{c['cpu_us']:.1f}"
+
+
+TARGET_HEADER = ["target", "need", "judged on", "on / off (median of the runs' ratios)",
+                 "verdict", "each run", "off / on (jobs/s, medians)",
+                 "beside it: on / off (median; each run)"]  # fmt: skip
+FIGURES_HEADER = [
+    "signing", "enqueue 1/call (jobs/s)", "bulk enqueue (jobs/s)", "drain (jobs/s)",
+    "drain after 1st job (jobs/s)", "start-up (s)", "enqueue 1/call: Redis µs/job",
+    "bulk enqueue: Redis µs/job", "drain, clean: Redis µs/job", "drain, contended: Redis µs/job",
+    "drain, clean: Redis CPU µs/job", "ok runs (enqueue+drain+clean)",
+]  # fmt: skip
+RUNS_HEADER = ["run", "first", "load average at the start", "enqueue 1/call off / on",
+               "ratio", "bulk enqueue off / on", "ratio", "drain off / on", "ratio",
+               "drain after 1st job: ratio"]  # fmt: skip
+MICRO_HEADER = ["per job", "signing off (µs)", "signing on (µs)", "added (µs)", "what"]
+
+
+AB_HEADER = ["producer loop, interleaved in one process", "signing off (jobs/s)",
+             "signing on (jobs/s)", "on / off", "each run (on / off)",
+             "producer CPU µs/job off / on", "added CPU µs/job"]  # fmt: skip
+
+
+def _ab_rows(data: dict[str, Any]) -> list[list[str]]:
+    """The interleaved producer loops: medians of each mode's rate, their ratio, each run's."""
+    runs = [r["interleaved"] for r in _ok(data["systems"].get("taskq", [])) if "interleaved" in r]
+    if not runs:
+        return []
+    rows = []
+    for key, what in (("enqueue_one", "single-call enqueue (`delay`), blocks of {block}"),
+                      ("enqueue_bulk", "bulk enqueue (`starmap`), one batch of {batch} per "
+                       "block")):  # fmt: skip
+        off = report.med([r[key]["off"] for r in runs])
+        on = report.med([r[key]["on"] for r in runs])
+        each = ", ".join(_pct(_div(r[key]["on"], r[key]["off"])) for r in runs)
+        label = what.format(block=runs[0]["one_block"], batch=f"{runs[0]['bulk_batch']:,}")
+        cpu = {mode: report.med([r[key].get(f"cpu_us_{mode}") for r in runs]) for mode in MODES}
+        added = None if None in cpu.values() else cpu["on"] - cpu["off"]  # type: ignore[operator]
+        rows.append([f"{label}, {runs[0][key]['jobs']:,} jobs per mode", num(off), num(on),
+                     _pct(_div(on, off)), each,
+                     f"{num(cpu['off'], '.1f')} / {num(cpu['on'], '.1f')}",
+                     num(added, ".1f")])  # fmt: skip
+    return rows
+
+
+def _micro_med(data: dict[str, Any]) -> Params:
+    runs = [r["micro"] for r in _ok(data["systems"].get("taskq", [])) if "micro" in r]
+    if not runs:
+        return {}
+    return {k: report.med([r.get(k) for r in runs]) for k in runs[0]}
+
+
+def _micro_rows(mc: Params) -> list[list[str]]:
+    if not mc:
+        return []
+
+    def added(a: str, b: str) -> str:
+        return num(None if mc[a] is None or mc[b] is None else mc[b] - mc[a], ".2f")
+
+    return [
+        ["encode (`App.encode`: the producer's, per job)", num(mc["encode_off"], ".2f"),
+         num(mc["encode_on"], ".2f"), added("encode_off", "encode_on"),
+         "msgpack of the map; on: + `Signer.sign` (HMAC-SHA256, hex, msgpack trailer, concat)"],
+        ["decode (`Message.decode`: the worker's, per job)", num(mc["decode_off"], ".2f"),
+         num(mc["decode_on"], ".2f"), added("decode_off", "decode_on"),
+         "on: the map is followed by its trailer (msgpack raises `ExtraData`), then "
+         "`Signer.verify`"],
+        ["`Signer.sign(body)`", "", num(mc["sign"], ".2f"), "", "the trailer, appended"],
+        ["`Signer.verify(body, trailer)`", "", num(mc["verify"], ".2f"), "",
+         "unpack the trailer, slice the map, HMAC, `compare_digest`"],
+        ["`hmac.digest(key, map, 'sha256')`", "", num(mc["hmac_digest"], ".2f"), "",
+         "the MAC alone (OpenSSL one-shot HMAC, key set up on every call)"],
+        ["`hmac.digest(...).hex()`", "", num(mc["hmac_hex"], ".2f"), "",
+         "the MAC as the trailer carries it"],
+    ]  # fmt: skip
+
+
+def _expected(mc: Params, off: Params, procs: int) -> list[str]:
+    """What the micro-costs alone predict for each ratio at the measured off rates."""
+    if not mc or mc.get("encode_on") is None:
+        return []
+
+    def pred(rate: float | None, added_us: float, share: float) -> str:
+        if rate is None:
+            return "n/a"
+        return _pct(1 / (1 + added_us * rate / (share * 1e6)))
+
+    enc = mc["encode_on"] - mc["encode_off"]
+    dec = mc["decode_on"] - mc["decode_off"]
+    return [
+        f"- Expected from the micro-costs alone (one producer process; the drain's {procs} "
+        f"worker processes each pay the decode cost on their share of the jobs): single-call "
+        f"enqueue {pred(off['enqueue_one'], enc, 1)}, bulk enqueue "
+        f"{pred(off['enqueue_bulk'], enc, 1)}, drain {pred(off['drain'], dec, procs)}."
+    ]
+
+
+def _check_lines(checks: Sequence[Params]) -> list[str]:
+    if not checks:
+        return ["- Check: not run (the family's round failed)."]
+    bad = [c for c in checks if not c["ok"]]
+    c = checks[0]
+    if bad:
+        return [f"- Check: **FAIL** in {len(bad)} of {len(checks)} run(s): {json.dumps(bad[0])}"]
+    return [
+        f"- Check ({len(checks)} of {len(checks)} runs ok): a job enqueued by "
+        "`App(signing_keys=[key])` is signed in the stream and one enqueued by the plain app "
+        "is not; a worker started with only `TASKQ_SIGNING_KEYS` (the command of the on "
+        f"rounds, `-c 1`) ran the signed job and dead-lettered the other (`{c['reasons'][0]}`)."
+    ]
+
+
+def render(data: dict[str, Any]) -> list[str]:
+    """The section body: targets, figures and Redis time, each run, micro-costs, the check."""
+    params = data["meta"]["params"]
+    node = data.get("rounds", {}).get("taskq")
+    meta = data["meta"].get("rounds", {})
+    if not node:
+        return ["taskq: not available yet; nothing measured."] if data["meta"]["skipped"] else []
+    n, m, procs = params["drain_jobs"], params["enqueue_jobs"], params["procs"]
+    s = {mode: mode_summary(node[mode]) for mode in MODES}
+    t = targets(data)
+    cpus = meta.get("clean_cpus")
+    clean_text = (
+        f"an untimed clean pass of the same drain in every run (worker tree and producer on "
+        f"CPU {', '.join(map(str, cpus))}, off redis-server's)"
+        if cpus
+        else "**no clean pass** (nothing pinned): the Redis figures are the timed drain's"
+    )
+    argv = meta.get("worker_argv", {}).get("on") or meta.get("worker_argv", {}).get("off")
+    command = f"`{shlex.join(argv)}`" if argv else "n/a"
+    loads = meta.get("loadavg", {})
+    busy = any(float(v.split()[0]) > report.BUSY_LOAD for v in loads.values())
+    lines = [
+        f"taskq only. Each run, for signing off and on, each round in a fresh agent from an "
+        f"empty Redis on the main bench's app (`bench/peers/taskq_app.py`: the `noop` task, "
+        f"one record and one `INCR`): {m:,} single-call enqueues (`noop.delay(i, t)`, one "
+        f"round trip each, no worker), then {n:,} jobs bulk-enqueued with `noop.starmap` "
+        f"(`app.enqueue_many`, batches of 1,000) and drained by {command} ({procs} worker "
+        "processes), timed from just before the spawn to the last job's start (start-up "
+        'included; "after 1st job" leaves it out): the main bench\'s rounds '
+        f"(`bench/agent.py`). **Signing on** is the same round with `TASKQ_SIGNING_KEYS` set "
+        "in its environment: the producer's `App` signs every body (HMAC-SHA256 trailer) and "
+        "the worker, which inherits it, checks every body before running it. The off and on "
+        "rounds of each kind run back to back, alternating which goes first from one run to "
+        f"the next. Targets (issue 17): each figure with signing on ≥ {SIGNED_VS_OFF:.0%} of "
+        "off, judged on the median over the runs of each run's own ratio (its off and on "
+        "halves ran close together, so a burst of other load that hits one half of one run "
+        "drops out): the drain on these rounds, the two enqueue rates on the producer loops "
+        "interleaved in one process (below), whose off and on blocks are a fraction of a "
+        "second apart; the separate enqueue rounds' ratios are shown beside them. Redis "
+        "µs/job as in "
+        "the main bench's Redis-time table (`INFO commandstats`, the task's `INCR` left out, "
+        f'script time split with a `MONITOR` pass in run 1): "clean" from {clean_text}; '
+        '"contended" from the timed drain.',
+        "",
+        md_table(TARGET_HEADER, [_target_row(key, t[key], n, m) for key in TARGETS]),
+        "",
+        md_table(FIGURES_HEADER, [_figures_row(mode, s[mode]) for mode in MODES]),
+        "",
+        md_table(RUNS_HEADER, _runs_rows(node, loads)),
+        "",
+    ]
+    if busy:
+        lines.append(
+            f"- **Busy machine**: the 1-minute load average was above {report.BUSY_LOAD:g} at "
+            "the start of a run (other work shares the 2 cores); the off and on rounds of "
+            "each kind ran back to back, so the ratios are steadier than the rates."
+        )
+    for mode in MODES:
+        for key, what in (("redis_clean", "drain, clean"), ("redis_bulk", "bulk enqueue"),
+                          ("redis_one", "enqueue 1/call")):  # fmt: skip
+            c = s[mode][key]
+            if c:
+                lines.append(f"- signing {mode}, {what}, per command (µs/job): "
+                             f"{report.breakdown(c)}")  # fmt: skip
+    mc = _micro_med(data)
+    if mc:
+        lines += [
+            f"- Body of the bench's job: {mc['body_bytes_off']:.0f} bytes unsigned, "
+            f"{mc['body_bytes_on']:.0f} signed (+{mc['body_bytes_on'] - mc['body_bytes_off']:.0f}"
+            ": the trailer `[key id, hex MAC]`)."
+        ]
+        lines += _expected(mc, s["off"], procs)
+    lines += _check_lines(check_results(data))
+    ab = _ab_rows(data)
+    if ab:
+        lines += [
+            "",
+            "The producer's loops again, interleaved in one process (the family's own round, "
+            "with no worker running): signing off and on in alternating blocks (off, on, on, "
+            "off, ...) on the same app and connection, `app.settings` swapped between blocks. "
+            "The two modes then share every moment of the machine's load, so these ratios are "
+            "steadier than the separate rounds', and the enqueue targets are judged on them. "
+            "The CPU columns are the producer process's own CPU time per job "
+            "(`time.process_time`), which time taken by other processes does not inflate.",
+            "",
+            md_table(AB_HEADER, ab),
+        ]
+    errors = [f"- signing {mode}, {e}" for mode in MODES for e in s[mode]["errors"]]
+    if errors:
+        lines += ["", "Errors:", "", *errors]
+    if mc:
+        lines += [
+            "",
+            "Micro-costs (`timeit` in the agent on its CPU clock, the least of "
+            f"{MICRO_REPEAT} repeats of {int(mc['number']):,} calls, median over the runs) of "
+            "the bench's job (`noop(i, t)`): where signing's time goes.",
+            "",
+            md_table(MICRO_HEADER, _micro_rows(mc)),
+        ]
+    return lines
+
+
+def _target_row(key: str, t: Params, n: int, m: int) -> list[str]:
+    _, _, what = TARGETS[key]
+    size = f"{m:,} jobs" if key == "enqueue_one" else f"{n:,} jobs"
+    verdict = {True: "**PASS**", False: "**FAIL**", None: "n/a"}[t["pass"]]
+    judged = t[t["judged_on"]] or {"runs": [], "off": None, "on": None}
+    source = {"interleaved": "interleaved producer loop", "rounds": "separate rounds"}
+    other = t.get("steady") if key == "drain" else t["rounds"]
+    other_what = "after 1st job" if key == "drain" else "separate rounds"
+    beside = "n/a"
+    if other:
+        each = ", ".join(_pct(r) for r in other["runs"])
+        beside = f"{other_what}: {_pct(other['value'])} ({each})"
+    return [f"{what}, {size}", f"≥ {SIGNED_VS_OFF:.0%}", source[t["judged_on"]],
+            f"**{_pct(t['value'])}**", verdict, ", ".join(_pct(r) for r in judged["runs"]),
+            f"{num(judged['off'])} / {num(judged['on'])}", beside]  # fmt: skip
+
+
+def _figures_row(mode: str, x: Params) -> list[str]:
+    return [
+        mode, num(x["enqueue_one"]), num(x["enqueue_bulk"]), num(x["drain"]),
+        num(x["drain_steady"]), num(x["startup_s"], ".2f"), _us_cell(x["redis_one"]),
+        _us_cell(x["redis_bulk"]),
+        "none" if x["redis_clean"] is None else _us_cell(x["redis_clean"]),
+        _us_cell(x["redis_drain"]), _cpu_cell(x["redis_clean"]), x["ok"],
+    ]  # fmt: skip
+
+
+def _runs_rows(node: Params, loads: dict[str, str]) -> list[list[str]]:
+    """One row per run: which mode went first, the load, each figure off / on and its ratio."""
+    pairs = {key: {run: (off, on) for run, off, on in per_run(node, key)} for key in TARGETS}
+    steady = {run: (off, on) for run, off, on in per_run(node, "drain", "steady_rate")}
+    rows = []
+    for run in sorted(pairs["drain"] | pairs["enqueue_one"]):
+        first = next((r["order"] for r in node["on"]["drain"] if r["run"] == run), None)
+        cells = [str(run), "on" if first == 1 else "off", loads.get(str(run), "n/a")]
+        for key in ("enqueue_one", "enqueue_bulk", "drain"):
+            off, on = pairs[key].get(run, (None, None))
+            cells += [f"{num(off)} / {num(on)}", _pct(_div(on, off))]
+        off, on = steady.get(run, (None, None))
+        cells.append(_pct(_div(on, off)))
+        rows.append(cells)
+    return rows
+
+
+ENTRIES = {
+    e.name: e
+    for e in [Entry("taskq", "taskq_signing_app", envs.PROJECT_VENV, "taskq", is_taskq=True)]
+}
+
+FAMILY = Family(
+    key=FAMILY_KEY,
+    title="Signing",
+    module="bench.signing_bench",
+    attr="SIGNING",
+    systems=list(ENTRIES.values()),
+    sizes=[
+        Size("drain_jobs", 20_000, 5_000, "jobs of each bulk enqueue and drain"),
+        Size("enqueue_jobs", 10_000, 2_000, "single-call enqueues of each enqueue round"),
+        Size("micro_number", MICRO_NUMBER, MICRO_NUMBER // 4, "calls per timeit repeat"),
+    ],
+    agent=agent,
+    raw=no_raw,
+    render=render,
+    raws=(),
+    extra=signing_rounds,
+)
+
+
+def checks_failed(quick: bool) -> bool:
+    """True if the section just written missed a target or its check failed."""
+    _, json_path = features.result_paths(quick)
+    data = json.loads(json_path.read_text())[FAMILY_KEY]
+    missed = any(t["pass"] is False for t in targets(data).values())
+    return missed or any(not c["ok"] for c in check_results(data))
+
+
+def main() -> int:
+    argv = sys.argv[1:]
+    orchestrator = not argv or argv[0] not in ("agent", "raw", "probe")
+    if orchestrator and os.environ.pop(ENV, None) is not None:
+        print(f"note: {ENV} unset for the off rounds and the check", flush=True)
+    status = features.main(FAMILY, argv)
+    if status == 0 and orchestrator and checks_failed("--quick" in argv):
+        print("\n!!! a signing target was missed or the check failed (see the tables)",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
