@@ -75,7 +75,10 @@ class Signer:
         ConfigError: no key, an empty key, or a key given twice.
     """
 
-    __slots__ = ("_keys", "_sign_id", "_sign_key", "_trailer_head")
+    __slots__ = ("_heads", "_keys", "_sign_id", "_sign_key", "_trailer_head")
+
+    PLAIN_TRAILER_BYTES = 76
+    """A ``[key id, hex MAC]`` trailer: array, str of 8, str8 of 64."""
 
     def __init__(self, keys: Sequence[str]) -> None:
         if isinstance(keys, str) or not keys:
@@ -92,6 +95,7 @@ class Signer:
         self._sign_id = key_id(keys[0])
         self._sign_key = known[self._sign_id]
         # The trailer up to its MAC, packed once: a 2-array, the key id, a str8 of 64 bytes.
+        self._heads = {b"\x92" + bytes(msgpack.packb(kid)) + b"\xd9\x40" for kid in known}
         self._trailer_head = b"\x92" + bytes(msgpack.packb(self._sign_id)) + b"\xd9\x40"
 
     def __repr__(self) -> str:
@@ -104,6 +108,15 @@ class Signer:
     def sign(self, body: bytes) -> bytes:
         """``body`` with its trailer."""
         return body + self._trailer_head + binascii.hexlify(self._sign_key.digest(body))
+
+    def plain_trailer(self, body: bytes) -> bytes | None:
+        """The last bytes of ``body`` if they have the shape of a plain trailer of one of
+        these keys (its MAC still to be checked), so the map before them can be decoded
+        without msgpack raising ExtraData for them; else None."""
+        n = self.PLAIN_TRAILER_BYTES
+        if len(body) > n and body[-n : 12 - n] in self._heads:
+            return body[-n:]
+        return None
 
     def split_trailer(self, pre: bytes, post: bytes) -> bytes:
         """The trailer of a body that Redis completes as ``pre + value + post``."""

@@ -136,3 +136,17 @@ def test_no_secret_in_reprs() -> None:
 def test_the_keyed_mac_is_hmac_sha256(key: bytes) -> None:
     for data in (b"", b"x", bytes(range(256)) * 3):
         assert KeyedMac(key).digest(data) == hmac.digest(key, data, "sha256")
+
+
+def test_a_body_that_only_ends_like_a_trailer_is_decoded_the_general_way() -> None:
+    """The fast split of a plain trailer must not misread a body whose last argument holds
+    the same bytes."""
+    signer = Signer([K1])
+    head = b"\x92" + msgpack.packb(key_id(K1)) + b"\xd9\x40"
+    tricky = Message("t", ((head + b"0" * 64).decode("latin-1"),), id="a").encode()
+    assert Message.decode(tricky).args[0].endswith("0" * 64)
+    with pytest.raises(SignatureError, match="unsigned job"):
+        Message.decode(tricky, signer)
+    signed = Message("t", (1,), id="b").encode(signer=signer)
+    assert signer.plain_trailer(signed) == signed[-76:]
+    assert Message.decode(signed, signer).args == (1,)
