@@ -510,7 +510,7 @@ def _micro_rows(mc: Params) -> list[list[str]]:
          "msgpack of the map; on: + `Signer.sign` (HMAC-SHA256, hex, msgpack trailer, concat)"],
         ["decode (`Message.decode`: the worker's, per job)", num(mc["decode_off"], ".2f"),
          num(mc["decode_on"], ".2f"), added("decode_off", "decode_on"),
-         "on: the map is followed by its trailer (msgpack raises `ExtraData`), then "
+         "on: the plain trailer split off (or, for any other body, found after the map), then "
          "`Signer.verify`"],
         ["`Signer.sign(body)`", "", num(mc["sign"], ".2f"), "", "the trailer, appended"],
         ["`Signer.verify(body, trailer)`", "", num(mc["verify"], ".2f"), "",
