@@ -18,7 +18,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from taskq.broker.completions import completion_blob
+from taskq.broker.completions import completions_arg
 from taskq.broker.delivery import Delivery, Fetched, delivery
 from taskq.broker.enqueue import publish_command
 from taskq.broker.link import Command, Direct, Link
@@ -144,11 +144,10 @@ class Broker:
             argv += (self.stream_position[d.stream] + 1, d.entry_id)
         keys = self._fetch_keys
         if ends:
-            keys, now = [*keys], time.monotonic()
-            for i, c in ends:
-                blob, touched = completion_blob(self.keys[acks[i - 1].queue], c, now)
-                keys += touched
-                argv += (i, blob)
+            argv.append(completions_arg(ends, time.monotonic()))
+            touched = [k for _i, c in ends for k in c.op_keys]
+            if touched:
+                keys = [*keys, *touched]
         argv += sorted({self.stream_position[s] + 1 for s in (*dirty, *(d.stream for d in acks))})
         flat = self.direct.script("fetch", keys, argv)
         got = [

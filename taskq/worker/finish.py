@@ -55,21 +55,23 @@ class Finisher:
         release = self._release(o)
         if o.kind == OK:
             self.acks.append(d)
-            if o.msg is not None and (o.result is not None or ends_with_writes(o.msg) or release):
-                ops = (
-                    on_success(o.msg, o.result, self._signer) if ends_with_writes(o.msg) else Ops()
-                )
-                ops.extend(release or Ops())
+            msg = o.msg
+            if msg is not None and (o.result is not None or ends_with_writes(msg) or release):
+                ops = on_success(msg, o.result, self._signer) if ends_with_writes(msg) else None
+                if release and ops:
+                    ops.extend(release)
+                elif release:
+                    ops = release
                 self.completions[d] = Completion(
-                    o.msg.id,
-                    o.msg.result_ttl_s is not None,
-                    self._ttl_ms(o.msg),
+                    msg.id,
+                    msg.result_ttl_s is not None,
+                    self._ttl_ms(msg),
                     o.result,
                     o.attempt,
                     o.duration_s * 1000,
                     time.monotonic(),
-                    ops.ops or None,
-                    tuple(ops.keys),
+                    (ops.ops or None) if ops else None,
+                    tuple(ops.keys) if ops else (),
                 )
         elif o.kind == RETRY and o.msg is not None:
             body = with_retries(d.body or b"", o.attempt, self._signer)
