@@ -5,8 +5,10 @@ real ``taskq worker`` and a real ``taskq dashboard`` process."""
 from __future__ import annotations
 
 import json
+import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,7 +26,8 @@ from taskq.ops.throughput import last_hour
 from taskq.worker.outcome import JobCounts
 from taskq.worker.throughput import ThroughputWriter
 from tests import dashboard_tasks
-from tests.dashboard_support import add_deadletter
+from tests.conftest import WorkerProcess, wait_until
+from tests.dashboard_support import DashboardProcess, add_deadletter, post
 from tests.redis_server import free_port
 
 pytestmark = pytest.mark.integration
@@ -292,3 +295,202 @@ def test_prefix(dash_app: App) -> None:
         assert 'href="/taskq/deadletters"' in html
         assert c.get("/taskq/static/dashboard.js").status_code == 200
         assert c.get("/").status_code == 404
+
+
+# -- in a real browser -------------------------------------------------------------------------
+# headless Chromium (Debian's chromium + chromium-driver, which .ci/run installs) through
+# Selenium, against `taskq dashboard` and `taskq worker` subprocesses.
+
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
+        pytest.skip(
+            f"no browser: {CHROMIUM} and {CHROMEDRIVER} (apt-get install chromium "
+            "chromium-driver) are needed for the end-to-end tests"
+        )
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+
+    options = Options()
+    options.binary_location = CHROMIUM  # a given browser and driver: Selenium downloads nothing
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
+        options.add_argument(arg)
+    options.add_argument("--window-size=1280,1000")
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture
+def start_dashboard(redis_url: str, tmp_path: Path) -> Iterator[Callable[..., DashboardProcess]]:
+    started: list[DashboardProcess] = []
+
+    def start(*args: str) -> DashboardProcess:
+        d = DashboardProcess(redis_url, *args, log_path=tmp_path / f"dash-{len(started)}.log")
+        started.append(d)
+        return d
+
+    yield start
+    for d in started:
+        d.stop()
+
+
+FIGURES_JS = """
+const section = document.querySelector('section[data-queue="' + arguments[0] + '"]');
+const tiles = {}, rows = {};
+section.querySelectorAll('.tile [data-figure]').forEach(e => {
+  tiles[e.dataset.figure] = parseInt(e.textContent, 10);
+});
+section.querySelectorAll('tr[data-priority]').forEach(row => {
+  const cells = {};
+  row.querySelectorAll('[data-figure]').forEach(c => { cells[c.dataset.figure] = c.textContent; });
+  rows[row.dataset.priority] = cells;
+});
+return {tiles: tiles, rows: rows};
+"""
+
+
+def figures(browser: Any, queue: str) -> dict[str, Any]:
+    """The numbers the overview shows for one queue: its tiles, and per priority its row
+    (read in one script, so a live refresh cannot swap the page in the middle)."""
+    found: dict[str, Any] = browser.execute_script(FIGURES_JS, queue)
+    return found
+
+
+def test_browser_overview_matches_inspect_and_updates_live(
+    browser: Any,
+    start_dashboard: Callable[..., DashboardProcess],
+    start_worker: Callable[..., WorkerProcess],
+    dash_app: App,
+    r: redis.Redis,
+    redis_url: str,
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    # Given: a worker on "tasks"; waiting jobs on "backlog", which no worker serves; a
+    # delayed job; a job that died.
+    start_worker("-A", "tests.dashboard_tasks", "-Q", "tasks", "-c", "1")
+    r.set(dashboard_tasks.BROKEN, 1)
+    dashboard_tasks.fragile.delay("a")
+    for n in range(5):
+        dashboard_tasks.later.delay(n)
+    dashboard_tasks.later.apply_async((9,), priority="high")
+    dashboard_tasks.show.apply_async((1,), countdown=3600)
+    wait_until(lambda: r.xlen("tasks:deadletter") == 1, message="the dead job")
+    dash = start_dashboard()
+    # When: the overview is open.
+    browser.get(dash.url + "/")
+    # Then: its numbers are inspect's.
+    truth = {q["queue"]: q for q in inspect_json(redis_url)["queues"]}
+    for queue in ("tasks", "backlog"):
+        shown = figures(browser, queue)
+        for name in ("waiting", "pending", "retrying", "scheduled", "dead", "expired"):
+            assert shown["tiles"][name] == truth[queue][name], (queue, name)
+        for s in truth[queue]["streams"]:
+            row = shown["rows"][s["priority"]]
+            assert (int(row["waiting"]), int(row["pending"])) == (s["waiting"], s["pending"])
+            assert row["lag"] == ("-" if s["lag"] is None else str(s["lag"]))
+    assert figures(browser, "backlog")["rows"]["high"]["waiting"] == "1"
+    # and they follow Redis without a reload: two more jobs, and the worker's failed run
+    # reaches the chart through its per-minute bucket.
+    dashboard_tasks.later.delay(10)
+    dashboard_tasks.later.delay(11)
+    wait_until(lambda: figures(browser, "backlog")["tiles"]["waiting"] == 8, message="live")
+    caption = browser.find_element(By.CSS_SELECTOR, ".chart figcaption").text
+    assert "1 failed" in caption, caption
+    assert browser.find_element(By.ID, "live-status").text.startswith("live")
+
+
+def test_browser_dead_job_retried_from_its_page_runs(
+    browser: Any,
+    start_dashboard: Callable[..., DashboardProcess],
+    start_worker: Callable[..., WorkerProcess],
+    dash_app: App,
+    r: redis.Redis,
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    # Given: a job that died while its dependency was broken, then the dependency fixed.
+    start_worker("-A", "tests.dashboard_tasks", "-Q", "tasks", "-c", "1")
+    r.set(dashboard_tasks.BROKEN, 1)
+    job = dashboard_tasks.fragile.delay("b")
+    wait_until(lambda: job.status().state == "failed", message="the job to die")
+    r.delete(dashboard_tasks.BROKEN)
+    dash = start_dashboard()
+    # When: it is retried from its page.
+    browser.get(dash.url + "/deadletters")
+    row = browser.find_element(By.CSS_SELECTOR, "#deadletters tr[data-dead-id]")
+    assert "downstream is broken (b)" in row.text
+    row.find_element(By.CSS_SELECTOR, "td a").click()
+    traceback = browser.find_element(By.CSS_SELECTOR, "pre.traceback").text
+    assert "RuntimeError: downstream is broken (b)" in traceback
+    browser.find_element(By.ID, "retry").click()
+    # Then: it runs, succeeds, and is gone from the list.
+    assert "re-enqueued 1 job(s)" in browser.find_element(By.ID, "notice").text
+    assert job.result(timeout=10) == "fixed b"
+    browser.get(dash.url + "/deadletters")
+    assert browser.find_elements(By.ID, "no-deadletters")
+    browser.get(f"{dash.url}/jobs/{job.id}")
+    assert browser.find_element(By.ID, "job-state").text == "succeeded"
+    assert browser.find_element(By.ID, "job-result").text == "'fixed b'"
+
+
+def test_browser_xss_job_renders_as_text(
+    browser: Any,
+    start_dashboard: Callable[..., DashboardProcess],
+    start_worker: Callable[..., WorkerProcess],
+    dash_app: App,
+) -> None:
+    from selenium.common.exceptions import NoAlertPresentException
+    from selenium.webdriver.common.by import By
+
+    start_worker("-A", "tests.dashboard_tasks", "-Q", "tasks", "-c", "1")
+    job = dashboard_tasks.show.delay(XSS)
+    assert job.result(timeout=10) == XSS
+    dash = start_dashboard()
+    browser.get(f"{dash.url}/jobs/{job.id}")
+    assert XSS in browser.find_element(By.ID, "job-args").text
+    assert XSS in browser.find_element(By.ID, "job-result").text
+    with pytest.raises(NoAlertPresentException):
+        browser.switch_to.alert.accept()
+    assert browser.find_elements(By.CSS_SELECTOR, "main script") == []
+
+
+def test_browser_read_only_and_csrf(
+    browser: Any,
+    start_dashboard: Callable[..., DashboardProcess],
+    dash_app: App,
+    r: redis.Redis,
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    dead_id, _ = add_deadletter(r, dash_app, "fragile", args=("c",))
+    post_without_token = (
+        "const done = arguments[arguments.length - 1];"
+        "fetch(arguments[0], {method: 'POST', credentials: 'same-origin',"
+        " headers: {'content-type': 'application/x-www-form-urlencoded'},"
+        " body: 'ids=' + arguments[1]}).then(r => done(r.status));"
+    )
+    # The full dashboard: actions shown, but a POST without the page's token is refused.
+    full = start_dashboard()
+    browser.get(f"{full.url}/deadletters/tasks/{dead_id}")
+    assert browser.find_elements(By.CSS_SELECTOR, "form[method=post]")
+    url = f"{full.url}/deadletters/tasks/retry"
+    assert browser.execute_async_script(post_without_token, url, dead_id) == 403
+    assert post(url, f"ids={dead_id}".encode()) == 403
+    # Read-only: no action on any page, and the same POST with a valid token is refused.
+    ro = start_dashboard("--read-only")
+    for path in ("/deadletters", f"/deadletters/tasks/{dead_id}", "/"):
+        browser.get(ro.url + path)
+        assert browser.find_elements(By.CSS_SELECTOR, "form[method=post]") == [], path
+    assert browser.find_element(By.CSS_SELECTOR, ".mode").text == "read-only"
+    cookie = browser.get_cookie("taskq_csrf")
+    assert cookie is not None
+    headers = {"Cookie": f"taskq_csrf={cookie['value']}"}
+    body = f"ids={dead_id}&csrf={cookie['value']}".encode()
+    assert post(f"{ro.url}/deadletters/tasks/retry", body, headers) == 403
+    assert r.xlen("tasks:deadletter") == 1
