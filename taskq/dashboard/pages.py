@@ -111,15 +111,18 @@ async def find_job(request: Request) -> Response:
 async def job(request: Request) -> Response:
     job_id = request.path_params["job_id"]
     queue = request.query_params.get("queue")
-    page = await run_in_threadpool(_source(request).job, job_id, queue)
+    at = request.query_params.get("at")
+    page = await run_in_threadpool(lambda: _source(request).job(job_id, queue, at=at))
     events = timeline(page.status) if page.status is not None else []
-    context = {"job_id": job_id, "queue": queue, "view": page, "timeline": events}
+    context = {"job_id": job_id, "queue": queue, "at": at, "view": page, "timeline": events}
     return render(request, "job", context)
 
 
 async def job_json(request: Request) -> Response:
+    q = request.query_params
+    job_id = request.path_params["job_id"]
     page = await run_in_threadpool(
-        _source(request).job, request.path_params["job_id"], request.query_params.get("queue")
+        lambda: _source(request).job(job_id, q.get("queue"), at=q.get("at"))
     )
     if page.flow is not None:
         return JSONResponse(page.flow.to_json())

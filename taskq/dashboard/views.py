@@ -17,7 +17,8 @@ from taskq.broker.series import Series
 from taskq.config import check_queue_name
 from taskq.deadletter import Deadletter
 from taskq.errors import ConfigError
-from taskq.keys import check_job_id
+from taskq.job import Job
+from taskq.keys import check_job_id, check_priority
 from taskq.ops.deadletters import Deadletters, Page
 from taskq.ops.inspect import Inspector, Overview, QueueStats, to_json
 from taskq.ops.schedules import schedule_rows
@@ -85,11 +86,14 @@ class Source:
         inspector = self.inspector()
         return Overview(self.app.reader.now_ms(), (), tuple(inspector.workers()))
 
-    def job(self, job_id: str, queue: str | None) -> JobPage:
+    def job(self, job_id: str, queue: str | None, *, at: str | None = None) -> JobPage:
         """A job's status, or a workflow's steps.
 
+        ``at`` (``<stream>/<entry id>``, as the workers page links a running job) tells where
+        to look for a job that keeps no record: its stream entry says what it can.
+
         Raises:
-            ConfigError: a malformed job id or queue name.
+            ConfigError: a malformed job id, queue name or place.
             NotFound: no record of it.
         """
         check_job_id(job_id)
@@ -101,6 +105,8 @@ class Source:
             flow = self.app.flow(job_id, queue=queue or None)
             if flow is not None:
                 return JobPage(None, self.app.records.flow_view(flow.queue, flow.id), now)
+            if at:
+                handle = _at_entry(self.app, job_id, at)
         status = handle.status()
         if status.state == UNKNOWN:
             raise NotFound(f"no record of job {job_id} (never stored, expired or forgotten)")
@@ -166,6 +172,17 @@ class Source:
 
     def _store(self, queue: str) -> Deadletters:
         return Deadletters.for_app(self.app, queue)
+
+
+def _at_entry(app: App, job_id: str, at: str) -> Job:
+    """The handle of a job without a record, at ``<queue>:<priority>/<entry id>``."""
+    stream, _, entry_id = at.partition("/")
+    queue, _, priority = stream.rpartition(":")
+    check_queue_name(queue)
+    check_priority(priority)
+    if not _is_entry_id(entry_id):
+        raise ConfigError(f"invalid place {at!r}: expected <queue>:<priority>/<entry id>")
+    return Job(job_id, "", queue, priority, entry_id=entry_id, app=app)
 
 
 def _is_entry_id(value: str) -> bool:

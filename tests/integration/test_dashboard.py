@@ -141,6 +141,16 @@ def test_every_page_answers(client: TestClient, dash_app: App, r: redis.Redis) -
     assert client.get("/?part=live").text.lstrip().startswith("<section")
 
 
+def test_a_job_without_record_is_seen_from_its_entry(client: TestClient, dash_app: App) -> None:
+    dash_app.broker_for(["backlog"]).ensure_groups()  # as a worker does
+    job = dashboard_tasks.later.delay(1)  # keeps no record
+    assert client.get(f"/jobs/{job.id}").status_code == 404
+    page = client.get(f"/jobs/{job.id}", params={"at": f"backlog:normal/{job.entry_id}"})
+    assert page.status_code == 200 and 'id="job-state">waiting<' in page.text
+    bad = client.get(f"/jobs/{job.id}", params={"at": "backlog:urgent/1-0"})
+    assert bad.status_code == 400 and "unknown priority" in bad.text
+
+
 @pytest.mark.parametrize(
     ("path", "status", "text"),
     [
