@@ -20,7 +20,7 @@ from taskq.errors import ConfigError
 from taskq.job import Job
 from taskq.keys import check_job_id, check_priority
 from taskq.ops.deadletters import Deadletters, Page
-from taskq.ops.inspect import Inspector, Overview, QueueStats, to_json
+from taskq.ops.inspect import Inspector, Overview, QueueStats, WorkerState, to_json
 from taskq.ops.schedules import schedule_rows
 from taskq.ops.throughput import Throughput, last_hour
 from taskq.results import UNKNOWN, FlowView, JobStatus
@@ -44,6 +44,12 @@ class OverviewPage:
         out: dict[str, Any] = to_json(self.overview)
         out["throughput"] = to_json(self.throughput)
         return out
+
+
+@dataclass(frozen=True)
+class WorkersPage:
+    now_ms: int
+    workers: tuple[WorkerState, ...]
 
 
 @dataclass(frozen=True)
@@ -82,9 +88,9 @@ class Source:
         throughput = last_hour(Series(self.app.link), inspector.queues)
         return OverviewPage(overview, throughput, running)
 
-    def workers(self) -> Overview:
-        inspector = self.inspector()
-        return Overview(self.app.reader.now_ms(), (), tuple(inspector.workers()))
+    def workers(self) -> WorkersPage:
+        workers = tuple(self.inspector().workers())
+        return WorkersPage(self.app.reader.now_ms(), workers)
 
     def job(self, job_id: str, queue: str | None, *, at: str | None = None) -> JobPage:
         """A job's status, or a workflow's steps.

@@ -93,8 +93,10 @@ class Maintenance:
         if sweep:
             self._every("sweep", s.sweep_interval_ms / 1000, lambda b: self._sweep(b, consumers))
 
-    def unregister(self) -> None:
-        """Delete this worker's record (a clean stop)."""
+    def unregister(self, record: WorkerRecord) -> None:
+        """Write the last counts of the minute, then delete this worker's record (a clean
+        stop)."""
+        self.step(lambda b: self.throughput.write(Series(b.link), record.counts))
         self.step(lambda b: WorkerRegistry(b.link, b.queues).unregister(self.worker_id))
 
     def claim_queues(self, record: WorkerRecord) -> None:
