@@ -504,3 +504,30 @@ def test_browser_read_only_and_csrf(
     body = f"ids={dead_id}&csrf={cookie['value']}".encode()
     assert post(f"{ro.url}/deadletters/tasks/retry", body, headers) == 403
     assert r.xlen("tasks:deadletter") == 1
+
+
+def test_the_operator_role_is_enough(dash_app: App, r: redis.Redis, redis_url: str) -> None:
+    """The dashboard needs no Redis rights beyond ``taskq acl print --role operator``'s."""
+    from taskq.ops.acl import setuser_args
+
+    r.execute_command(*setuser_args("operator", ["tasks", "backlog"], password="pw"))
+    try:
+        r.acl_log_reset()
+        host_port = redis_url.split("//", 1)[1].split("/", 1)[0]
+        app = App(f"redis://taskq-operator:pw@{host_port}/0")
+        job = dashboard_tasks.show.apply_async((1,), countdown=3600)
+        dead_id, _ = add_deadletter(r, dash_app, "fragile", args=("d",))
+        add_deadletter(r, dash_app, "fragile", args=("e",))
+        dashboard_tasks.later.delay(1)
+        with TestClient(asgi(app)) as c:
+            for path in ("/", "/workers", f"/jobs/{job.id}", "/deadletters", "/periodic"):
+                assert c.get(path).status_code == 200, path
+            token = csrf_of(c.get(f"/deadletters/tasks/{dead_id}").text)
+            c.post("/deadletters/tasks/retry", data={"ids": dead_id, "csrf": token})
+            c.post(f"/cancel/{job.id}", data={"csrf": token})
+            c.post("/deadletters/tasks/purge", data={"csrf": token})
+        app.close()
+        assert r.acl_log() == []
+        assert job.status().state == "cancelled" and r.xlen("tasks:deadletter") == 0
+    finally:
+        r.acl_deluser("taskq-operator")
