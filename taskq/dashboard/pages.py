@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 from jinja2 import Environment, PackageLoader
 from starlette.concurrency import run_in_threadpool
@@ -104,7 +105,8 @@ async def workers_json(request: Request) -> Response:
 async def find_job(request: Request) -> Response:
     """The header's job box: straight to the job's page."""
     job_id = request.query_params.get("id", "").strip()
-    target = f"{base_path(request)}/jobs/{job_id}" if job_id else f"{base_path(request)}/"
+    base = base_path(request)
+    target = f"{base}/jobs/{quote(job_id, safe='')}" if job_id else f"{base}/"
     return RedirectResponse(target, status_code=303)
 
 

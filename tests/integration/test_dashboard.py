@@ -138,6 +138,8 @@ def test_every_page_answers(client: TestClient, dash_app: App, r: redis.Redis) -
         response = client.get(path)
         assert response.status_code == 200, (path, response.text[:500])
     assert "hourly_report" in client.get("/periodic").text
+    found = client.get("/jobs", params={"id": f" {job.id} "}, follow_redirects=False)
+    assert found.headers["location"] == f"/jobs/{job.id}"
     assert client.get("/?part=live").text.lstrip().startswith("<section")
 
 
