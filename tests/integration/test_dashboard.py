@@ -143,6 +143,19 @@ def test_every_page_answers(client: TestClient, dash_app: App, r: redis.Redis) -
     assert client.get("/?part=live").text.lstrip().startswith("<section")
 
 
+def test_a_workflow_page_lists_its_steps(client: TestClient) -> None:
+    from taskq.canvas import chain
+
+    flow = chain(dashboard_tasks.show.s(1), dashboard_tasks.show.s()).apply_async()
+    page = client.get(f"/jobs/{flow.id}")
+    assert page.status_code == 200 and "chain" in page.text
+    assert page.text.count('class="state') == 2 and "Cancel workflow" in page.text
+    assert [s["state"] for s in client.get(f"/api/jobs/{flow.id}").json()["steps"]] == [
+        "waiting",
+        "pending",
+    ]
+
+
 def test_a_job_without_record_is_seen_from_its_entry(client: TestClient, dash_app: App) -> None:
     dash_app.broker_for(["backlog"]).ensure_groups()  # as a worker does
     job = dashboard_tasks.later.delay(1)  # keeps no record
