@@ -20,7 +20,7 @@ DEAD_ID = re.compile(r"\d+-\d+")
 """A stream entry id, as dead-letter ids are."""
 
 
-SCAN_LIMIT = 1_000
+SCAN_LIMIT = 500
 """Entries one filtered page reads at most: a search never scans the whole stream at once
 (the page offers to go on from where it stopped)."""
 
