@@ -22,7 +22,7 @@ from taskq.dashboard import actions, pages
 from taskq.dashboard.pages import Settings, render
 from taskq.dashboard.security import LOGIN_COOKIE, Access
 from taskq.dashboard.views import NotFound, Source
-from taskq.errors import BrokerError, ConfigError
+from taskq.errors import BrokerError, BrokerUnavailable, ConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -112,7 +112,8 @@ async def _on_bad_input(request: Request, exc: Exception) -> Response:
 
 
 async def _on_broker(request: Request, exc: Exception) -> Response:
-    return _error_page(request, 503, "Redis unavailable", str(exc))
+    title = "Redis unavailable" if isinstance(exc, BrokerUnavailable) else "Redis refused"
+    return _error_page(request, 503, title, str(exc))
 
 
 async def _on_bug(request: Request, exc: Exception) -> Response:
