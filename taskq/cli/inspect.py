@@ -44,9 +44,7 @@ def _inspector(obj: Any, queues: str | None) -> Callable[[], Inspector]:
         except ConfigError as exc:
             raise click.BadParameter(str(exc), param_hint="-Q") from None
         return lambda: fixed
-    tasks = [app.get_task(name) for name in app.registered()]
-    names = [app.settings.queue, *(t.options.queue for t in tasks if t.options.queue)]
-    return Inspector(app.reader, names).widened
+    return lambda: Inspector.for_app(app)
 
 
 def _options(**given: Any) -> dict[str, Any]:

@@ -13,11 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from taskq.broker.reads import PendingRow, QueueSnapshot, Reader, StreamSnapshot, entry_ms
 from taskq.keys import RECOVER_CONSUMER, QueueKeys, worker_of
 from taskq.worker.record import ChildRecord, WorkerRecord
+
+if TYPE_CHECKING:
+    from taskq.app import App
 
 
 @dataclass(frozen=True)
@@ -196,6 +199,12 @@ class Inspector:
     def __init__(self, reader: Reader, queues: Sequence[str]) -> None:
         self.reader = reader
         self.queues = tuple(dict.fromkeys(queues))
+
+    @classmethod
+    def for_app(cls, app: App) -> Inspector:
+        """The app's queues plus those its workers serve: what ``taskq inspect`` shows without
+        ``-Q``, and what the dashboard shows."""
+        return cls(app.reader, app.queues()).widened()
 
     def widened(self) -> Inspector:
         """Also cover the queues that the workers registered on ``queues`` serve."""

@@ -126,7 +126,7 @@ class Pool:
         while not self.stopping or self.children or self.reclaimer.busy:
             self._tick()
             time.sleep(TICK_S)
-        self.maintenance.unregister()
+        self.maintenance.unregister(self._record())
         emit(self.app.middleware, "worker_stop")
         logger.info(
             "worker %s stopped (%s shutdown)", self.worker_id, "cold" if self.cold else "warm"
