@@ -14,6 +14,7 @@ import redis
 from taskq import App, JobCancelled
 from taskq.errors import ConfigError
 from taskq.limits import Rate
+from taskq.ops.inspect import Inspector
 from tests import tasks
 from tests.conftest import WorkerProcess, runs, wait_until
 
@@ -30,6 +31,11 @@ def _worker(start_worker: StartWorker, concurrency: int = 2) -> WorkerProcess:
 
 def _tagged(r: redis.Redis, tag: str) -> list[dict[str, Any]]:
     return [x for x in runs(r) if x.get("tag") == tag]
+
+
+def _held(app: App) -> int:
+    [q] = Inspector(app.reader, ["tasks"]).queue_stats()
+    return q.held
 
 
 def _most_in_a_window(times: list[float]) -> int:
@@ -132,8 +138,10 @@ def test_a_sigkilled_childs_slot_comes_back(
     for n in range(1, 4):  # only now: enqueued with job 0, one of them could win the slot
         tasks.exclusive.delay(n)
     wait_until(lambda: r.zcard("tasks:held:tests.tasks.exclusive") == 3, 10, message="waiters")
+    assert _held(task_app) == 3  # out of every stream, but inspect shows them
     os.kill(pid, signal.SIGKILL)
     wait_until(lambda: {x["n"] for x in _exclusive(r)} == {0, 1, 2, 3}, 30, message="all four")
+    assert _held(task_app) == 0
     runs_ = _exclusive(r)
     assert [x["attempt"] for x in runs_ if x["n"] == 0] == [2]  # the killed run counted
     assert all(a["end"] <= b["start"] for a, b in itertools.pairwise(runs_))
@@ -158,8 +166,10 @@ def test_a_job_waiting_for_a_slot_can_be_cancelled(
     held = "tasks:held:tests.tasks.exclusive_stored"
     wait_until(lambda: r.zcard(held) == 1, 20, message="the second job to wait for the slot")
     assert second.status().state == "waiting"
+    assert _held(task_app) == 1
     assert second.cancel() == "cancelled"
     assert r.zcard(held) == 0
+    assert _held(task_app) == 0
     assert first.result(timeout=20) == 1
     with pytest.raises(JobCancelled):
         second.result(timeout=1)
