@@ -73,6 +73,21 @@ def test_other_tasks_flow_past_a_limited_backlog(
     wait_until(lambda: len(_tagged(r, "limited")) == 20, 30, message="the limited backlog")
 
 
+def test_a_limited_backlog_is_deferred_a_batch_at_a_time(
+    task_app: App, r: redis.Redis, start_worker: StartWorker
+) -> None:
+    tasks.limited.map(range(300))  # 5/s: all but the first wait for later slots
+    r.config_resetstat()
+    _worker(start_worker, concurrency=1)
+    wait_until(lambda: r.zcard("tasks:schedule") >= 290, 30, message="the backlog deferred")
+    # limit.lua runs one ZREMRANGEBYSCORE per call (the heartbeat's the only other one): a
+    # call per batch of deferrals, not one per job.
+    calls = r.info("commandstats")["cmdstat_zremrangebyscore"]["calls"]
+    assert calls < 60, calls
+    assert r.xlen("tasks:normal") <= 10  # they left the stream
+    assert len(set(r.zrange("tasks:schedule", 0, -1))) == r.zcard("tasks:schedule")
+
+
 def test_a_limit_per_key(task_app: App, r: redis.Redis, start_worker: StartWorker) -> None:
     for n in range(5):
         tasks.per_customer.delay("a", n)
