@@ -76,6 +76,9 @@ class QueueStats:
     """Jobs not started before their ``expires`` time, since the queue began."""
     cancelled: int = 0
     """Jobs cancelled, since the queue began."""
+    held: int = 0
+    """Jobs of concurrency-limited tasks waiting for a slot: out of their stream (so not in
+    ``waiting``) until a running job's end frees one."""
 
 
 @dataclass(frozen=True)
@@ -322,6 +325,7 @@ def _queue(q: QueueSnapshot, oldest: dict[str, str]) -> QueueStats:
         sum(s.retrying for s in streams),
         q.expired,
         q.cancelled,
+        q.held,
     )
 
 

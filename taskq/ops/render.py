@@ -67,7 +67,10 @@ def render_queues(queues: Sequence[QueueStats]) -> list[str]:
         ended = (
             f", {q.expired} expired, {q.cancelled} cancelled" if q.expired or q.cancelled else ""
         )
-        line = f"{q.queue}: {q.scheduled} scheduled{when}{retry}, {q.dead} dead-lettered{ended}"
+        held = f", {q.held} held for a concurrency slot" if q.held else ""
+        line = (
+            f"{q.queue}: {q.scheduled} scheduled{when}{retry}{held}, {q.dead} dead-lettered{ended}"
+        )
         lines.append(line)
     return lines
 

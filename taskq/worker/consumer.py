@@ -105,6 +105,10 @@ class Consumer:
         self._acks_since_trim = 0
         self._trimmed_at = time.monotonic()
         self._dirty: set[str] = set()
+        self._ahead: dict[tuple[str, str], Prepared] = {}
+        """Jobs of the current batch decoded ahead of their turn (for a batched limit call)."""
+        self._settled: set[tuple[str, str]] = set()
+        """Jobs of the current batch that such a call deferred (or found lost) already."""
 
     # -- signals -------------------------------------------------------------------------
 
@@ -152,8 +156,10 @@ class Consumer:
                 if self.stopping:
                     self._hand_back_rest(batch[i:])
                     break
-                if not self._process(d):
+                if not self._process(d, batch[i + 1 :]):
                     break  # the master revoked the rest of the batch and hands it back
+            self._ahead.clear()
+            self._settled.clear()
             self._check_limits()
         if self.finisher.acks:
             self._outages.call(lambda: self._fetch(0))
@@ -249,15 +255,19 @@ class Consumer:
             self._hand_back(batch[count:])
         return batch[:count]
 
-    def _process(self, d: Delivery) -> bool:
-        """Run and record one delivery; False if the rest of the batch was revoked."""
-        prepared = self.executor.prepare(d)
+    def _process(self, d: Delivery, rest: list[Delivery]) -> bool:
+        """Run and record one delivery (``rest``: the batch after it); False if the rest of
+        the batch was revoked."""
+        where = (d.stream, d.entry_id)
+        if where in self._settled:  # deferred ahead of its turn, with a job before it
+            return self.slot is None or self.slot.claim_next()
+        prepared = self._ahead.pop(where, None) or self.executor.prepare(d)
         if isinstance(prepared, Outcome):
             if self.slot is not None and not self.slot.claim_next():
                 return False
             outcome = prepared
         else:
-            if not self._limits_allow(prepared):
+            if not self._limits_allow(prepared, rest):
                 return self.slot is None or self.slot.claim_next()  # deferred, or lost
             if self.slot is not None:
                 index = self.broker.stream_position[d.stream]
@@ -272,13 +282,35 @@ class Consumer:
         self._done += 1
         return True
 
-    def _limits_allow(self, p: Prepared) -> bool:
+    def _limits_allow(self, p: Prepared, rest: list[Delivery]) -> bool:
         """A job of a limited task may start: it got its start slot and its running slot
-        (else it now waits for them, out of its stream)."""
+        (else it now waits for them, out of its stream). The jobs of the same rate limit
+        right behind it in the batch are admitted or deferred in the same call."""
         o = p.task.options
-        if o.rate_limit is not None and not self.limiter.admitted(p, self._outages.call):
-            return False
-        return o.concurrency_limit is None or self.limiter.took_slot(p, self._outages.call)
+        if o.rate_limit is None and o.concurrency_limit is None:
+            return True
+        asked = time.monotonic()
+        allowed = True
+        if o.rate_limit is not None:
+            allowed, settled = self.limiter.admitted(p, self._outages.call, self._next(p, rest))
+            self._settled.update((q.delivery.stream, q.delivery.entry_id) for q in settled)
+        if allowed and o.concurrency_limit is not None:
+            allowed = self.limiter.took_slot(p, self._outages.call)
+        if not allowed:  # a deferral is short work: it sizes the next batch as a short job
+            self._pace((time.monotonic() - asked) * 1000)
+        return allowed
+
+    def _next(self, p: Prepared, rest: list[Delivery]) -> list[Prepared]:
+        """The jobs of ``p``'s task right behind it in the batch, decoded (and kept for
+        their turn)."""
+        out = []
+        for d in rest:
+            q = self._ahead.get((d.stream, d.entry_id)) or self.executor.prepare(d)
+            if isinstance(q, Outcome) or q.msg.task != p.msg.task:
+                break
+            self._ahead[(d.stream, d.entry_id)] = q
+            out.append(q)
+        return out
 
     def _pace(self, ms: float) -> None:
         """Fold one job's duration into the pace that sizes the next batch."""
