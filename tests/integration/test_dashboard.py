@@ -413,7 +413,7 @@ def test_browser_overview_matches_inspect_and_updates_live(
     truth = {q["queue"]: q for q in inspect_json(redis_url)["queues"]}
     for queue in ("tasks", "backlog"):
         shown = figures(browser, queue)
-        for name in ("waiting", "pending", "retrying", "scheduled", "dead", "expired"):
+        for name in ("waiting", "pending", "retrying", "scheduled", "held", "dead", "expired"):
             assert shown["tiles"][name] == truth[queue][name], (queue, name)
         for s in truth[queue]["streams"]:
             row = shown["rows"][s["priority"]]
