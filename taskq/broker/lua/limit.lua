@@ -1,28 +1,33 @@
 -- Admit jobs of a rate-limited task, or defer them, in one step: one job, or the run of a
 -- batch's jobs that share the task's limit and stream (taken in their order, so a backlog of
--- deferrals costs one call per batch, not one per job). The limit is a sliding window: at
--- most N starts in any W ms, kept as a sorted set of start slots (member: job id and
--- attempt, score: the slot's time), handed out in order and at least W/N apart, so a backlog
--- starts evenly rather than in bursts of N. A job over the limit gets the first free slot in
--- the future and waits for it in the schedule, out of its stream (so it blocks nobody behind
--- it), without using an attempt; back at its time, it holds its slot. Slots are W/N apart,
--- so of the jobs one call sees at most the first is admitted by a free slot; the others that
--- are admitted are jobs back at their slots.
+-- deferrals costs one call per batch, not one per job).
+-- The limit is a sliding window: at most N starts in any W ms, kept as a sorted set of start
+-- slots (member: job id and attempt, score: the slot's time). A job over the limit gets the
+-- first free slot in the future (at least W/N after the latest, so a backlog starts evenly
+-- rather than in bursts of N) and waits for it in the schedule, out of its stream (so it
+-- blocks nobody behind it), without using an attempt.
+-- Every start is checked against the window, a job back at its slot too: it counts at its
+-- slot if it is back within one spacing (W/N) of it, else at now, and starts only if fewer
+-- than N others count in the W ms up to then. A job that comes back late (its promotion
+-- waited behind a backlog, its worker stalled) therefore cannot start in a burst with the
+-- jobs after it: whichever would make N + 1 takes a new slot. Starts are exact on Redis's
+-- clock to within one spacing.
 -- KEYS: the limit's sorted set, stream, schedule, due key, then the jobs' records.
 -- ARGV: group, owner, N, W ms, record ttl ms, then per job: entry id, slot member, schedule
 --       member, index in KEYS of its record (0: none).
 -- Returns per job 1 (run it now), 2 (deferred), or 0 (the entry is no longer the owner's).
 local now = now_ms()
 local key, n, window = KEYS[1], tonumber(ARGV[3]), tonumber(ARGV[4])
+local spacing = window / n
 redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
-local out, deferred, first, latest = {}, {}, nil, nil
+local out, deferred, first, added = {}, {}, nil, false
 
--- The slot of a job not holding one: after the latest slot by W/N, and after the N-th latest
+-- The slot of a job new to the limit: after the latest slot by W/N, and after the N-th latest
 -- by W (the window then holds N); now if both are past.
 local function next_slot()
   local slot = now
   local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-  if last[2] then slot = math.max(slot, tonumber(last[2]) + window / n) end
+  if last[2] then slot = math.max(slot, tonumber(last[2]) + spacing) end
   if redis.call('ZCARD', key) >= n then
     local nth = redis.call('ZRANGE', key, -n, -n, 'WITHSCORES')
     slot = math.max(slot, tonumber(nth[2]) + window)
@@ -30,33 +35,59 @@ local function next_slot()
   return slot
 end
 
+-- The slot of a job back at (or after) its slot `held`: the time it counts at if the window
+-- up to then has room, else the first free place from when the window's oldest start leaves
+-- it (apart from other slots: late jobs that wait again must not come back together).
+local function slot_back(member, held)
+  local at = held >= now - spacing and held or now
+  redis.call('ZREM', key, member)
+  if redis.call('ZCOUNT', key, '(' .. (at - window), at) < n then return at, true end
+  local oldest = redis.call('ZRANGEBYSCORE', key, '(' .. (at - window), at, 'WITHSCORES',
+    'LIMIT', 0, 1)
+  local slot = math.max(now + 1, tonumber(oldest[2]) + window)
+  for _ = 1, 8 do  -- a free place near the first room, not on top of another job's slot
+    if redis.call('ZCOUNT', key, slot - spacing / 2, slot + spacing / 2) == 0 then
+      return slot, false
+    end
+    slot = slot + spacing
+  end
+  return next_slot(), false  -- the backlog's slots are packed there: after them
+end
+
 for a = 6, #ARGV, 4 do
   local entry, member = ARGV[a], ARGV[a + 1]
+  local held, slot, admit = tonumber(redis.call('ZSCORE', key, member)), nil, nil
+  if held then
+    slot, admit = slot_back(member, held)
+  else
+    slot = next_slot()
+    admit = slot <= now
+  end
   local verdict = 1
-  if not redis.call('ZSCORE', key, member) then  -- held: back at (or after) its slot
-    local slot = next_slot()
-    if slot > now and not owned(KEYS[2], ARGV[1], entry, ARGV[2]) then
-      verdict = 0
-    else
-      redis.call('ZADD', key, slot, member)
-      latest = math.max(latest or slot, slot)
-      if slot > now then
-        verdict = 2
-        redis.call('ZADD', KEYS[3], slot, ARGV[a + 2])
-        deferred[#deferred + 1] = entry
-        first = first or slot
-        local rec = tonumber(ARGV[a + 3])
-        if rec > 0 then
-          redis.call('HSET', KEYS[rec], 'state', 'scheduled', 'due_ms', slot)
-          redis.call('HDEL', KEYS[rec], 'worker', 'started_ms')
-          redis.call('PEXPIRE', KEYS[rec], slot - now + tonumber(ARGV[5]))
-        end
+  if not admit and not owned(KEYS[2], ARGV[1], entry, ARGV[2]) then
+    verdict = 0
+  else
+    redis.call('ZADD', key, slot, member)
+    added = true
+    if not admit then
+      verdict = 2
+      redis.call('ZADD', KEYS[3], slot, ARGV[a + 2])
+      deferred[#deferred + 1] = entry
+      first = math.min(first or slot, slot)
+      local rec = tonumber(ARGV[a + 3])
+      if rec > 0 then
+        redis.call('HSET', KEYS[rec], 'state', 'scheduled', 'due_ms', slot)
+        redis.call('HDEL', KEYS[rec], 'worker', 'started_ms')
+        redis.call('PEXPIRE', KEYS[rec], slot - now + tonumber(ARGV[5]))
       end
     end
   end
   out[#out + 1] = verdict
 end
-if latest then redis.call('PEXPIRE', key, latest - now + window) end
+if added then  -- the set lives until its latest slot has left the window
+  local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  redis.call('PEXPIRE', key, math.ceil(tonumber(last[2]) - now + window))
+end
 if first then
   lower_due(KEYS[4], first)
   redis.call('XACK', KEYS[2], ARGV[1], unpack(deferred))
