@@ -290,14 +290,14 @@ class Consumer:
         if o.rate_limit is None and o.concurrency_limit is None:
             return True
         asked = time.monotonic()
-        allowed = True
+        allowed, settled = True, list[Prepared]()
         if o.rate_limit is not None:
             allowed, settled = self.limiter.admitted(p, self._outages.call, self._next(p, rest))
             self._settled.update((q.delivery.stream, q.delivery.entry_id) for q in settled)
         if allowed and o.concurrency_limit is not None:
             allowed = self.limiter.took_slot(p, self._outages.call)
-        if not allowed:  # a deferral is short work: it sizes the next batch as a short job
-            self._pace((time.monotonic() - asked) * 1000)
+        if not allowed:  # deferrals are short work: they size the next batch as short jobs
+            self._pace((time.monotonic() - asked) * 1000 / (1 + len(settled)))
         return allowed
 
     def _next(self, p: Prepared, rest: list[Delivery]) -> list[Prepared]:
