@@ -181,7 +181,8 @@ class AsyncRunner:
         if c.slot is not None:
             msg = prepared.msg
             index = c.broker.stream_position[d.stream]
-            c.slot.start(index, d.entry_id, msg.task, msg.id, prepared.hard_limit_s, at=at)
+            hard_s, recorded = prepared.hard_limit_s, d.record_id is not None
+            c.slot.start(index, d.entry_id, msg.task, msg.id, hard_s, at=at, recorded=recorded)
         loop = self._loop
         assert loop is not None
         run.task = loop.create_task(self._job(run))

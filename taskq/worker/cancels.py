@@ -101,7 +101,7 @@ class Canceller:
             (i, pid, job)
             for i, pid, view in busy
             for job in view.running
-            if job.job_id and (i, job.seq) not in self._interrupted
+            if job.recorded and job.job_id and (i, job.seq) not in self._interrupted
         ]
         if not tracked:
             return

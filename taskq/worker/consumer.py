@@ -286,7 +286,10 @@ class Consumer:
             if self.slot is not None:
                 index = self.broker.stream_position[d.stream]
                 msg = prepared.msg
-                if not self.slot.start(index, d.entry_id, msg.task, msg.id, prepared.hard_limit_s):
+                hard_s, recorded = prepared.hard_limit_s, d.record_id is not None
+                if not self.slot.start(
+                    index, d.entry_id, msg.task, msg.id, hard_s, recorded=recorded
+                ):
                     return False
             outcome = self._run(prepared)
             self._pace(outcome.duration_s * 1000)

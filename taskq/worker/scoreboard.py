@@ -34,7 +34,10 @@ from taskq.worker.outcome import COUNTED, COUNTERS, JobCounts
 
 _JOB = struct.Struct("<qddqdq48s160s64s")
 """seq, started (wall s), started (monotonic s), stream index, hard deadline (monotonic s),
-cancel requested (0/1), entry id, task, job id."""
+flags (CANCEL, RECORDED), entry id, task, job id."""
+CANCEL, RECORDED = 1, 2
+"""Flags of a job entry: the master asked for the job to be interrupted; the job keeps a
+status record (only those can be cancelled, so the master checks only those)."""
 _COUNTS = struct.Struct("<qqqq")  # processed, failed, retried, dead
 _PID = struct.Struct("<q")
 _BATCH = struct.Struct("<qqqq")  # batch number, length, next to start, revoked (0/1)
@@ -71,6 +74,7 @@ class Running(NamedTuple):
         at: the entry's index in the slot.
         seq: the slot's job number when it started; tells one job from the next.
         cancel: the master asked the child to interrupt it (``cancel(terminate=True)``).
+        recorded: the job keeps a status record (it can be cancelled).
     """
 
     at: int
@@ -83,6 +87,7 @@ class Running(NamedTuple):
     task: str
     job_id: str
     cancel: bool = False
+    recorded: bool = True
 
 
 class SlotView(NamedTuple):
@@ -196,11 +201,10 @@ class Scoreboard:
             (started,) = _STARTED.unpack_from(mem, where + _SEQ.size)
             if started <= 0:  # idle entry: skip decoding its text fields
                 continue
-            seq, started, mono, stream, hard, cancel, entry, task, job = _JOB.unpack_from(
-                mem, where
-            )
+            seq, started, mono, stream, hard, flags, entry, task, job = _JOB.unpack_from(mem, where)
             text = _text(entry), _text(task), _text(job)
-            found.append(Running(at, seq, started, mono, stream, hard, *text, bool(cancel)))
+            marks = bool(flags & CANCEL), bool(flags & RECORDED)
+            found.append(Running(at, seq, started, mono, stream, hard, *text, *marks))
         found.sort(key=lambda j: j.seq)
         return tuple(found), last_seq
 
@@ -211,7 +215,7 @@ class Scoreboard:
         now = _JOB.unpack_from(self._mem, where)
         if now[0] != seq or now[1] <= 0:
             return False
-        _JOB.pack_into(self._mem, where, *now[:5], 1, *now[6:])
+        _JOB.pack_into(self._mem, where, *now[:5], now[5] | CANCEL, *now[6:])
         return True
 
     def revoke_rest(self, index: int, seen: SlotView) -> list[tuple[int, str]]:
@@ -296,9 +300,10 @@ class Slot:
         hard_s: float | None,
         *,
         at: int = 0,
+        recorded: bool = True,
     ) -> bool:
         """Mark a job started in entry ``at``, unless the rest of the batch was revoked (then
-        False: skip it).
+        False: skip it). ``recorded``: the job keeps a status record.
 
         A job that is not in a listed batch (fixed prefetch, async, in-process) always starts.
         """
@@ -318,7 +323,7 @@ class Slot:
                 mono,
                 stream_index,
                 mono + hard_s if hard_s else 0.0,
-                0,
+                RECORDED if recorded else 0,
                 entry_id.encode(),
                 _clip(task, 160),
                 _clip(job_id, 64),
@@ -333,7 +338,7 @@ class Slot:
     def cancel_requested(self, at: int) -> bool:
         """Whether the master flagged the job in entry ``at`` to be interrupted."""
         where = self._base + _JOBS_AT + at * _JOB.size
-        return bool(_JOB.unpack_from(self._mem, where)[5])
+        return bool(_JOB.unpack_from(self._mem, where)[5] & CANCEL)
 
     def _advance(self) -> bool:
         batch_no, length, nxt, revoked = _BATCH.unpack_from(self._mem, self._base + _BATCH_AT)

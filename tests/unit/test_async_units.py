@@ -78,9 +78,11 @@ def test_one_slot_holds_a_running_entry_per_coroutine() -> None:
     assert board.slot_size == slot_size(50) and board.slot_size % 4096 == 0
     slot = board.slot(1)
     for at in range(3):
-        slot.start(0, f"{at}-0", "t", f"job{at}", 5.0 if at == 1 else None, at=at)
+        hard_s = 5.0 if at == 1 else None
+        slot.start(0, f"{at}-0", "t", f"job{at}", hard_s, at=at, recorded=at != 2)
     view = board.read(1)
     assert [j.job_id for j in view.running] == ["job0", "job1", "job2"]
+    assert [j.recorded for j in view.running] == [True, True, False]
     assert view.busy and view.job_id == "job0"  # the oldest
     assert [j.hard_deadline > 0 for j in view.running] == [False, True, False]
     slot.finish("ok", at=0)
@@ -91,6 +93,7 @@ def test_one_slot_holds_a_running_entry_per_coroutine() -> None:
     second = view.running[0]
     assert board.request_cancel(1, second.at, second.seq)
     assert slot.cancel_requested(1) and not slot.cancel_requested(2)
+    assert board.read(1).running[0].cancel and board.read(1).running[0].recorded
     assert not board.request_cancel(1, 0, second.seq)  # entry 0 is idle
     slot.finish("retry", at=1)
     slot.finish("ok", at=2)
