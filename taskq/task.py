@@ -172,9 +172,19 @@ class Task(Generic[P, R]):
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         """Run inline, as attempt 1 of a job of its own (so ``current_job()`` works)."""
         msg = Message(self.name, args, kwargs, new_job_id(), self.options.queue or "")
-        token = set_current(JobContext.of(msg, 1, 1, None))
+        job = JobContext.of(msg, 1, 1, None)
+        if self.is_async:  # the job is current while the coroutine runs, not while it is made
+            return self._inline(job, args, kwargs)  # type: ignore[return-value]
+        token = set_current(job)
         try:
             return self.run(args, kwargs)
+        finally:
+            reset_current(token)
+
+    async def _inline(self, job: JobContext, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        token = set_current(job)
+        try:
+            return await self.run(args, kwargs)  # type: ignore[misc]
         finally:
             reset_current(token)
 

@@ -109,3 +109,11 @@ def sync_sleep(seconds: float, tag: str = "") -> None:
 @app.task(store_result=True)
 def sync_add(a: int, b: int) -> int:
     return a + b
+
+
+@app.task(concurrency_limit=2)
+async def limited(seconds: float, tag: str = "") -> None:
+    """At most two run at once across the fleet (the task's concurrency_limit)."""
+    start = time.time()
+    await asyncio.sleep(seconds)
+    record(tag=tag, start=start, end=time.time())

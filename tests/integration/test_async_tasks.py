@@ -231,3 +231,15 @@ def test_cancel_terminate_stops_one_coroutine_only(
     wait_until(lambda: [x["tag"] for x in runs(r)] == ["bystander"], message="bystander ends")
     assert _children(w) == [child]  # the same child: only the coroutine was stopped
     assert "cancelled: interrupting it" in w.output()
+
+
+def test_a_concurrency_limit_holds_for_async_jobs(
+    start_worker: StartWorker, r: redis.Redis, aapp: App
+) -> None:
+    for i in range(6):
+        async_tasks.limited.delay(0.4, tag=str(i))
+    start_worker("-A", APP, "-c", "1", "--async-concurrency", "10")
+    wait_until(lambda: len(runs(r)) == 6, timeout_s=15, message="all six to run")
+    spans = [(x["start"], x["end"]) for x in runs(r)]
+    most = max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans)
+    assert most == 2  # two at a time: neither one (no concurrency) nor more (no limit)

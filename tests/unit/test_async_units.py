@@ -118,6 +118,19 @@ def test_eager_mode_runs_an_async_task_to_its_end() -> None:
     assert asyncio.run(from_a_loop()) == [6, True]
 
 
+def test_an_async_task_called_inline_sees_its_job_while_it_runs() -> None:
+    app = App()
+
+    @app.task
+    async def who() -> str | None:
+        await asyncio.sleep(0)
+        job = current_job()
+        return job.task if job else None
+
+    assert asyncio.run(who()) == who.name
+    assert current_job() is None
+
+
 def test_around_async_job_hooks_wrap_the_run_in_order() -> None:
     calls: list[str] = []
 
