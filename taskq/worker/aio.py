@@ -117,8 +117,10 @@ class AsyncRunner:
                 if c.stopping:
                     c._hand_back(batch[i:])
                     break
-                if not await self._start(d):
-                    c._hand_back(batch[i + 1 :])  # a sync job ran: the rest waited behind it
+                sync = self._start(d)
+                if sync is not None:
+                    c._hand_back(batch[i + 1 :])  # they would wait behind the sync job
+                    await self._run_sync(d, sync)
                     break
             c._check_limits()
             self._show(force=not self.running)
@@ -159,23 +161,19 @@ class AsyncRunner:
 
     # -- one job -------------------------------------------------------------------------
 
-    async def _start(self, d: Delivery) -> bool:
-        """Start one job; False if it was a sync job, run to its end (the jobs fetched with
-        it are then handed back: they would have waited behind it)."""
+    def _start(self, d: Delivery) -> Prepared | None:
+        """Start one async job (or record a delivery that cannot run); a sync job is
+        returned instead, for :meth:`_run_sync`."""
         c = self.consumer
         prepared = c.executor.prepare(d)
         if isinstance(prepared, Outcome):
             c._record(prepared)
-            return True
+            return None
         if not prepared.task.is_async:
-            await self._drain()  # a sync job runs alone, as in a sync child
-            self._show(force=True)
-            c._process(d, prepared)
-            self._after_sync = True
-            return False
+            return prepared
         self._after_sync = False
         if not c._limits_allow(prepared):
-            return True  # deferred, or waiting for a running slot
+            return None  # deferred, or waiting for a running slot
         at = self._free.pop()
         run = _Run(at, prepared)
         if c.slot is not None:
@@ -191,7 +189,14 @@ class AsyncRunner:
             run.timer = loop.call_later(soft_s, self._soft_limit, run)
         self.running[at] = run
         self._poll_s = POLL_MIN_S
-        return True
+        return None
+
+    async def _run_sync(self, d: Delivery, prepared: Prepared) -> None:
+        """A sync job runs alone, as in a sync child: once the coroutines have finished."""
+        await self._drain()
+        self._show(force=True)
+        self.consumer._process(d, prepared)
+        self._after_sync = True
 
     def _soft_limit(self, run: _Run) -> None:
         if run.begun and run.task is not None:

@@ -243,3 +243,17 @@ def test_a_concurrency_limit_holds_for_async_jobs(
     spans = [(x["start"], x["end"]) for x in runs(r)]
     most = max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans)
     assert most == 2  # two at a time: neither one (no concurrency) nor more (no limit)
+
+
+def test_jobs_fetched_behind_a_sync_job_go_back_at_once_for_another_child(
+    start_worker: StartWorker, r: redis.Redis, aapp: App
+) -> None:
+    # Given: a 2 s sync job first in the queue, then four short naps, and two children.
+    async_tasks.sync_sleep.delay(2.0, tag="sync")
+    for i in range(4):
+        async_tasks.nap.delay(0.2, tag=f"a{i}")
+    start_worker("-A", APP, "-c", "2")
+    # Then: the naps do not wait for the sync job (whichever child fetched them with it).
+    wait_until(lambda: len(runs(r)) == 5, timeout_s=15, message="all five to run")
+    ended = {x["tag"]: x["t"] for x in runs(r)}
+    assert all(ended[f"a{i}"] < ended["sync"] - 1.0 for i in range(4)), ended
