@@ -11,7 +11,7 @@ import time
 import msgpack
 import redis
 
-from taskq import App, SoftTimeLimitExceeded, current_job
+from taskq import App, Retry, SoftTimeLimitExceeded, current_job
 
 app = App()  # configured by TASKQ_* variables set by the test fixtures
 _client: redis.Redis | None = None
@@ -117,3 +117,13 @@ async def limited(seconds: float, tag: str = "") -> None:
     start = time.time()
     await asyncio.sleep(seconds)
     record(tag=tag, start=start, end=time.time())
+
+
+@app.task(store_result=True, max_retries=3)
+async def retries_once(value: int) -> int:
+    """Asks for a retry on its first attempt (``Retry(countdown=...)``), then succeeds."""
+    job = current_job()
+    await asyncio.sleep(0.01)
+    if job is not None and job.attempt == 1:
+        raise Retry(countdown=0.2, reason="not yet")
+    return value * 10

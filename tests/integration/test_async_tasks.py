@@ -257,3 +257,13 @@ def test_jobs_fetched_behind_a_sync_job_go_back_at_once_for_another_child(
     wait_until(lambda: len(runs(r)) == 5, timeout_s=15, message="all five to run")
     ended = {x["tag"]: x["t"] for x in runs(r)}
     assert all(ended[f"a{i}"] < ended["sync"] - 1.0 for i in range(4)), ended
+
+
+def test_retry_from_an_async_task_runs_it_again_after_its_countdown(
+    start_worker: StartWorker, r: redis.Redis, aapp: App
+) -> None:
+    job = async_tasks.retries_once.delay(4)
+    start_worker("-A", APP, "-c", "1")
+    assert job.result(timeout=10) == 40
+    status = job.status()
+    assert status.attempts == 2 and [e.error_type for e in status.errors] == ["Retry"]
