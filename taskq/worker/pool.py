@@ -353,6 +353,7 @@ class Pool:
                 self._stream_name(v),
                 v.entry_id,
                 int((now - v.started_mono) * 1000),
+                len(v.running),
             )
             for c, v in zip(self.children.values(), views, strict=True)
         )

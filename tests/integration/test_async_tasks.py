@@ -12,6 +12,7 @@ import pytest
 import redis
 
 from taskq import App
+from taskq.worker.record import ChildRecord, WorkerRecord
 from tests import async_tasks
 from tests.conftest import WorkerProcess, runs, wait_until
 
@@ -38,6 +39,15 @@ def _children(worker: WorkerProcess) -> list[int]:
 def _title(pid: int) -> str:
     with open(f"/proc/{pid}/cmdline", "rb") as f:
         return f.read().replace(b"\0", b" ").decode().strip()
+
+
+def _children_record(r: redis.Redis) -> tuple[ChildRecord, ...]:
+    """The children in the (one) worker's heartbeat record."""
+    ids = r.zrange("tasks:workers", 0, -1)
+    if not ids:
+        return ()
+    raw = r.hgetall(f"tasks:worker:{ids[0].decode()}")
+    return WorkerRecord.from_fields({k.decode(): v.decode() for k, v in raw.items()}).children
 
 
 def _pending(r: redis.Redis, stream: str = "tasks:normal") -> int:
@@ -77,6 +87,9 @@ def test_a_child_holds_no_more_jobs_than_it_can_start(
     assert _pending(r) == 5
     (child,) = wait_until(lambda: _children(w), message="the child")
     wait_until(lambda: "running 5/5 async jobs" in _title(child), message="the title")
+    # The heartbeat record says how many it runs (and names the oldest).
+    wait_until(lambda: _children_record(r) and _children_record(r)[0].jobs == 5, message="jobs")
+    assert _children_record(r)[0].task == "tests.async_tasks.nap"
     wait_until(lambda: len(runs(r)) == 12, timeout_s=15, message="all to end")
     assert r.llen("started") == 12
 
