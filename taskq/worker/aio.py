@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from typing import TYPE_CHECKING
 
@@ -88,7 +89,21 @@ class AsyncRunner:
     # -- lifecycle -----------------------------------------------------------------------
 
     def run(self) -> None:
-        """Serve until the consumer stops; running coroutines finish first."""
+        """Serve until the consumer stops; running coroutines finish first.
+
+        Called where an event loop already runs (``drain()`` in an async test), it serves
+        from a thread of its own meanwhile: a thread can run only one loop at a time.
+        """
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            self._run_loop()
+            return
+        thread = threading.Thread(target=self._run_loop, name="taskq-async-runner")
+        thread.start()
+        thread.join()
+
+    def _run_loop(self) -> None:
         loop = self._loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
         self.consumer.on_cancel_signal = self._cancel_signalled

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import time
@@ -11,7 +12,8 @@ import msgpack
 import pytest
 import redis
 
-from taskq import App
+from taskq import App, current_job
+from taskq.testing import drain
 from taskq.worker.record import ChildRecord, WorkerRecord
 from tests import async_tasks
 from tests.conftest import WorkerProcess, runs, wait_until
@@ -279,3 +281,24 @@ def test_retry_from_an_async_task_runs_it_again_after_its_countdown(
     assert job.result(timeout=10) == 40
     status = job.status()
     assert status.attempts == 2 and [e.error_type for e in status.errors] == ["Retry"]
+
+
+def test_drain_runs_async_tasks_in_process_also_from_a_running_loop(
+    make_app: Callable[..., App],
+) -> None:
+    app = make_app()
+    seen: list[str | None] = []
+
+    @app.task(name="inproc.anap")
+    async def anap(i: int) -> None:
+        await asyncio.sleep(0.01)
+        job = current_job()
+        seen.append(job.id if job else None)
+
+    async def test_body() -> int:  # as an async test (pytest-asyncio, anyio) would call it
+        jobs = [await anap.adelay(i) for i in range(3)]
+        assert drain(app).ok == 3
+        await app.aclose()
+        return len({j.id for j in jobs} & set(seen))
+
+    assert asyncio.run(test_body()) == 3
