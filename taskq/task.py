@@ -203,6 +203,10 @@ class Task(Generic[P, R]):
         try:
             asyncio.get_running_loop()
         except RuntimeError:
+            running = False
+        else:
+            running = True
+        if not running:  # (not inside the except: the task's errors would chain to it)
             return asyncio.run(value)
         ctx = contextvars.copy_context()  # current_job() travels to the thread
         with concurrent.futures.ThreadPoolExecutor(1) as pool:

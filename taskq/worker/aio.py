@@ -94,9 +94,7 @@ class AsyncRunner:
         Called where an event loop already runs (``drain()`` in an async test), it serves
         from a thread of its own meanwhile: a thread can run only one loop at a time.
         """
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
+        if not _loop_running():  # (not inside the except: jobs' errors would chain to it)
             self._run_loop()
             return
         thread = threading.Thread(target=self._run_loop, name="taskq-async-runner")
@@ -279,3 +277,11 @@ class AsyncRunner:
         if title != self._title:
             self._title = title
             self.consumer.set_title(title)
+
+
+def _loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True

@@ -160,3 +160,15 @@ def test_around_async_job_hooks_wrap_the_run_in_order() -> None:
     outcome = asyncio.run(arun_around([Named("a"), Broken(), Named("b")], job, run))
     assert outcome.kind == OK
     assert calls == ["a in", "b in", "run", "b out", "a out"]
+
+
+def test_an_eager_async_task_raises_its_own_error_unchained() -> None:
+    app = App(eager=True)
+
+    @app.task
+    async def boom() -> None:
+        raise KeyError("mine")
+
+    with pytest.raises(KeyError) as caught:
+        boom.delay()
+    assert caught.value.__context__ is None  # no taskq internals chained to it
