@@ -94,6 +94,8 @@ class ChildState:
     entry_id: str | None
     started_ms: int | None
     running_ms: int | None
+    jobs: int = 0
+    """Jobs it runs: several for a child of async jobs (the fields above: its oldest)."""
 
 
 @dataclass(frozen=True)
@@ -371,6 +373,7 @@ def _child(c: ChildRecord, heartbeat_ms: int, now: int) -> ChildState:
         entry_id=c.entry_id,
         started_ms=started,
         running_ms=max(0, now - started) if started is not None else None,
+        jobs=c.jobs,
     )
 
 

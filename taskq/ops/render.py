@@ -153,6 +153,8 @@ def render_workers(workers: Sequence[WorkerState]) -> list[str]:
         ]
         for c in w.children:
             doing = f"{c.task} job {c.job_id} for {fmt_ms(c.running_ms)}" if c.task else "idle"
+            if c.jobs > 1:
+                doing += f" (oldest of {c.jobs} async jobs)"
             lines.append(f"    #{c.index} pid {c.pid}: {doing}")
     return lines
 

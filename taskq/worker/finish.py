@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from taskq.broker import Broker, Delivery
 from taskq.broker.records import Records
@@ -134,17 +134,20 @@ class Finisher:
             self.broker.requeue(d, task=prepared.msg.task, body=body, owner=owner)
 
     def recover_exited(
-        self, consumer: str, running: tuple[str, str] | None, cause: str
+        self, consumer: str, running: Collection[tuple[str, str]], cause: str
     ) -> list[str]:
         """Deal with every entry pending under the consumer of a process that exited.
 
-        The entry it was running (``running``: stream and entry id) failed with ``cause`` and
-        counts as an attempt; every other one (prefetched, not started) goes back uncounted.
-        The consumer is then deleted. Returns the kinds (retry or dead) of the failures.
+        The entries it was running (``running``: stream and entry id; several for a child of
+        async jobs) failed with ``cause`` and count as an attempt; every other one
+        (prefetched, not started, or running beside the job its child was killed for) goes
+        back uncounted. The consumer is then deleted. Returns the kinds (retry or dead) of
+        the failures.
         """
         failures = []
         for d in self.broker.pending_of(consumer):
-            prepared = self.executor.prepare(d) if (d.stream, d.entry_id) == running else None
+            ran = (d.stream, d.entry_id) in running
+            prepared = self.executor.prepare(d) if ran else None
             if isinstance(prepared, Prepared):
                 outcome = self.lost(prepared, cause)
                 self.record(outcome, owner=consumer)

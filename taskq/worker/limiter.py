@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from taskq.broker import Broker
+from taskq.broker import Broker, Delivery
 from taskq.broker.limits import ADMITTED, admit, take_slot
 from taskq.config import Settings
 from taskq.flow import Ops
@@ -23,6 +23,7 @@ from taskq.limits import Rate
 from taskq.message import Message, with_retries
 from taskq.task import TaskOptions
 from taskq.worker.executor import Prepared
+from taskq.worker.outcome import Outcome
 
 logger = logging.getLogger(__name__)
 
@@ -111,6 +112,24 @@ class Limiter:
             logger.debug("%s[%s] over its rate limit: deferred", msg.task, msg.id)
         settled = [q for q, v in zip(run[1:], verdicts[1:], strict=True) if v != ADMITTED]
         return verdicts[0] == ADMITTED, settled
+
+
+def same_task_next(
+    p: Prepared,
+    rest: Sequence[Delivery],
+    prepare: Callable[[Delivery], Prepared | Outcome],
+    ahead: dict[tuple[str, str], Prepared],
+) -> list[Prepared]:
+    """The jobs of ``p``'s task right behind it in its batch (``rest``), decoded, and kept in
+    ``ahead`` (by stream and entry id) for their turn, so they are decoded once."""
+    out = []
+    for d in rest:
+        q = ahead.get((d.stream, d.entry_id)) or prepare(d)
+        if isinstance(q, Outcome) or q.msg.task != p.msg.task:
+            break
+        ahead[(d.stream, d.entry_id)] = q
+        out.append(q)
+    return out
 
 
 def release_ops(msg: Message, options: TaskOptions, queue: str) -> Ops | None:
