@@ -7,11 +7,11 @@
 -- rather than in bursts of N) and waits for it in the schedule, out of its stream (so it
 -- blocks nobody behind it), without using an attempt.
 -- Every start is checked against the window, a job back at its slot too: it counts at its
--- slot if it is back within one spacing (W/N) of it, else at now, and starts only if fewer
+-- slot if it is back within a quarter spacing (W/N/4) of it, else at now, and starts only if fewer
 -- than N others count in the W ms up to then. A job that comes back late (its promotion
 -- waited behind a backlog, its worker stalled) therefore cannot start in a burst with the
 -- jobs after it: whichever would make N + 1 takes a new slot. Starts are exact on Redis's
--- clock to within one spacing.
+-- clock to within a quarter spacing.
 -- KEYS: the limit's sorted set, stream, schedule, due key, then the jobs' records.
 -- ARGV: group, owner, N, W ms, record ttl ms, then per job: entry id, slot member, schedule
 --       member, index in KEYS of its record (0: none).
@@ -39,7 +39,7 @@ end
 -- up to then has room, else the first free place from when the window's oldest start leaves
 -- it (apart from other slots: late jobs that wait again must not come back together).
 local function slot_back(member, held)
-  local at = held >= now - spacing and held or now
+  local at = held >= now - spacing / 4 and held or now
   redis.call('ZREM', key, member)
   if redis.call('ZCOUNT', key, '(' .. (at - window), at) < n then return at, true end
   local oldest = redis.call('ZRANGEBYSCORE', key, '(' .. (at - window), at, 'WITHSCORES',
