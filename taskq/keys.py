@@ -1,8 +1,9 @@
 """The Redis key schema of one queue, in one screen.
 
 Every key of queue ``tasks`` starts with ``tasks:``. A queue named with a hash tag, e.g.
-``{tasks}``, therefore puts all of its keys in one cluster slot, so the multi-key scripts in
-``taskq/broker/`` stay valid on Redis Cluster.
+``{tasks}`` (or ``{app}.tasks``), therefore puts all of its keys in one cluster slot, so the
+multi-key scripts in ``taskq/broker/`` are single-slot on Redis Cluster, where taskq requires
+the tag (docs/protocol.md, "Topologies").
 """
 
 from __future__ import annotations

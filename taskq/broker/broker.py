@@ -24,6 +24,7 @@ from taskq.broker.enqueue import publish_command
 from taskq.broker.link import Command, Direct, Link
 from taskq.broker.pending import autoclaim, pending_of
 from taskq.broker.replies import as_int, entries, flat_pairs, redis_ms, text
+from taskq.broker.slots import fetch_parts, slot_runs
 from taskq.deadletter import Deadletter
 from taskq.errors import BrokerError, BrokerRefused
 from taskq.keys import GROUP, PRIORITIES, RECOVER_CONSUMER, QueueKeys
@@ -50,6 +51,10 @@ class Broker:
     def __init__(self, link: Link, queues: Sequence[str]) -> None:
         self.link = link
         self.queues = tuple(queues)
+        runs = slot_runs(link, self.queues)
+        self._parts = [Broker(link, run) for run in runs] if len(runs) > 1 else []
+        """On a Redis Cluster, a broker per run of consecutive queues that share a hash slot:
+        each call goes to one slot, never across (empty: all queues share one slot)."""
         self.keys = {q: QueueKeys(q) for q in self.queues}
         self.streams = [s for k in self.keys.values() for s in k.streams]
         """The job streams, in the order a worker reads them."""
@@ -125,6 +130,10 @@ class Broker:
             fetch: keep the first, hand the others back), and when the earliest delayed job
             or retry of these queues is due.
         """
+        if self._parts:
+            return fetch_parts(
+                self._parts, consumer, count, acks, completions, fence_acks, trim, dirty
+            )
         if count == 1 and not fence_acks and not trim and not completions and not self._tracking:
             fetched = self._fetch_one(consumer, acks)
             if fetched.deliveries or not (dirty or acks):
@@ -217,6 +226,13 @@ class Broker:
         Entries that arrive on several streams during the same wait come back together (up to
         ``count`` from each: XREADGROUP's COUNT is per stream), in priority order.
         """
+        if self._parts:  # one slot at a time, each for its share of the wait
+            share_ms = max(1, block_ms // len(self._parts))
+            for part in self._parts:
+                got = part.read_blocking(consumer, count, share_ms)
+                if got:
+                    return got
+            return []
         streams = self.streams
         args: list[Any] = ["GROUP", GROUP, consumer, "COUNT", count, "BLOCK", max(1, block_ms)]
         args += ["STREAMS", *streams, *([">"] * len(streams))]
@@ -242,6 +258,9 @@ class Broker:
         sets themselves (for members added without the due key, by a foreign producer).
         Returns ms until the next one is due by the Redis clock (-1: none).
         """
+        if self._parts:
+            dues = [d for d in (part.promote(force=force) for part in self._parts) if d >= 0]
+            return min(dues) if dues else -1
         args = [PROMOTE_LIMIT, int(force)]
         return as_int(self.direct.script("promote", self._housekeeping_keys, args), -1)
 
@@ -356,6 +375,8 @@ class Broker:
         """Reset the idle time of every entry pending under ``consumers`` (their leases)."""
         if not consumers:
             return 0
+        if self._parts:
+            return sum(part.renew(consumers) for part in self._parts)
         return as_int(self.link.script("renew", self.streams, [GROUP, *consumers]))
 
     def try_lead_sweep(self, queue: str, worker_id: str, lease_ms: int) -> bool:
@@ -385,5 +406,7 @@ class Broker:
         return self._forget(idle_ms=0, only=consumer, keep=())
 
     def _forget(self, *, idle_ms: int, only: str, keep: Sequence[str]) -> int:
+        if self._parts:
+            return sum(p._forget(idle_ms=idle_ms, only=only, keep=keep) for p in self._parts)
         args = [GROUP, idle_ms, only, RECOVER_CONSUMER, *keep]
         return as_int(self.link.script("forget_consumers", self.streams, args))
