@@ -38,6 +38,8 @@ class Connection(Protocol):
 
     def read_response(self) -> Any: ...
 
+    def connect(self) -> None: ...
+
     def disconnect(self) -> None: ...
 
 
@@ -189,6 +191,9 @@ class Direct:
     def __init__(self, conn: Connection, url: str) -> None:
         self._conn = conn
         self.url = url
+        self._connected = False
+        """Connected by ``connect()``, as a pool does (a Sentinel-managed connection asks the
+        sentinels for the master's address there, not in the lazy connect of a send)."""
 
     def call(self, *args: Any) -> Any:
         """Send one command; an error reply raises :class:`~taskq.errors.BrokerError`."""
@@ -217,13 +222,20 @@ class Direct:
 
     def disconnect(self) -> None:
         """Drop the connection (e.g. after a read was cut off mid-reply); it reconnects."""
+        self._connected = False
         self._conn.disconnect()
 
     def _exchange(self, commands: Sequence[Command]) -> list[Any]:
         try:
+            if not self._connected:
+                self._conn.connect()
+                self._connected = True
             return exchange(self._conn, commands, self.url)
+        except redis.RedisError as exc:
+            self.disconnect()
+            raise_as_broker_error(exc, self.url)
         except BaseException:
-            self._conn.disconnect()
+            self.disconnect()
             raise
 
 

@@ -67,5 +67,7 @@ def sentinel_client(url: str) -> redis.Redis:
     sentinel_kwargs.update(seeds.sentinel_options)
     make: Any = redis.sentinel.Sentinel  # (it is unannotated)
     sentinels = make(list(seeds.hosts), sentinel_kwargs=sentinel_kwargs)
-    options = {**seeds.options, **CLIENT_OPTIONS}
+    # The pool's connections take the master's address from the sentinels; a default one
+    # that cannot connect keeps a connection opened any other way off localhost:6379.
+    options = {**seeds.options, **CLIENT_OPTIONS, "host": "sentinel-master.invalid", "port": 1}
     return cast(redis.Redis, sentinels.master_for(seeds.master_name, **options))
