@@ -44,6 +44,8 @@ class SettingsArgs(TypedDict, total=False):
     result_ttl_s: int
     max_result_bytes: int
     signing_keys: Sequence[str]
+    durable_enqueue: bool
+    durable_enqueue_timeout_ms: int
 
 
 @dataclass(frozen=True)
@@ -52,7 +54,10 @@ class Settings:
 
     Attributes:
         redis_url: ``redis://``, ``rediss://`` (TLS) or ``unix://``; user and password may be
-            given in the URL (``redis://user:secret@host:6379/0``).
+            given in the URL (``redis://user:secret@host:6379/0``). ``redis+cluster://h:p,h:p``
+            is a Redis Cluster (queue names then need a hash tag: ``{tasks}``) and
+            ``redis+sentinel://h:p,h:p/master_name/0`` the master a set of sentinels watches
+            (docs/protocol.md, "Topologies").
         queue: default queue name; its keys are ``<queue>:high``, ``<queue>:normal``, ...
         max_payload_bytes: an encoded job larger than this is refused at enqueue.
         max_retries: default retries after the first run (2: a job runs at most 3 times).
@@ -73,6 +78,11 @@ class Settings:
         signing_keys: HMAC keys (``TASKQ_SIGNING_KEYS``, comma-separated). Producers sign
             every job with the first; workers then run only jobs signed with one of them.
             Empty: nothing is signed or checked. See docs/security.md.
+        durable_enqueue: an enqueue returns only once ``WAIT 1`` confirmed that a replica
+            has the job (on a cluster: a replica of every master written to), so a failover
+            cannot lose an acknowledged enqueue; else it raises
+            :class:`~taskq.errors.BrokerUnavailable` after ``durable_enqueue_timeout_ms``
+            (the job is on the master, unconfirmed). Needs a replica. See docs/reliability.md.
     """
 
     redis_url: str = DEFAULT_REDIS_URL
@@ -93,6 +103,8 @@ class Settings:
     result_ttl_s: int = 86_400
     max_result_bytes: int = 512 * 1024
     signing_keys: tuple[str, ...] = ()
+    durable_enqueue: bool = False
+    durable_enqueue_timeout_ms: int = 1_000
 
     def __repr__(self) -> str:
         # Neither the password in the URL nor the signing keys are shown.
@@ -117,6 +129,7 @@ class Settings:
             "block_ms",
             "result_ttl_s",
             "max_result_bytes",
+            "durable_enqueue_timeout_ms",
         ):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0")

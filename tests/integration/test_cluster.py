@@ -80,7 +80,7 @@ def test_a_worker_on_queues_in_two_slots_calls_each_slot_and_keeps_priority(
 
 
 def test_retries_dead_letters_delays_and_results(capp: Callable[..., App]) -> None:
-    app = capp("{tasks}", store_results=True)
+    app = capp("{tasks}", store_results=True, durable_enqueue=True)
     tries: list[int] = []
 
     @app.task(max_retries=2)
