@@ -6,12 +6,21 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
-from taskq import App, current_job
+from taskq import App, Settings, current_job
 
-app = App(queue="{ctasks}")
+QUEUE = "{ctasks}"
+app = App(queue=QUEUE)
 
 RUNS = "{runs}:log"
+
+
+def configure(redis_url: str, **settings: Any) -> App:
+    """Point this module's app (as a test process uses it) at ``redis_url``, from scratch."""
+    app.close()
+    app.settings = Settings(redis_url=redis_url, queue=QUEUE, **settings)
+    return app
 
 
 def record(value: object) -> None:

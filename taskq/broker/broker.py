@@ -168,6 +168,10 @@ class Broker:
         self._tracking = any(d.record_id for d in got)
         return Fetched(got, as_int(flat[0], -1))
 
+    def reach_all(self) -> None:
+        """Let the next one-job fetch read every stream at once (its queues were empty)."""
+        self._reach = len(self.streams) - 1
+
     def _mark_started(self, consumer: str, got: Sequence[Delivery]) -> None:
         """Mark jobs that keep a record running when a read outside the fetch script took
         them (a second round trip, for the first such job after others)."""

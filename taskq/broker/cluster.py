@@ -29,7 +29,6 @@ from typing import Any, cast
 
 import redis
 import redis.cluster
-from redis.crc import key_slot
 
 from taskq.broker.link import (
     Command,
@@ -41,53 +40,30 @@ from taskq.broker.link import (
     map_errors,
     missing_scripts,
     raise_as_broker_error,
+    script_command,
+)
+from taskq.broker.routing import (
+    _BROADCAST,
+    NotRun,
+    as_text,
+    command_keys,
+    read_all,
+    send_all,
+    slot_of_key,
 )
 from taskq.config import redact
-from taskq.errors import BrokerUnavailable, ConfigError
+from taskq.errors import BrokerError, BrokerUnavailable, ConfigError
 
 RETRY_S = 10.0
 """How long commands refused for a moving topology (MOVED, CLUSTERDOWN, a dead master) are
 sent again before :class:`BrokerUnavailable`; a failover takes 3-5 s."""
 RETRY_PAUSE_S = 0.1
 
-_KEYLESS = frozenset(
-    {"TIME", "PING", "WAIT", "SCRIPT", "INFO", "ECHO", "FLUSHDB", "FLUSHALL", "DBSIZE", "MULTI"}
-)
-_ALL_ARGS = frozenset({"DEL", "EXISTS", "UNLINK", "MGET", "TOUCH", "BLMOVE", "LMOVE"})
-_BROADCAST = frozenset({"FLUSHDB", "FLUSHALL"})
 _NOT_RUN = (
     redis.exceptions.AskError,  # MOVED too (a subclass)
     redis.exceptions.TryAgainError,
     redis.exceptions.ClusterDownError,
 )
-
-
-def hash_tag(key: str) -> str | None:
-    """The part of ``key`` Redis Cluster hashes, if the key has a hash tag (``{...}``)."""
-    start = key.find("{")
-    if start < 0:
-        return None
-    end = key.find("}", start + 1)
-    return key[start + 1 : end] if end > start + 1 else None
-
-
-def command_keys(command: Command) -> Sequence[Any]:
-    """The keys a command names (the ones taskq sends; none for TIME, PING...)."""
-    name = str(command[0]).upper()
-    if name in ("EVALSHA", "EVAL"):
-        return command[3 : 3 + int(command[2])]
-    if name == "XREADGROUP":
-        at = next(i for i, a in enumerate(command) if str(a).upper() == "STREAMS")
-        return command[at + 1 : at + 1 + (len(command) - at - 1) // 2]
-    if name in ("XGROUP", "XINFO"):
-        return command[2:3]
-    if name in _KEYLESS or name == "EXEC" or len(command) < 2:
-        return ()
-    return command[1:] if name in _ALL_ARGS else command[1:2]
-
-
-def _as_text(key: Any) -> str:
-    return key.decode(errors="replace") if isinstance(key, bytes) else str(key)
 
 
 class ClusterLink(Link):
@@ -114,23 +90,16 @@ class ClusterLink(Link):
 
     def slot_of(self, key: str) -> int:
         """The hash slot of ``key``; ConfigError if it has no hash tag (see the module)."""
-        if hash_tag(key) is None:
-            queue = key.split(":", 1)[0]
-            raise ConfigError(
-                f"queue {queue!r} cannot live on Redis Cluster: its keys would span hash slots; "
-                f"name it '{{{queue}}}' (or '{{group}}.{queue}' to share a slot with other "
-                "queues); see docs/protocol.md, Redis Cluster"
-            )
-        return key_slot(key.encode())
+        return slot_of_key(key)
 
     def _slot(self, command: Command) -> int | None:
         keys = command_keys(command)
         if not keys:
             return None
-        slots = {self.slot_of(_as_text(k)) for k in keys}
+        slots = {self.slot_of(as_text(k)) for k in keys}
         if len(slots) > 1:
             what = "a script" if str(command[0]).upper() == "EVALSHA" else str(command[0])
-            shown = ", ".join(sorted({_as_text(k) for k in keys})[:4])
+            shown = ", ".join(sorted({as_text(k) for k in keys})[:4])
             raise ConfigError(
                 f"{what} on keys in {len(slots)} hash slots ({shown}...): on Redis Cluster "
                 "the queues of one workflow (or one unique/periodic job and its queue) must "
@@ -176,7 +145,7 @@ class ClusterLink(Link):
             return rc.nodes_manager.get_node_from_slot(slot)
         except redis.exceptions.SlotNotCoveredError as exc:
             self._stale = True
-            raise _NotRun(exc) from exc
+            raise NotRun(exc) from exc
 
     def _plan(
         self, commands: Sequence[Command], todo: Sequence[int]
@@ -213,6 +182,11 @@ class ClusterLink(Link):
             return self._transaction(commands, errors)
         return map_errors(self._routed(commands), self.url, errors)
 
+    def routed(self, commands: Sequence[Command], own: dict[str, Connection]) -> list[Any]:
+        """:meth:`pipeline` with ``errors=False`` on the caller's own connections (one per
+        node, made on first use): :class:`ClusterDirect`'s way."""
+        return map_errors(self._routed(commands, own), self.url, False)
+
     def _transaction(self, commands: Sequence[Command], errors: bool) -> list[Any]:
         slots = {s for s in (self._slot(c) for c in commands) if s is not None}
         if len(slots) > 1:
@@ -225,12 +199,14 @@ class ClusterLink(Link):
                 raise_as_broker_error(reply, self.url)
         return map_errors(list(replies[-1]), self.url, errors)
 
-    def _routed(self, commands: Sequence[Command]) -> list[Any]:
+    def _routed(
+        self, commands: Sequence[Command], own: dict[str, Connection] | None = None
+    ) -> list[Any]:
         replies: list[Any] = [None] * len(commands)
         todo = list(range(len(commands)))
         deadline = time.monotonic() + RETRY_S
         while True:
-            again, error = self._round(commands, todo, replies)
+            again, error = self._round(commands, todo, replies, own)
             if not again:
                 return replies
             if time.monotonic() > deadline and error is not None:
@@ -240,23 +216,26 @@ class ClusterLink(Link):
             todo = again
 
     def _round(
-        self, commands: Sequence[Command], todo: Sequence[int], replies: list[Any]
+        self,
+        commands: Sequence[Command],
+        todo: Sequence[int],
+        replies: list[Any],
+        own: dict[str, Connection] | None,
     ) -> tuple[list[int], Exception | None]:
         """Send the ``todo`` commands, one write per node; their replies go into ``replies``.
         Returns the ones to send again (they did not run), and why."""
         try:
             plan = self._plan(commands, todo)
-        except _NotRun as exc:
+        except NotRun as exc:
             return list(todo), exc.cause
         again: set[int] = set()
         error: Exception | None = None
         waits: dict[int, list[Any]] = {}
-        for node, idxs in plan.values():
-            try:
-                got = self._on_node(node, [commands[i] for i in idxs])
-            except _NotRun as exc:
+        batches = [(node, [commands[i] for i in idxs]) for node, idxs in plan.values()]
+        for (_, idxs), got in zip(plan.values(), self._on_nodes(batches, own), strict=True):
+            if isinstance(got, NotRun):
                 again.update(idxs)
-                error = exc.cause
+                error = got.cause
                 continue
             for i, reply in zip(idxs, got, strict=True):
                 if isinstance(reply, _NOT_RUN):
@@ -280,7 +259,7 @@ class ClusterLink(Link):
                 if refused is None:
                     return replies
                 error: Exception = refused
-            except _NotRun as exc:
+            except NotRun as exc:
                 error = exc.cause
             if time.monotonic() > deadline:
                 raise as_broker_error(error, self.url) from error
@@ -289,31 +268,95 @@ class ClusterLink(Link):
 
     def _on_node(self, node: redis.cluster.ClusterNode, commands: Sequence[Command]) -> list[Any]:
         """One write of ``commands`` to ``node``; scripts it does not know are loaded there."""
+        [got] = self._on_nodes([(node, commands)])
+        if isinstance(got, NotRun):
+            raise got
+        return got
+
+    def _on_nodes(
+        self,
+        batches: Sequence[tuple[redis.cluster.ClusterNode, Sequence[Command]]],
+        own: dict[str, Connection] | None = None,
+    ) -> list[list[Any] | NotRun]:
+        """Each batch in one write to its node, every write before any read (the nodes work
+        at once); a node that could not be reached gets a :class:`NotRun` in its place."""
+        out: list[list[Any] | NotRun] = []
+        held: list[tuple[Any, Connection]] = []
+        try:
+            for node, commands in batches:
+                try:
+                    pool, conn = self._checkout(node) if own is None else self._own(node, own)
+                except NotRun as exc:
+                    out.append(exc)
+                    continue
+                held.append((pool, conn))
+                send_all(conn, commands, self.url)
+                out.append([])
+            at = 0
+            for i, (_node, commands) in enumerate(batches):
+                if isinstance(out[i], NotRun):
+                    continue
+                out[i] = self._replies(held[at][1], commands)
+                at += 1
+            return out
+        except BaseException:
+            self._drop(held, own)
+            raise
+        finally:
+            for pool, conn in held:
+                if pool is not None:
+                    pool.release(conn)
+
+    def _checkout_pool(self, node: redis.cluster.ClusterNode) -> tuple[Any, None]:
         client = node.redis_connection
         if client is None:
             self._stale = True
-            raise _NotRun(redis.ConnectionError(f"no connection to {node.name} yet"))
-        pool = client.connection_pool
+            raise NotRun(redis.ConnectionError(f"no connection to {node.name} yet"))
+        return client.connection_pool, None
+
+    def _checkout(self, node: redis.cluster.ClusterNode) -> tuple[Any, Connection]:
+        pool, _ = self._checkout_pool(node)
         try:
-            conn = cast(Connection, pool.get_connection())
+            return pool, cast(Connection, pool.get_connection())
         except (redis.ConnectionError, redis.TimeoutError) as exc:  # nothing was sent
             self._stale = True
-            raise _NotRun(exc) from exc
-        try:
-            replies = exchange(conn, commands, self.url)
-            missing, loads = missing_scripts(commands, replies)
-            if missing:
-                exchange(conn, loads, self.url)
-                again = exchange(conn, [commands[i] for i in missing], self.url)
-                for i, reply in zip(missing, again, strict=True):
-                    replies[i] = reply
-            return replies
-        except BaseException:
+            raise NotRun(exc) from exc
+
+    def _drop(self, held: list[tuple[Any, Connection]], own: dict[str, Connection] | None) -> None:
+        """Connections cut off mid-exchange: out of step, so closed (and forgotten, if the
+        caller's own: they may have been a dead node's)."""
+        for _pool, conn in held:
             conn.disconnect()
-            self._stale = True
-            raise
-        finally:
-            pool.release(conn)
+        if own is not None:
+            for name in [n for n, c in own.items() if any(c is h for _, h in held)]:
+                del own[name]
+        self._stale = True
+
+    def _own(
+        self, node: redis.cluster.ClusterNode, own: dict[str, Connection]
+    ) -> tuple[None, Connection]:
+        """The caller's own connection to ``node``: no pool, no lock, no check per use."""
+        conn = own.get(node.name)
+        if conn is None:
+            pool, _ = self._checkout_pool(node)
+            conn = cast(Connection, pool.make_connection())
+            try:
+                conn.connect()
+            except (redis.ConnectionError, redis.TimeoutError) as exc:  # nothing was sent
+                self._stale = True
+                raise NotRun(exc) from exc
+            own[node.name] = conn
+        return None, conn
+
+    def _replies(self, conn: Connection, commands: Sequence[Command]) -> list[Any]:
+        replies = read_all(conn, len(commands), self.url)
+        missing, loads = missing_scripts(commands, replies)
+        if missing:  # NOSCRIPT: load them on this node, send those again
+            exchange(conn, loads, self.url)
+            again = exchange(conn, [commands[i] for i in missing], self.url)
+            for i, reply in zip(missing, again, strict=True):
+                replies[i] = reply
+        return replies
 
     # -- for the consumer loop -------------------------------------------------------------
 
@@ -344,28 +387,27 @@ class ClusterDirect(Direct):
     def __init__(self, link: ClusterLink) -> None:
         self._link = link
         self.url = link.url
+        self._conns: dict[str, Connection] = {}
+        """Node name -> this caller's own connection to it."""
 
     def call(self, *args: Any) -> Any:
-        return self._link.call(*args)
+        [reply] = self.pipeline([args])
+        if isinstance(reply, BrokerError):
+            raise reply
+        return reply
 
     def pipeline(self, commands: Sequence[Command]) -> list[Any]:
-        return self._link.pipeline(commands, errors=False)
+        return self._link.routed(commands, self._conns)
 
     def script(self, name: str, keys: Sequence[Any], args: Sequence[Any]) -> Any:
-        return self._link.script(name, keys, args)
+        return self.call(*script_command(name, keys, args))
 
     def disconnect(self) -> None:
-        self._link.disconnect()
+        conns, self._conns = self._conns, {}
+        for conn in conns.values():
+            conn.disconnect()
 
 
 def _primaries(rc: redis.cluster.RedisCluster) -> list[redis.cluster.ClusterNode]:
     primaries: list[redis.cluster.ClusterNode] = cast(Any, rc).get_primaries()
     return primaries
-
-
-class _NotRun(Exception):
-    """Commands that were not sent (no connection, no node for the slot): send them again."""
-
-    def __init__(self, cause: Exception) -> None:
-        super().__init__(str(cause))
-        self.cause = cause

@@ -59,6 +59,8 @@ def fetch_parts(
             dirty=[s for s in dirty if s in part.stream_position],
         )
         got += fetched.deliveries
+        if not fetched.deliveries:  # next time, read all its streams in the first round trip
+            part.reach_all()
         if fetched.due_in_ms >= 0:
             dues.append(fetched.due_in_ms)
     return Fetched(got, min(dues) if dues else -1)

@@ -186,8 +186,7 @@ def test_crash_recovery_inspect_and_deadletter_cli(
 ) -> None:
     from tests import cluster_tasks
 
-    app = cluster_tasks.app
-    app.settings = app.settings.replace(redis_url=redis_cluster.url, **FAST_SETTINGS)
+    app = cluster_tasks.configure(redis_cluster.url, **FAST_SETTINGS)
     try:
         # given jobs, and a worker SIGKILLed while it runs them
         for i in range(20):

@@ -71,7 +71,6 @@ def test_failover_under_load(redis_cluster: RedisCluster, tmp_path: Path) -> Non
 def one_failover(cluster: RedisCluster, queue: str, durable: bool, tmp_path: Path) -> str:
     env = {f"TASKQ_{k.upper()}": str(v) for k, v in FAST_SETTINGS.items()}
     app = App(cluster.url, queue, durable_enqueue=durable, **FAST_SETTINGS)
-    cluster_tasks.app.settings = app.settings
     worker = WorkerProcess(
         cluster.url, "-A", "tests.cluster_tasks:app", "-Q", queue, "-c", "2",
         log_path=tmp_path / f"worker-{durable}.log", **env,

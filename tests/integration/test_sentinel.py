@@ -28,8 +28,7 @@ def counts() -> Counter[str]:
 
 
 def test_a_drain_survives_a_master_sigkill(sentinels: Sentinels, tmp_path: Path) -> None:
-    app = cluster_tasks.app
-    app.settings = app.settings.replace(redis_url=sentinels.url, **FAST_SETTINGS)
+    app = cluster_tasks.configure(sentinels.url, **FAST_SETTINGS)
     env = {f"TASKQ_{k.upper()}": str(v) for k, v in FAST_SETTINGS.items()}
     try:
         # given jobs on the master, replicated

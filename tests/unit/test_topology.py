@@ -7,9 +7,10 @@ from importlib import resources
 
 import pytest
 
-from taskq.broker.cluster import ClusterLink, command_keys, hash_tag
+from taskq.broker.cluster import ClusterLink
 from taskq.broker.link import Link, script_command
 from taskq.broker.links import connect
+from taskq.broker.routing import command_keys, hash_tag
 from taskq.broker.slots import slot_runs
 from taskq.broker.topology import kind_of, parse_seeds
 from taskq.errors import ConfigError
