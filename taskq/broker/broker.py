@@ -21,12 +21,13 @@ from typing import Any
 from taskq.broker.completions import completion_blob
 from taskq.broker.delivery import Delivery, Fetched, delivery
 from taskq.broker.enqueue import publish_command
-from taskq.broker.link import Command, Direct, Link
+from taskq.broker.link import Direct, Link
+from taskq.broker.onejob import one_job_commands, one_job_replies
 from taskq.broker.pending import autoclaim, pending_of
-from taskq.broker.replies import as_int, entries, flat_pairs, redis_ms, text
+from taskq.broker.replies import as_int, entries, flat_pairs, text
 from taskq.broker.slots import fetch_parts, slot_runs
 from taskq.deadletter import Deadletter
-from taskq.errors import BrokerError, BrokerRefused
+from taskq.errors import BrokerRefused
 from taskq.keys import GROUP, PRIORITIES, RECOVER_CONSUMER, QueueKeys
 from taskq.message import Message
 from taskq.results import Completion, FailedRun
@@ -67,6 +68,8 @@ class Broker:
         self._reach = 0
         """The lowest-priority stream a one-job fetch reads: the one its last job came from
         (more are read only once those are empty, so a read rarely finds jobs on two)."""
+        self.was_reached = False
+        """As a part of a multi-slot broker: the part the last job came from."""
         self._tracking = False
         """The last jobs taken keep status records: fetch with the script, which marks them
         running as it takes them, instead of the pipelined read and a second call."""
@@ -137,7 +140,7 @@ class Broker:
         if count == 1 and not fence_acks and not trim and not completions and not self._tracking:
             fetched = self._fetch_one(consumer, acks)
             if fetched.deliveries or not (dirty or acks):
-                self._mark_started(consumer, fetched.deliveries)
+                self.mark_started(consumer, fetched.deliveries)
                 return fetched
             # Nothing new: a burst ended, so trim the streams its jobs finished in.
             dirty = [*dirty, *(d.stream for d in acks)]
@@ -168,11 +171,16 @@ class Broker:
         self._tracking = any(d.record_id for d in got)
         return Fetched(got, as_int(flat[0], -1))
 
+    @property
+    def tracking(self) -> bool:
+        """Whether the last jobs taken keep status records (then fetch with the script)."""
+        return self._tracking
+
     def reach_all(self) -> None:
         """Let the next one-job fetch read every stream at once (its queues were empty)."""
         self._reach = len(self.streams) - 1
 
-    def _mark_started(self, consumer: str, got: Sequence[Delivery]) -> None:
+    def mark_started(self, consumer: str, got: Sequence[Delivery]) -> None:
         """Mark jobs that keep a record running when a read outside the fetch script took
         them (a second round trip, for the first such job after others)."""
         records = [self.keys[d.queue].job(d.record_id) for d in got if d.record_id]
@@ -189,40 +197,25 @@ class Broker:
         all come back and the caller keeps the first (in priority order) and hands the others
         back. When none has, the lower streams are read in a second round trip.
         """
-        by_stream: dict[str, list[str]] = {}
-        for d in acks:
-            by_stream.setdefault(d.stream, []).append(d.entry_id)
-        commands: list[Command] = [("XACK", s, GROUP, *ids) for s, ids in by_stream.items()]
-        commands += [("TIME",), *(("GET", k.due) for k in self.keys.values())]
-        first_read, reads = len(commands), self.streams[: self._reach + 1]
-        commands += [
-            ("XREADGROUP", "GROUP", GROUP, consumer, "COUNT", 1, "STREAMS", s, ">") for s in reads
-        ]
-        replies = self.direct.pipeline(commands)
-        for reply in replies:
-            if isinstance(reply, BrokerError):
-                if "NOGROUP" not in str(reply):
-                    raise reply
-                self.ensure_groups()  # the stream or its group was deleted (FLUSHALL, DEL)
-                return Fetched([], -1)
-        now = redis_ms(replies[len(by_stream)])
-        due = [as_int(r) for r in replies[len(by_stream) + 1 : first_read] if r is not None]
-        due_in_ms = max(0, min(due) - now) if due else -1
-        got = [
-            delivery(self._where[self.stream_position[text(stream)]], eid, fields)
-            for reply in replies[first_read:]
-            for stream, rows in reply or ()
-            for eid, fields in entries(rows)
-        ]
-        if got:
-            self._reach = self.stream_position[got[0].stream]
-        elif len(reads) < len(self.streams):
-            self._reach = len(self.streams) - 1
-            fetched = self._fetch_one(consumer, ())
-            if not fetched.deliveries:
-                self._reach = 0
+        commands, n_acks, first_read = one_job_commands(self, consumer, acks)
+        fetched = self.one_job_replies(self.direct.pipeline(commands), n_acks, first_read)
+        if fetched.deliveries or first_read == len(commands) - len(self.streams):
             return fetched
-        return Fetched(got, due_in_ms)
+        self._reach = len(self.streams) - 1
+        fetched = self._fetch_one(consumer, ())
+        if not fetched.deliveries:
+            self._reach = 0
+        return fetched
+
+    def one_job_replies(self, replies: list[Any], n_acks: int, first_read: int) -> Fetched:
+        """What :func:`one_job_commands` got back (the reach follows the job found)."""
+        fetched = one_job_replies(self, replies, n_acks, first_read)
+        if fetched is None:  # the stream or its group was deleted (FLUSHALL, DEL)
+            self.ensure_groups()
+            return Fetched([], -1)
+        if fetched.deliveries:
+            self._reach = self.stream_position[fetched.deliveries[0].stream]
+        return fetched
 
     def read_blocking(self, consumer: str, count: int, block_ms: int) -> list[Delivery]:
         """Wait up to ``block_ms`` for new entries on any stream (used only when all are empty).
@@ -252,7 +245,7 @@ class Broker:
             where = self._where[self.stream_position[text(stream_raw)]]
             out += [delivery(where, eid, fields) for eid, fields in entries(rows)]
         out.sort(key=lambda d: self.stream_position[d.stream])
-        self._mark_started(consumer, out)
+        self.mark_started(consumer, out)
         return out
 
     def promote(self, *, force: bool = False) -> int:

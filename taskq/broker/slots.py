@@ -7,7 +7,8 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from taskq.broker.delivery import Delivery, Fetched
-from taskq.broker.link import Link
+from taskq.broker.link import Command, Link
+from taskq.broker.onejob import one_job_commands
 from taskq.keys import PRIORITIES, QueueKeys
 from taskq.results import Completion
 
@@ -42,6 +43,10 @@ def fetch_parts(
 ) -> Fetched:
     """:meth:`Broker.fetch` over queues in several slots: one call per slot, in the queues'
     order, until ``count`` jobs came back (later slots are called only for their acks)."""
+    if count == 1 and not fence_acks and not trim and not completions and not dirty:
+        fetched = fetch_one_round(parts, consumer, acks)
+        if fetched is not None:
+            return fetched
     got: list[Delivery] = []
     dues: list[int] = []
     for part in parts:
@@ -63,4 +68,49 @@ def fetch_parts(
             part.reach_all()
         if fetched.due_in_ms >= 0:
             dues.append(fetched.due_in_ms)
+    if got:
+        reached(parts, got)
     return Fetched(got, min(dues) if dues else -1)
+
+
+def fetch_one_round(
+    parts: Sequence[Broker], consumer: str, acks: Sequence[Delivery]
+) -> Fetched | None:
+    """The one-job read of every slot down to the one the last job came from, all in one
+    pipeline (the cluster link writes to every node before it reads any), plus the acks of
+    the slots after it: one round for the worker however many slots come before its job.
+    None when it found nothing (the caller's slot-by-slot path then trims and looks again)."""
+    if any(p.tracking for p in parts):
+        return None
+    reach = next((i for i, p in enumerate(parts) if p.was_reached), 0)
+    commands: list[Command] = []
+    spans = []
+    for i, part in enumerate(parts):
+        mine = [d for d in acks if d.queue in part.keys]
+        if i > reach and not mine:
+            continue
+        cmds, n_acks, first_read = one_job_commands(part, consumer, mine, read=i <= reach)
+        spans.append((part, len(commands), len(cmds), n_acks, first_read))
+        commands += cmds
+    replies = parts[0].direct.pipeline(commands)
+    got: list[Delivery] = []
+    dues: list[int] = []
+    for part, at, n, n_acks, first_read in spans:
+        fetched = part.one_job_replies(replies[at : at + n], n_acks, first_read)
+        if fetched.deliveries:
+            part.mark_started(consumer, fetched.deliveries)
+        elif first_read < n:  # read and empty: all its streams next time, in one go
+            part.reach_all()
+        got += fetched.deliveries
+        if fetched.due_in_ms >= 0:
+            dues.append(fetched.due_in_ms)
+    if not got:
+        return None
+    reached(parts, got)
+    return Fetched(got, min(dues) if dues else -1)
+
+
+def reached(parts: Sequence[Broker], got: Sequence[Delivery]) -> None:
+    """Remember which part the first job came from: the next round reads down to it."""
+    for part in parts:
+        part.was_reached = bool(got) and got[0].queue in part.keys

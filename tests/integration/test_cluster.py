@@ -79,6 +79,27 @@ def test_a_worker_on_queues_in_two_slots_calls_each_slot_and_keeps_priority(
     ]
 
 
+def test_one_job_fetches_across_slots_keep_the_queue_order(
+    redis_cluster: RedisCluster, capp: Callable[..., App]
+) -> None:
+    a, b = two_queues_apart(redis_cluster)
+    app = capp(a)
+    t = app.task(name="t")(lambda: None)
+    for _ in range(3):
+        app.enqueue(t.message((), {}, queue=b))
+    broker = app.broker_for([a, b])
+    broker.ensure_groups()
+    # given a worker taking b's jobs one at a time (a is empty: read in the same round)
+    first = broker.fetch("c", 1).deliveries
+    assert [d.queue for d in first] == [b]
+    second = broker.fetch("c", 1, first).deliveries
+    assert [d.queue for d in second] == [b]
+    # when a low-priority job arrives on a, then it comes first (b's, if read, comes after)
+    app.enqueue(t.message((), {}, queue=a, priority="low"))
+    got = broker.fetch("c", 1, second).deliveries
+    assert got[0].queue == a and all(d.queue == b for d in got[1:])
+
+
 def test_retries_dead_letters_delays_and_results(capp: Callable[..., App]) -> None:
     app = capp("{tasks}", store_results=True, durable_enqueue=True)
     tries: list[int] = []
