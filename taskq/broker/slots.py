@@ -43,7 +43,7 @@ def fetch_parts(
 ) -> Fetched:
     """:meth:`Broker.fetch` over queues in several slots: one call per slot, in the queues'
     order, until ``count`` jobs came back (later slots are called only for their acks)."""
-    if count == 1 and not fence_acks and not trim and not completions and not dirty:
+    if count == 1 and not fence_acks and not trim and not completions:
         fetched = fetch_one_round(parts, consumer, acks)
         if fetched is not None:
             return fetched
