@@ -46,6 +46,7 @@ class SettingsArgs(TypedDict, total=False):
     signing_keys: Sequence[str]
     durable_enqueue: bool
     durable_enqueue_timeout_ms: int
+    partitions: Mapping[str, int]
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,11 @@ class Settings:
             cannot lose an acknowledged enqueue; else it raises
             :class:`~taskq.errors.BrokerUnavailable` after ``durable_enqueue_timeout_ms``
             (the job is on the master, unconfirmed). Needs a replica. See docs/reliability.md.
+        partitions: queues split into partitions, each its own queue with its own hash tag
+            (``{"tasks": 4}``: ``{tasks.0}`` ... ``{tasks.3}``; ``TASKQ_PARTITIONS=tasks=4``), so
+            that one busy queue spreads over the shards of a Redis Cluster. Producers spread
+            its jobs round robin (or by ``partition_key=``), workers read every partition.
+            See docs/scaling.md.
     """
 
     redis_url: str = DEFAULT_REDIS_URL
@@ -105,6 +111,7 @@ class Settings:
     signing_keys: tuple[str, ...] = ()
     durable_enqueue: bool = False
     durable_enqueue_timeout_ms: int = 1_000
+    partitions: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
     def __repr__(self) -> str:
         # Neither the password in the URL nor the signing keys are shown.
@@ -139,6 +146,7 @@ class Settings:
             raise ConfigError("retry_backoff_max_ms must be >= retry_backoff_ms")
         if self.signing_keys:
             Signer(self.signing_keys)  # each key non-empty, none twice
+        object.__setattr__(self, "partitions", _checked_partitions(self.partitions))
 
     @property
     def signer(self) -> Signer | None:
@@ -175,7 +183,23 @@ class Settings:
         return type(getattr(cls(), name))
 
 
+def _checked_partitions(partitions: Mapping[str, int]) -> dict[str, int]:
+    for name, n in partitions.items():
+        check_queue_name(name)
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise ConfigError(f"partitions of {name!r} must be an int >= 1, not {n!r}")
+    return dict(partitions)
+
+
 def _parse(name: str, raw: str, kind: type) -> Any:
+    if kind is dict:  # "a=4,b=2"
+        out = {}
+        for item in (i.strip() for i in raw.split(",") if i.strip()):
+            key, sep, value = item.partition("=")
+            if not sep or not value.strip().isdigit():
+                raise ConfigError(f"TASKQ_{name.upper()}={raw!r}: expected name=N,name=N")
+            out[key.strip()] = int(value)
+        return out
     if kind is tuple:
         return tuple(item.strip() for item in raw.split(",") if item.strip())
     if kind is bool:

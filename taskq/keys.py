@@ -74,6 +74,13 @@ def worker_of(consumer: str) -> str | None:
     return parts[0] if len(parts) == 3 else None
 
 
+def partition_names(queue: str, partitions: int) -> tuple[str, ...]:
+    """The queues a partitioned queue is made of, each its own hash tag: ``tasks`` (or
+    ``{tasks}``) in 3 partitions is ``{tasks.0}``, ``{tasks.1}``, ``{tasks.2}``."""
+    base = queue[1:-1] if queue.startswith("{") and queue.endswith("}") else queue
+    return tuple(f"{{{base}.{i}}}" for i in range(partitions))
+
+
 @functools.lru_cache(maxsize=1024)
 def stream_key(queue: str, priority: str) -> str:
     """``<queue>:<priority>``, cached: the producer asks for it once per job."""

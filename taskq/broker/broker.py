@@ -23,6 +23,7 @@ from taskq.broker.delivery import Delivery, Fetched, delivery
 from taskq.broker.enqueue import publish_command
 from taskq.broker.link import Direct, Link
 from taskq.broker.onejob import one_job_commands, one_job_replies
+from taskq.broker.partitioned import units_of
 from taskq.broker.pending import autoclaim, pending_of
 from taskq.broker.replies import as_int, entries, flat_pairs, text
 from taskq.broker.slots import fetch_parts, slot_runs
@@ -49,13 +50,18 @@ class Broker:
         queues: the queues this broker serves, in the order a worker reads them.
     """
 
-    def __init__(self, link: Link, queues: Sequence[str]) -> None:
+    def __init__(
+        self, link: Link, queues: Sequence[str], *, groups: Sequence[Sequence[str]] = ()
+    ) -> None:
         self.link = link
         self.queues = tuple(queues)
         runs = slot_runs(link, self.queues)
         self._parts = [Broker(link, run) for run in runs] if len(runs) > 1 else []
         """On a Redis Cluster, a broker per run of consecutive queues that share a hash slot:
         each call goes to one slot, never across (empty: all queues share one slot)."""
+        self._units = units_of(lambda qs: Broker(link, qs), self.queues, groups)
+        """With partitioned queues (``groups``: the partitions of each), what a fetch reads
+        in turn: each run of other queues, and each queue's partitions as one group."""
         self.keys = {q: QueueKeys(q) for q in self.queues}
         self.streams = [s for k in self.keys.values() for s in k.streams]
         """The job streams, in the order a worker reads them."""
@@ -133,10 +139,9 @@ class Broker:
             fetch: keep the first, hand the others back), and when the earliest delayed job
             or retry of these queues is due.
         """
-        if self._parts:
-            return fetch_parts(
-                self._parts, consumer, count, acks, completions, fence_acks, trim, dirty
-            )
+        if self._units or self._parts:
+            parts = self._units or self._parts
+            return fetch_parts(parts, consumer, count, acks, completions, fence_acks, trim, dirty)
         if count == 1 and not fence_acks and not trim and not completions and not self._tracking:
             fetched = self._fetch_one(consumer, acks)
             if fetched.deliveries or not (dirty or acks):

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from taskq.broker.delivery import Delivery, Fetched
 from taskq.broker.link import Command, Link
 from taskq.broker.onejob import one_job_commands
+from taskq.broker.partitioned import PartitionGroup
 from taskq.keys import PRIORITIES, QueueKeys
 from taskq.results import Completion
 
@@ -32,7 +33,7 @@ def slot_runs(link: Link, queues: Sequence[str]) -> list[tuple[str, ...]]:
 
 
 def fetch_parts(
-    parts: Sequence[Broker],
+    parts: Sequence[Broker | PartitionGroup],
     consumer: str,
     count: int,
     acks: Sequence[Delivery],
@@ -43,8 +44,15 @@ def fetch_parts(
 ) -> Fetched:
     """:meth:`Broker.fetch` over queues in several slots: one call per slot, in the queues'
     order, until ``count`` jobs came back (later slots are called only for their acks)."""
-    if count == 1 and not fence_acks and not trim and not completions:
-        fetched = fetch_one_round(parts, consumer, acks)
+    brokers = [p for p in parts if not isinstance(p, PartitionGroup)]
+    if (
+        len(brokers) == len(parts)
+        and count == 1
+        and not fence_acks
+        and not trim
+        and not completions
+    ):
+        fetched = fetch_one_round(brokers, consumer, acks)
         if fetched is not None:
             return fetched
     got: list[Delivery] = []
@@ -54,18 +62,18 @@ def fetch_parts(
         want = max(0, count - len(got))
         if not want and not mine:
             continue
-        fetched = part.fetch(
-            consumer,
-            want,
-            mine,
-            completions={d: c for d, c in (completions or {}).items() if d.queue in part.keys},
-            fence_acks=fence_acks,
-            trim=trim,
-            dirty=[s for s in dirty if s in part.stream_position],
-        )
+        done = {d: c for d, c in (completions or {}).items() if d.queue in part.keys}
+        stale = [s for s in dirty if s in part.stream_position]
+        if isinstance(part, PartitionGroup):
+            fetched = part.fetch(consumer, want, mine, done, fence_acks, trim, stale)
+        else:
+            fetched = part.fetch(
+                consumer, want, mine, completions=done, fence_acks=fence_acks, trim=trim,
+                dirty=stale,
+            )  # fmt: skip
+            if not fetched.deliveries:  # next time, read all its streams in the first round
+                part.reach_all()
         got += fetched.deliveries
-        if not fetched.deliveries:  # next time, read all its streams in the first round trip
-            part.reach_all()
         if fetched.due_in_ms >= 0:
             dues.append(fetched.due_in_ms)
     if got:
@@ -110,7 +118,8 @@ def fetch_one_round(
     return Fetched(got, min(dues) if dues else -1)
 
 
-def reached(parts: Sequence[Broker], got: Sequence[Delivery]) -> None:
+def reached(parts: Sequence[Broker | PartitionGroup], got: Sequence[Delivery]) -> None:
     """Remember which part the first job came from: the next round reads down to it."""
     for part in parts:
-        part.was_reached = bool(got) and got[0].queue in part.keys
+        if not isinstance(part, PartitionGroup):
+            part.was_reached = bool(got) and got[0].queue in part.keys

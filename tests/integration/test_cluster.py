@@ -100,6 +100,25 @@ def test_one_job_fetches_across_slots_keep_the_queue_order(
     assert got[0].queue == a and all(d.queue == b for d in got[1:])
 
 
+def test_a_partitioned_queue_spreads_over_the_masters(
+    redis_cluster: RedisCluster, capp: Callable[..., App]
+) -> None:
+    app = capp("{tasks}", partitions={"work": 4}, store_results=True)
+    names = [f"{{work.{i}}}" for i in range(4)]
+    assert len({redis_cluster.master_of(f"{n}:high").port for n in names}) >= 2
+    t = app.task(name="w", queue="work")(lambda i: i)
+    jobs = t.starmap((i,) for i in range(8))
+    urgent = t.apply_async((99,), priority="high", partition_key="k")
+    assert {j.queue for j in jobs} == set(names)
+    broker = app.broker_for(["work"])
+    broker.ensure_groups()
+    first = broker.fetch("c1", 1).deliveries
+    assert [d.priority for d in first] == ["high"] and first[0].queue == urgent.queue
+    broker.fetch("c1", 0, first)  # ack it (its record stays running: this is no worker)
+    result = drain(app, queues=["work"], timeout_s=20)
+    assert len(result.outcomes) == 8 and jobs[3].result(timeout=2) == 3
+
+
 def test_retries_dead_letters_delays_and_results(capp: Callable[..., App]) -> None:
     app = capp("{tasks}", store_results=True, durable_enqueue=True)
     tries: list[int] = []

@@ -93,3 +93,19 @@ def test_scripts_declare_their_keys() -> None:
         ("_flow.lua", "local rec = prefix .. ':job:' .. job"),
         ("_record.lua", "return string.match(stream, '^(.*):[^:]*$') .. ':job:' .. job_id"),
     ]
+
+
+def test_partitions_from_the_environment_and_their_names() -> None:
+    from taskq.config import Settings
+    from taskq.keys import partition_names
+    from taskq.partitions import expand, partition_of
+
+    s = Settings.from_env({"TASKQ_PARTITIONS": "tasks=3, {mail}=2"})
+    assert s.partitions == {"tasks": 3, "{mail}": 2}
+    with pytest.raises(ConfigError, match="name=N"):
+        Settings.from_env({"TASKQ_PARTITIONS": "tasks"})
+    assert partition_names("{mail}", 2) == ("{mail.0}", "{mail.1}")
+    assert partition_of(s.partitions, "other") == "other"
+    assert partition_of(s.partitions, "tasks", "k") == partition_of(s.partitions, "tasks", "k")
+    names, groups = expand(s.partitions, ["a", "tasks", "b"])
+    assert names == ["a", "{tasks.0}", "{tasks.1}", "{tasks.2}", "b"] and len(groups) == 1
