@@ -27,11 +27,13 @@ def send_steps(app: App, msg: Message, body: bytes, in_ms: int | None) -> Steps[
     """One job to its stream, or to the schedule if it has a countdown or a future eta."""
     delayed = in_ms is not None or _later(msg, now_ms())
     command = schedule_command(msg, body, in_ms) if delayed else publish_command(msg, body)
+    wait = durable(app) if app.settings.durable_enqueue else ()
     try:
-        reply, *confirmed = yield [command, *durable(app)]
+        reply, *confirmed = yield (command, *wait) if wait else (command,)
     except BrokerUnavailable as exc:
         raise enqueue_unavailable(exc) from exc
-    check_durable(app, confirmed)
+    if confirmed:
+        check_durable(app, confirmed)
     return handle(app, msg, None if delayed else text(reply))
 
 
