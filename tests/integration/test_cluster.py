@@ -213,6 +213,7 @@ def run_cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 def cluster_worker(url: str, tmp_path: Path, *args: str) -> WorkerProcess:
     env = {f"TASKQ_{k.upper()}": str(v) for k, v in FAST_SETTINGS.items()}
+    env["TASKQ_PARTITIONS"] = "work=3"
     log = tmp_path / f"worker-{time.monotonic_ns()}.log"
     return WorkerProcess(url, "-A", "tests.cluster_tasks:app", *args, log_path=log, **env)
 
@@ -254,6 +255,27 @@ def test_crash_recovery_inspect_and_deadletter_cli(
         finally:
             w2.stop()
         assert "Traceback" not in w2.output()
+    finally:
+        app.link.call("FLUSHALL")
+        app.close()
+
+
+def test_a_worker_process_serves_a_partitioned_queue(
+    redis_cluster: RedisCluster, tmp_path: Path
+) -> None:
+    from tests import cluster_tasks
+
+    app = cluster_tasks.configure(redis_cluster.url, partitions={"work": 3}, **FAST_SETTINGS)
+    try:
+        jobs = [cluster_tasks.note.apply_async((i,), queue="work") for i in range(30)]
+        assert len({j.queue for j in jobs}) == 3
+        w = cluster_worker(redis_cluster.url, tmp_path, "-Q", "work", "-c", "2")
+        try:
+            wait_until(lambda: len(runs_of(app)) >= 30, 30)
+        finally:
+            w.stop()
+        assert sorted(int(r.split("|")[0]) for r in runs_of(app)) == list(range(30))
+        assert "Traceback" not in w.output()
     finally:
         app.link.call("FLUSHALL")
         app.close()
