@@ -167,6 +167,9 @@ class ClusterLink(Link):
             node = self._node_of(slot) if slot is not None or last is None else last
             last = node
             plan.setdefault(node.name, (node, []))[1].append(i)
+        if waits and not plan:  # a WAIT alone: any master
+            node = self._node_of(None)
+            plan[node.name] = (node, [])
         for i in waits:  # after every write, on each node written to
             for _node, idxs in plan.values():
                 idxs.append(i)
