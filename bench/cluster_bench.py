@@ -10,7 +10,10 @@ the network I/O), deltas over the drain divided by the jobs of that master's que
 2-core machine the workers, not Redis, bound the throughput, so wall time says nothing about
 shard scaling; the CPU per job per shard does.
 
-    PYTHONPATH=. python bench/cluster_bench.py [--jobs 30000] [--rounds 3]
+    PYTHONPATH=. python bench/cluster_bench.py [--jobs 30000] [--rounds 3] [--partitioned]
+
+``--partitioned``: one queue in three partitions (``partitions={"w": 3}``, each partition on
+its own master) instead of three queues, on both topologies.
 
 Exit status 2 when the median ratio misses the target.
 """
@@ -24,13 +27,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import redis
 
-from bench.cluster_app import QUEUES, noop
+from bench.cluster_app import QUEUES, app, noop
 from taskq import App
+from taskq.keys import partition_names
 from tests.redis_server import RedisServer
 from tests.topologies import RedisCluster
 
@@ -47,16 +52,39 @@ def node_stats(port: int) -> dict[str, float]:
     return {"usec": usec, "cpu_s": float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])}
 
 
-def start_worker(url: str, log: Path) -> subprocess.Popen[bytes]:
+@dataclass(frozen=True)
+class Layout:
+    """What the jobs go to: the queues the worker is given (``-Q``), the queues they are in
+    Redis, and the partitions setting that maps the one to the other."""
+
+    read: tuple[str, ...]
+    physical: tuple[str, ...]
+    partitions: dict[str, int]
+
+
+QUEUES_LAYOUT = Layout(QUEUES, QUEUES, {})
+
+
+def partitioned_layout(cluster: RedisCluster) -> Layout:
+    """One queue in three partitions, each on its own master."""
+    for base in ("w", *(f"w{i}" for i in range(100))):
+        names = partition_names(base, 3)
+        if len({cluster.master_of(f"{n}:high").port for n in names}) == 3:
+            return Layout((base,), names, {base: 3})
+    raise RuntimeError("no partition names on three masters")
+
+
+def start_worker(url: str, log: Path, layout: Layout) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TASKQ_")}
     env.update(PYTHONPATH=str(ROOT), TASKQ_REDIS_URL=url, TASKQ_BLOCK_MS="100")
+    env["TASKQ_PARTITIONS"] = ",".join(f"{q}={n}" for q, n in layout.partitions.items())
     cmd = [sys.executable, "-m", "taskq", "worker", "-A", "bench.cluster_app:app"]
-    cmd += ["-Q", ",".join(QUEUES), "-c", "2", "--loglevel", "warning"]
+    cmd += ["-Q", ",".join(layout.read), "-c", "2", "--loglevel", "warning"]
     return subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=log.open("ab"), stderr=subprocess.STDOUT)
 
 
-def drained(producer: App) -> bool:
-    for q in QUEUES:
+def drained(producer: App, layout: Layout) -> bool:
+    for q in layout.physical:
         snap = producer.reader.queue(q)
         if any(s.waiting or s.pending for s in snap.streams):
             return False
@@ -79,10 +107,10 @@ def worker_cpu_s(pid: int) -> float:
     return total / ticks
 
 
-def delivered(producer: App) -> int:
+def delivered(producer: App, layout: Layout) -> int:
     """Entries the consumer group read, over every stream of the queues."""
     total = 0
-    for q in QUEUES:
+    for q in layout.physical:
         for p in ("high", "normal", "low"):
             for g in producer.link.call("XINFO", "GROUPS", f"{q}:{p}"):
                 fields = dict(zip(g[::2], g[1::2], strict=True))
@@ -90,26 +118,32 @@ def delivered(producer: App) -> int:
     return total
 
 
-def one_round(url: str, masters: list[int], jobs: int, workdir: Path) -> dict[str, Any]:
+def one_round(
+    url: str, masters: list[int], jobs: int, workdir: Path, layout: Layout
+) -> dict[str, Any]:
     """Enqueue ``jobs`` jobs, then time a worker on ``url`` draining them (from its first
     delivery to the last ack); the Redis costs on ``masters`` over that time."""
-    producer = App(url, QUEUES[0])
-    n = jobs // len(QUEUES) * len(QUEUES)
-    producer.broker_for(QUEUES).ensure_groups()
-    for q in QUEUES:  # an equal share on each queue
-        producer.enqueue_many(noop.message((i,), {}, queue=q) for i in range(n // len(QUEUES)))
+    producer = App(url, layout.physical[0], partitions=layout.partitions)
+    app.settings = app.settings.replace(partitions=layout.partitions)  # (noop's routing)
+    share = len(layout.physical)
+    n = jobs // share * share
+    producer.broker_for(layout.read).ensure_groups()
+    for q in layout.read:  # an equal share on each queue (or partition: round robin)
+        each = n // len(layout.read)
+        producer.enqueue_many(noop.message((i,), {}, queue=q) for i in range(each))
     before = {p: node_stats(p) for p in masters}
-    worker = start_worker(url, workdir / "worker.log")
+    worker = start_worker(url, workdir / "worker.log", layout)
     try:
-        while not (first := delivered(producer)):
+        while not (first := delivered(producer, layout)):
             time.sleep(0.002)
         started, cpu_before = time.perf_counter(), worker_cpu_s(worker.pid)
-        while not drained(producer):
+        while not drained(producer, layout):
             time.sleep(0.02)
         elapsed = time.perf_counter() - started
         worker_cpu = worker_cpu_s(worker.pid) - cpu_before
         after = {p: node_stats(p) for p in masters}
-        assert delivered(producer) >= n, f"only {delivered(producer)} of {n} jobs delivered"
+        got = delivered(producer, layout)
+        assert got >= n, f"only {got} of {n} jobs delivered"
     finally:
         worker.terminate()
         worker.wait(30)
@@ -130,6 +164,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=30000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--partitioned", action="store_true", help="one queue in 3 partitions, not 3 queues"
+    )
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="taskq-cluster-bench-"))
     single = RedisServer(base / "single", appendonly=True)  # AOF everysec, as the cluster nodes
@@ -137,8 +174,9 @@ def main() -> int:
     rows: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
     try:
         with RedisCluster(base / "cluster") as cluster:
-            masters = [cluster.master_of(f"{q}:high").port for q in QUEUES]
-            assert len(set(masters)) == len(QUEUES), masters  # one queue per master
+            layout = partitioned_layout(cluster) if args.partitioned else QUEUES_LAYOUT
+            masters = [cluster.master_of(f"{q}:high").port for q in layout.physical]
+            assert len(set(masters)) == len(masters), masters  # one queue per master
             for k in range(args.rounds):
                 order = ["single", "cluster"] if k % 2 == 0 else ["cluster", "single"]
                 got: dict[str, dict[str, Any]] = {}
@@ -146,7 +184,7 @@ def main() -> int:
                     url, ports = (
                         (single.url, [single.port]) if which == "single" else (cluster.url, masters)
                     )
-                    got[which] = one_round(url, ports, args.jobs, base)
+                    got[which] = one_round(url, ports, args.jobs, base, layout)
                 rows.append((order[0], got["single"], got["cluster"]))
                 print(report_row(k + 1, *rows[-1]), flush=True)
     finally:
