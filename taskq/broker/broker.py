@@ -14,18 +14,21 @@ starve its lease. Only an entry whose whole worker died stays idle long enough f
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from taskq.broker.completions import completion_blob
 from taskq.broker.delivery import Delivery, Fetched, delivery
 from taskq.broker.enqueue import publish_command
 from taskq.broker.link import Direct, Link
-from taskq.broker.onejob import one_job_commands, one_job_replies
+from taskq.broker.onejob import (
+    fetch_script_args,
+    fetch_script_replies,
+    one_job_commands,
+    one_job_replies,
+)
 from taskq.broker.partitioned import units_of
 from taskq.broker.pending import autoclaim, pending_of
-from taskq.broker.replies import as_int, entries, flat_pairs, text
+from taskq.broker.replies import as_int, entries, text
 from taskq.broker.slots import fetch_parts, slot_runs
 from taskq.deadletter import Deadletter
 from taskq.errors import BrokerRefused
@@ -150,31 +153,10 @@ class Broker:
             # Nothing new: a burst ended, so trim the streams its jobs finished in.
             dirty = [*dirty, *(d.stream for d in acks)]
             return self.fetch(consumer, 1, (), fence_acks=False, trim=True, dirty=dirty)
-        ends = (
-            [(i, completions[d]) for i, d in enumerate(acks, 1) if d in completions]
-            if completions
-            else []
+        keys, argv = fetch_script_args(
+            self, consumer, count, acks, completions, fence_acks, trim, dirty
         )
-        argv: list[Any] = [GROUP, consumer, count, int(fence_acks), int(trim), len(acks)]
-        argv += (len(self.streams), len(ends), len(self._fetch_keys))
-        for d in acks:
-            argv += (self.stream_position[d.stream] + 1, d.entry_id)
-        keys = self._fetch_keys
-        if ends:
-            keys, now = [*keys], time.monotonic()
-            for i, c in ends:
-                blob, touched = completion_blob(self.keys[acks[i - 1].queue], c, now)
-                keys += touched
-                argv += (i, blob)
-        argv += sorted({self.stream_position[s] + 1 for s in (*dirty, *(d.stream for d in acks))})
-        flat = self.direct.script("fetch", keys, argv)
-        got = [
-            delivery(self._where[int(flat[i]) - 1], text(flat[i + 1]), flat_pairs(flat[i + 2]))
-            for i in range(1, len(flat), 3)
-        ]
-        self._reach = self.stream_position[got[0].stream] if got else 0
-        self._tracking = any(d.record_id for d in got)
-        return Fetched(got, as_int(flat[0], -1))
+        return fetch_script_replies(self, self.direct.script("fetch", keys, argv))
 
     @property
     def tracking(self) -> bool:

@@ -1,17 +1,20 @@
-"""The one-job read without a script (the consumer's hot path): its commands and the
-parse of their replies, apart so that a worker on queues in several cluster slots can send
-every slot's read in one round (see :mod:`taskq.broker.slots`)."""
+"""The consumer's reads, as commands and replies kept apart: the one-job read without a
+script (the hot path) and the ``fetch.lua`` call, so that a worker on queues in several
+cluster slots can send every slot's read in one round (see :mod:`taskq.broker.slots`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from taskq.broker.completions import completion_blob
 from taskq.broker.delivery import Delivery, Fetched, delivery
 from taskq.broker.link import Command
-from taskq.broker.replies import as_int, entries, redis_ms, text
+from taskq.broker.replies import as_int, entries, flat_pairs, redis_ms, text
 from taskq.errors import BrokerError
 from taskq.keys import GROUP
+from taskq.results import Completion
 
 if TYPE_CHECKING:
     from taskq.broker.broker import Broker
@@ -52,3 +55,45 @@ def one_job_replies(b: Broker, replies: list[Any], n_acks: int, first_read: int)
         for eid, fields in entries(rows)
     ]
     return Fetched(got, max(0, min(due) - now) if due else -1)
+
+
+def fetch_script_args(
+    b: Broker,
+    consumer: str,
+    count: int,
+    acks: Sequence[Delivery],
+    completions: Mapping[Delivery, Completion] | None,
+    fence_acks: bool,
+    trim: bool,
+    dirty: Sequence[str],
+) -> tuple[list[Any], list[Any]]:
+    """The keys and arguments of the ``fetch.lua`` call of :meth:`Broker.fetch`."""
+    ends = (
+        [(i, completions[d]) for i, d in enumerate(acks, 1) if d in completions]
+        if completions
+        else []
+    )
+    argv: list[Any] = [GROUP, consumer, count, int(fence_acks), int(trim), len(acks)]
+    argv += (len(b.streams), len(ends), len(b._fetch_keys))
+    for d in acks:
+        argv += (b.stream_position[d.stream] + 1, d.entry_id)
+    keys: list[Any] = b._fetch_keys
+    if ends:
+        keys, now = [*keys], time.monotonic()
+        for i, c in ends:
+            blob, touched = completion_blob(b.keys[acks[i - 1].queue], c, now)
+            keys += touched
+            argv += (i, blob)
+    argv += sorted({b.stream_position[s] + 1 for s in (*dirty, *(d.stream for d in acks))})
+    return keys, argv
+
+
+def fetch_script_replies(b: Broker, flat: Any) -> Fetched:
+    """The deliveries in ``fetch.lua``'s reply (the broker's reach follows them)."""
+    got = [
+        delivery(b._where[int(flat[i]) - 1], text(flat[i + 1]), flat_pairs(flat[i + 2]))
+        for i in range(1, len(flat), 3)
+    ]
+    b._reach = b.stream_position[got[0].stream] if got else 0
+    b._tracking = any(d.record_id for d in got)
+    return Fetched(got, as_int(flat[0], -1))
