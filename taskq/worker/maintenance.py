@@ -152,7 +152,7 @@ class Maintenance:
         dead workers, delete finished jobs that linger behind long ones, forget old consumers."""
         s = self.app.settings
         finisher = Finisher(broker, self.executor)
-        for queue in self.queues:
+        for queue in broker.queues:  # (a partitioned queue's partitions, one by one)
             if not broker.try_lead_sweep(queue, self.worker_id, s.sweep_interval_ms):
                 continue
             recovered = broker.recover(queue, min_idle_ms=s.visibility_timeout_ms)
