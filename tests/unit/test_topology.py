@@ -89,9 +89,11 @@ def test_scripts_declare_their_keys() -> None:
             if re.search(r"\.\. *'[:]", line) and not line.strip().startswith("--")
         ]
     assert built == [
+        ("_flow.lua", "redis.call('HINCRBY', prefix .. ':counts', 'held', -1)"),
         ("_flow.lua", "local stream = prefix .. ':' .. PRIORITY_NAMES[p + 1]"),
         ("_flow.lua", "local rec = prefix .. ':job:' .. job"),
         ("_record.lua", "return string.match(stream, '^(.*):[^:]*$') .. ':job:' .. job_id"),
+        ("_record.lua", "return string.match(stream, '^(.*):[^:]*$') .. ':done:' .. job_id"),
     ]
 
 
