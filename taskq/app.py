@@ -29,6 +29,7 @@ from taskq.job import Flow, Job
 from taskq.keys import check_job_id
 from taskq.message import Message
 from taskq.middleware import Hooks, Middleware, enqueue_through
+from taskq.partitions import expand
 from taskq.periodic import Periodic, PeriodicArgs, periodic_of
 from taskq.registry import SHARED, Registry
 from taskq.results import decode_value, encode_result
@@ -206,8 +207,10 @@ class App:
         return self._broker
 
     def broker_for(self, queues: Sequence[str]) -> Broker:
-        """A broker for ``queues`` (in the order a worker reads them), on this process's link."""
-        return Broker(self.link, queues)
+        """A broker for ``queues`` (in the order a worker reads them; a partitioned queue is
+        read as all of its partitions), on this process's link."""
+        names, groups = expand(self.settings.partitions, queues)
+        return Broker(self.link, names, groups=groups)
 
     @property
     def reader(self) -> Reader:
@@ -272,13 +275,14 @@ class App:
         return await arun(self.alink, launch_steps(workflow, self))
 
     def queues(self) -> list[str]:
-        """The app's queue, then the other queues its tasks name, in registration order."""
+        """The app's queue, then the other queues its tasks name, in registration order (a
+        partitioned one as its partitions)."""
         names = [self.settings.queue]
         for name in self.registered():
             q = self.get_task(name).options.queue
             if q and q not in names:
                 names.append(q)
-        return names
+        return expand(self.settings.partitions, names)[0]
 
     @property
     def operators(self) -> Operators:

@@ -35,6 +35,7 @@ class ApplyOptions(TypedDict, total=False):
     unique_for: float | None
     unique_mode: str | None
     job_id: str | None
+    partition_key: str | None
 
 
 def apply_plan(
@@ -50,7 +51,12 @@ def apply_plan(
         return _linked(task, args, kwargs, o)
     eta_ms, in_ms = due_time(o.get("countdown"), o.get("eta"))
     msg = task.message(
-        args, kwargs, priority=o.get("priority"), eta_ms=eta_ms, queue=o.get("queue")
+        args,
+        kwargs,
+        priority=o.get("priority"),
+        eta_ms=eta_ms,
+        queue=o.get("queue"),
+        partition_key=o.get("partition_key"),
     )
     if expires is not None:
         msg = msg._replace(expires_ms=expiry_ms(expires))

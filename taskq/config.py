@@ -44,6 +44,9 @@ class SettingsArgs(TypedDict, total=False):
     result_ttl_s: int
     max_result_bytes: int
     signing_keys: Sequence[str]
+    durable_enqueue: bool
+    durable_enqueue_timeout_ms: int
+    partitions: Mapping[str, int]
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,10 @@ class Settings:
 
     Attributes:
         redis_url: ``redis://``, ``rediss://`` (TLS) or ``unix://``; user and password may be
-            given in the URL (``redis://user:secret@host:6379/0``).
+            given in the URL (``redis://user:secret@host:6379/0``). ``redis+cluster://h:p,h:p``
+            is a Redis Cluster (queue names then need a hash tag: ``{tasks}``) and
+            ``redis+sentinel://h:p,h:p/master_name/0`` the master a set of sentinels watches
+            (docs/protocol.md, "Topologies").
         queue: default queue name; its keys are ``<queue>:high``, ``<queue>:normal``, ...
         max_payload_bytes: an encoded job larger than this is refused at enqueue.
         max_retries: default retries after the first run (2: a job runs at most 3 times).
@@ -73,6 +79,16 @@ class Settings:
         signing_keys: HMAC keys (``TASKQ_SIGNING_KEYS``, comma-separated). Producers sign
             every job with the first; workers then run only jobs signed with one of them.
             Empty: nothing is signed or checked. See docs/security.md.
+        durable_enqueue: an enqueue returns only once ``WAIT 1`` confirmed that a replica
+            has the job (on a cluster: a replica of every master written to), so a failover
+            cannot lose an acknowledged enqueue; else it raises
+            :class:`~taskq.errors.BrokerUnavailable` after ``durable_enqueue_timeout_ms``
+            (the job is on the master, unconfirmed). Needs a replica. See docs/reliability.md.
+        partitions: queues split into partitions, each its own queue with its own hash tag
+            (``{"tasks": 4}``: ``{tasks.0}`` ... ``{tasks.3}``; ``TASKQ_PARTITIONS=tasks=4``), so
+            that one busy queue spreads over the shards of a Redis Cluster. Producers spread
+            its jobs round robin (or by ``partition_key=``), workers read every partition.
+            See docs/scaling.md.
     """
 
     redis_url: str = DEFAULT_REDIS_URL
@@ -93,6 +109,9 @@ class Settings:
     result_ttl_s: int = 86_400
     max_result_bytes: int = 512 * 1024
     signing_keys: tuple[str, ...] = ()
+    durable_enqueue: bool = False
+    durable_enqueue_timeout_ms: int = 1_000
+    partitions: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
     def __repr__(self) -> str:
         # Neither the password in the URL nor the signing keys are shown.
@@ -117,6 +136,7 @@ class Settings:
             "block_ms",
             "result_ttl_s",
             "max_result_bytes",
+            "durable_enqueue_timeout_ms",
         ):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0")
@@ -126,6 +146,7 @@ class Settings:
             raise ConfigError("retry_backoff_max_ms must be >= retry_backoff_ms")
         if self.signing_keys:
             Signer(self.signing_keys)  # each key non-empty, none twice
+        object.__setattr__(self, "partitions", _checked_partitions(self.partitions))
 
     @property
     def signer(self) -> Signer | None:
@@ -162,7 +183,23 @@ class Settings:
         return type(getattr(cls(), name))
 
 
+def _checked_partitions(partitions: Mapping[str, int]) -> dict[str, int]:
+    for name, n in partitions.items():
+        check_queue_name(name)
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise ConfigError(f"partitions of {name!r} must be an int >= 1, not {n!r}")
+    return dict(partitions)
+
+
 def _parse(name: str, raw: str, kind: type) -> Any:
+    if kind is dict:  # "a=4,b=2"
+        out = {}
+        for item in (i.strip() for i in raw.split(",") if i.strip()):
+            key, sep, value = item.partition("=")
+            if not sep or not value.strip().isdigit():
+                raise ConfigError(f"TASKQ_{name.upper()}={raw!r}: expected name=N,name=N")
+            out[key.strip()] = int(value)
+        return out
     if kind is tuple:
         return tuple(item.strip() for item in raw.split(",") if item.strip())
     if kind is bool:

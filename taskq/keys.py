@@ -1,8 +1,9 @@
 """The Redis key schema of one queue, in one screen.
 
 Every key of queue ``tasks`` starts with ``tasks:``. A queue named with a hash tag, e.g.
-``{tasks}``, therefore puts all of its keys in one cluster slot, so the multi-key scripts in
-``taskq/broker/`` stay valid on Redis Cluster.
+``{tasks}`` (or ``{app}.tasks``), therefore puts all of its keys in one cluster slot, so the
+multi-key scripts in ``taskq/broker/`` are single-slot on Redis Cluster, where taskq requires
+the tag (docs/protocol.md, "Topologies").
 """
 
 from __future__ import annotations
@@ -71,6 +72,13 @@ def worker_of(consumer: str) -> str | None:
     """The worker id a child consumer belongs to, if it is one."""
     parts = consumer.rsplit(":", 2)
     return parts[0] if len(parts) == 3 else None
+
+
+def partition_names(queue: str, partitions: int) -> tuple[str, ...]:
+    """The queues a partitioned queue is made of, each its own hash tag: ``tasks`` (or
+    ``{tasks}``) in 3 partitions is ``{tasks.0}``, ``{tasks.1}``, ``{tasks.2}``."""
+    base = queue[1:-1] if queue.startswith("{") and queue.endswith("}") else queue
+    return tuple(f"{{{base}.{i}}}" for i in range(partitions))
 
 
 @functools.lru_cache(maxsize=1024)

@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from taskq.broker.enqueue import publish_command, schedule_command
+from taskq.broker.link import Command
 from taskq.broker.replies import text
 from taskq.broker.steps import Steps
 from taskq.errors import BrokerUnavailable
@@ -26,10 +27,13 @@ def send_steps(app: App, msg: Message, body: bytes, in_ms: int | None) -> Steps[
     """One job to its stream, or to the schedule if it has a countdown or a future eta."""
     delayed = in_ms is not None or _later(msg, now_ms())
     command = schedule_command(msg, body, in_ms) if delayed else publish_command(msg, body)
+    wait = durable(app) if app.settings.durable_enqueue else ()
     try:
-        [reply] = yield [command]
+        reply, *confirmed = yield (command, *wait) if wait else (command,)
     except BrokerUnavailable as exc:
         raise enqueue_unavailable(exc) from exc
+    if confirmed:
+        check_durable(app, confirmed)
     return handle(app, msg, None if delayed else text(reply))
 
 
@@ -44,10 +48,14 @@ def send_many_steps(app: App, messages: Iterable[Message]) -> Steps[list[Job]]:
             schedule_command(m, body, None) if _later(m, now) else publish_command(m, body)
             for m, body in ((m, app.encode(m)) for m in batch)
         ]
+        wait = durable(app)
         try:
-            replies = yield commands
+            replies = yield [*commands, *wait]
         except BrokerUnavailable as exc:
             raise enqueue_unavailable(exc) from exc
+        if wait:
+            check_durable(app, replies[-1:])
+            replies = replies[:-1]
         jobs += [
             handle(app, m, text(r) if isinstance(r, bytes) else None)
             for m, r in zip(batch, replies, strict=True)
@@ -60,6 +68,24 @@ def handle(app: App, msg: Message, entry_id: str | None) -> Job:
     eta = None if entry_id else msg.eta_ms
     stores = msg.result_ttl_s is not None
     return Job(msg.id, msg.task, msg.queue, msg.priority, entry_id, eta, stores, app)
+
+
+def durable(app: App) -> list[Command]:
+    """``WAIT 1 <timeout>`` after the writes, with ``durable_enqueue`` (else nothing)."""
+    s = app.settings
+    return [("WAIT", 1, s.durable_enqueue_timeout_ms)] if s.durable_enqueue else []
+
+
+def check_durable(app: App, confirmed: list[object]) -> None:
+    """Raises BrokerUnavailable if ``durable_enqueue`` is on and no replica confirmed."""
+    if confirmed and not (isinstance(confirmed[0], int) and confirmed[0] >= 1):
+        # (0 replicas, or an error: WAIT on a replica, or a server without replication)
+        raise BrokerUnavailable(
+            "the job is on the master, but no replica confirmed it within "
+            f"{app.settings.durable_enqueue_timeout_ms} ms (durable_enqueue): a failover "
+            "now could lose it",
+            timed_out=True,
+        )
 
 
 def enqueue_unavailable(exc: BrokerUnavailable) -> BrokerUnavailable:

@@ -26,6 +26,7 @@ from taskq.job import Job
 from taskq.keys import check_priority
 from taskq.limits import Rate
 from taskq.message import Message, new_job_id
+from taskq.partitions import partition_of
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack is 3.11+; only mypy reads this
@@ -256,6 +257,8 @@ class Task(Generic[P, R]):
             unique_mode: ``until_done`` (the job's end releases the key) or ``throttle``.
             job_id: a caller-chosen id, refused while a job with it is held: the enqueue
                 then returns the existing job's handle.
+            partition_key: for a partitioned queue, the key whose partition the job goes to
+                (jobs of one key keep their order); without it, round robin.
         """
         plan = apply_plan(self, tuple(args), kwargs or {}, options)
         if isinstance(plan, Job):
@@ -289,6 +292,8 @@ class Task(Generic[P, R]):
             return [self.apply_async(tuple(item)) for item in items]
         first = self.message((), {})  # queue and priority are checked once, not per job
         name, queue, priority, ttl = self.name, first.queue, first.priority, first.result_ttl_s
+        if self.app.settings.partitions:  # each job to its own turn's partition
+            return self.app.enqueue_many(self.message(tuple(item), {}) for item in items)
         return self.app.enqueue_many(
             Message(name, tuple(item), {}, queue=queue, priority=priority, result_ttl_s=ttl)
             for item in items
@@ -302,13 +307,17 @@ class Task(Generic[P, R]):
         priority: str | None = None,
         eta_ms: int | None = None,
         queue: str | None = None,
+        partition_key: str | None = None,
     ) -> Message:
-        """The Message that enqueueing these arguments would send."""
+        """The Message that enqueueing these arguments would send (to one partition of a
+        partitioned queue: by ``partition_key``, else round robin)."""
         priority = priority or self.options.priority
         check_priority(priority)
         settings = self.app.settings
         queue = queue or self.options.queue or settings.queue
         check_queue_name(queue)
+        if settings.partitions:
+            queue = partition_of(settings.partitions, queue, partition_key)
         return Message(
             self.name,
             args,

@@ -4,6 +4,7 @@ package imports redis-py; its errors become :class:`~taskq.errors.BrokerError` h
 
 from taskq.broker.broker import Broker
 from taskq.broker.delivery import Delivery, Fetched
-from taskq.broker.link import Link, connect
+from taskq.broker.link import Link
+from taskq.broker.links import connect
 
 __all__ = ["Broker", "Delivery", "Fetched", "Link", "connect"]

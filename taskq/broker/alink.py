@@ -8,19 +8,24 @@ every exchange is written once for both links.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import redis
 import redis.asyncio
+import redis.asyncio.sentinel
 
 from taskq.broker.link import (
+    CLIENT_OPTIONS,
     Command,
     client_from_url,
     map_errors,
     missing_scripts,
     raise_as_broker_error,
 )
+from taskq.broker.links import connect
+from taskq.broker.topology import kind_of, parse_seeds
 from taskq.config import redact
 
 
@@ -30,7 +35,25 @@ def connect_async(url: str) -> AsyncLink:
     Raises:
         ConfigError: the URL is not a Redis URL, or asks for RESP3.
     """
+    kind = kind_of(url)
+    if kind == "cluster":
+        return AsyncClusterLink(url)
+    if kind == "sentinel":
+        return AsyncLink(_sentinel_client(url), url)
     return AsyncLink(client_from_url(redis.asyncio.Redis.from_url, url), url)
+
+
+def _sentinel_client(url: str) -> redis.asyncio.Redis:
+    """The asyncio twin of :func:`~taskq.broker.link.sentinel_client`."""
+    seeds = parse_seeds(url)
+    sentinel_kwargs = {"socket_connect_timeout": 2, "socket_timeout": 2, "protocol": 2}
+    sentinel_kwargs.update(seeds.sentinel_options)
+    make: Any = redis.asyncio.sentinel.Sentinel  # (it is unannotated)
+    sentinels = make(list(seeds.hosts), sentinel_kwargs=sentinel_kwargs)
+    # The pool's connections take the master's address from the sentinels; a default one
+    # that cannot connect keeps a connection opened any other way off localhost:6379.
+    options = {**seeds.options, **CLIENT_OPTIONS, "host": "sentinel-master.invalid", "port": 1}
+    return cast(redis.asyncio.Redis, sentinels.master_for(seeds.master_name, **options))
 
 
 class AsyncLink:
@@ -80,3 +103,21 @@ class AsyncLink:
             raise
         finally:
             await pool.release(conn)
+
+
+class AsyncClusterLink(AsyncLink):
+    """:class:`AsyncLink` on a Redis Cluster: the blocking cluster link's routing, run in a
+    worker thread so that the event loop never waits on a socket."""
+
+    def __init__(self, url: str) -> None:  # (no asyncio client: the sync link routes)
+        self._sync = connect(url)
+        self.url = self._sync.url
+
+    def __repr__(self) -> str:
+        return f"<AsyncClusterLink {self.url}>"
+
+    async def pipeline(self, commands: Sequence[Command], *, errors: bool = True) -> list[Any]:
+        return await asyncio.to_thread(self._sync.pipeline, commands, errors=errors)
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self._sync.close)

@@ -14,18 +14,24 @@ starve its lease. Only an entry whose whole worker died stays idle long enough f
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from taskq.broker.completions import completions_arg
 from taskq.broker.delivery import Delivery, Fetched, delivery
 from taskq.broker.enqueue import publish_command
-from taskq.broker.link import Command, Direct, Link
+from taskq.broker.link import Direct, Link
+from taskq.broker.onejob import (
+    fetch_script_args,
+    fetch_script_replies,
+    one_job_commands,
+    one_job_replies,
+)
+from taskq.broker.partitioned import units_of
 from taskq.broker.pending import autoclaim, pending_of
-from taskq.broker.replies import as_int, entries, flat_pairs, redis_ms, text
+from taskq.broker.replies import as_int, entries, text
+from taskq.broker.slots import fetch_parts, slot_runs
 from taskq.deadletter import Deadletter
-from taskq.errors import BrokerError, BrokerRefused
+from taskq.errors import BrokerRefused
 from taskq.keys import GROUP, PRIORITIES, RECOVER_CONSUMER, QueueKeys
 from taskq.message import Message
 from taskq.results import Completion, FailedRun
@@ -47,9 +53,18 @@ class Broker:
         queues: the queues this broker serves, in the order a worker reads them.
     """
 
-    def __init__(self, link: Link, queues: Sequence[str]) -> None:
+    def __init__(
+        self, link: Link, queues: Sequence[str], *, groups: Sequence[Sequence[str]] = ()
+    ) -> None:
         self.link = link
         self.queues = tuple(queues)
+        runs = slot_runs(link, self.queues)
+        self._parts = [Broker(link, run) for run in runs] if len(runs) > 1 else []
+        """On a Redis Cluster, a broker per run of consecutive queues that share a hash slot:
+        each call goes to one slot, never across (empty: all queues share one slot)."""
+        self._units = units_of(lambda qs: Broker(link, qs), self.queues, groups)
+        """With partitioned queues (``groups``: the partitions of each), what a fetch reads
+        in turn: each run of other queues, and each queue's partitions as one group."""
         self.keys = {q: QueueKeys(q) for q in self.queues}
         self.streams = [s for k in self.keys.values() for s in k.streams]
         """The job streams, in the order a worker reads them."""
@@ -62,6 +77,8 @@ class Broker:
         self._reach = 0
         """The lowest-priority stream a one-job fetch reads: the one its last job came from
         (more are read only once those are empty, so a read rarely finds jobs on two)."""
+        self.was_reached = False
+        """As a part of a multi-slot broker: the part the last job came from."""
         self._tracking = False
         """The last jobs taken keep status records: fetch with the script, which marks them
         running as it takes them, instead of the pipelined read and a second call."""
@@ -125,40 +142,32 @@ class Broker:
             fetch: keep the first, hand the others back), and when the earliest delayed job
             or retry of these queues is due.
         """
+        if self._units or self._parts:
+            parts = self._units or self._parts
+            return fetch_parts(parts, consumer, count, acks, completions, fence_acks, trim, dirty)
         if count == 1 and not fence_acks and not trim and not completions and not self._tracking:
             fetched = self._fetch_one(consumer, acks)
             if fetched.deliveries or not (dirty or acks):
-                self._mark_started(consumer, fetched.deliveries)
+                self.mark_started(consumer, fetched.deliveries)
                 return fetched
             # Nothing new: a burst ended, so trim the streams its jobs finished in.
             dirty = [*dirty, *(d.stream for d in acks)]
             return self.fetch(consumer, 1, (), fence_acks=False, trim=True, dirty=dirty)
-        ends = (
-            [(i, completions[d]) for i, d in enumerate(acks, 1) if d in completions]
-            if completions
-            else []
+        keys, argv = fetch_script_args(
+            self, consumer, count, acks, completions, fence_acks, trim, dirty
         )
-        argv: list[Any] = [GROUP, consumer, count, int(fence_acks), int(trim), len(acks)]
-        argv += (len(self.streams), len(ends), len(self._fetch_keys))
-        for d in acks:
-            argv += (self.stream_position[d.stream] + 1, d.entry_id)
-        keys = self._fetch_keys
-        if ends:
-            argv.append(completions_arg(ends, time.monotonic()))
-            touched = [k for _i, c in ends for k in c.op_keys]
-            if touched:
-                keys = [*keys, *touched]
-        argv += sorted({self.stream_position[s] + 1 for s in (*dirty, *(d.stream for d in acks))})
-        flat = self.direct.script("fetch", keys, argv)
-        got = [
-            delivery(self._where[int(flat[i]) - 1], text(flat[i + 1]), flat_pairs(flat[i + 2]))
-            for i in range(1, len(flat), 3)
-        ]
-        self._reach = self.stream_position[got[0].stream] if got else 0
-        self._tracking = any(d.record_id for d in got)
-        return Fetched(got, as_int(flat[0], -1))
+        return fetch_script_replies(self, self.direct.script("fetch", keys, argv))
 
-    def _mark_started(self, consumer: str, got: Sequence[Delivery]) -> None:
+    @property
+    def tracking(self) -> bool:
+        """Whether the last jobs taken keep status records (then fetch with the script)."""
+        return self._tracking
+
+    def reach_all(self) -> None:
+        """Let the next one-job fetch read every stream at once (its queues were empty)."""
+        self._reach = len(self.streams) - 1
+
+    def mark_started(self, consumer: str, got: Sequence[Delivery]) -> None:
         """Mark jobs that keep a record running when a read outside the fetch script took
         them (a second round trip, for the first such job after others)."""
         records = [self.keys[d.queue].job(d.record_id) for d in got if d.record_id]
@@ -175,40 +184,25 @@ class Broker:
         all come back and the caller keeps the first (in priority order) and hands the others
         back. When none has, the lower streams are read in a second round trip.
         """
-        by_stream: dict[str, list[str]] = {}
-        for d in acks:
-            by_stream.setdefault(d.stream, []).append(d.entry_id)
-        commands: list[Command] = [("XACK", s, GROUP, *ids) for s, ids in by_stream.items()]
-        commands += [("TIME",), *(("GET", k.due) for k in self.keys.values())]
-        first_read, reads = len(commands), self.streams[: self._reach + 1]
-        commands += [
-            ("XREADGROUP", "GROUP", GROUP, consumer, "COUNT", 1, "STREAMS", s, ">") for s in reads
-        ]
-        replies = self.direct.pipeline(commands)
-        for reply in replies:
-            if isinstance(reply, BrokerError):
-                if "NOGROUP" not in str(reply):
-                    raise reply
-                self.ensure_groups()  # the stream or its group was deleted (FLUSHALL, DEL)
-                return Fetched([], -1)
-        now = redis_ms(replies[len(by_stream)])
-        due = [as_int(r) for r in replies[len(by_stream) + 1 : first_read] if r is not None]
-        due_in_ms = max(0, min(due) - now) if due else -1
-        got = [
-            delivery(self._where[self.stream_position[text(stream)]], eid, fields)
-            for reply in replies[first_read:]
-            for stream, rows in reply or ()
-            for eid, fields in entries(rows)
-        ]
-        if got:
-            self._reach = self.stream_position[got[0].stream]
-        elif len(reads) < len(self.streams):
-            self._reach = len(self.streams) - 1
-            fetched = self._fetch_one(consumer, ())
-            if not fetched.deliveries:
-                self._reach = 0
+        commands, n_acks, first_read = one_job_commands(self, consumer, acks)
+        fetched = self.one_job_replies(self.direct.pipeline(commands), n_acks, first_read)
+        if fetched.deliveries or first_read == len(commands) - len(self.streams):
             return fetched
-        return Fetched(got, due_in_ms)
+        self._reach = len(self.streams) - 1
+        fetched = self._fetch_one(consumer, ())
+        if not fetched.deliveries:
+            self._reach = 0
+        return fetched
+
+    def one_job_replies(self, replies: list[Any], n_acks: int, first_read: int) -> Fetched:
+        """What :func:`one_job_commands` got back (the reach follows the job found)."""
+        fetched = one_job_replies(self, replies, n_acks, first_read)
+        if fetched is None:  # the stream or its group was deleted (FLUSHALL, DEL)
+            self.ensure_groups()
+            return Fetched([], -1)
+        if fetched.deliveries:
+            self._reach = self.stream_position[fetched.deliveries[0].stream]
+        return fetched
 
     def read_blocking(self, consumer: str, count: int, block_ms: int) -> list[Delivery]:
         """Wait up to ``block_ms`` for new entries on any stream (used only when all are empty).
@@ -216,6 +210,13 @@ class Broker:
         Entries that arrive on several streams during the same wait come back together (up to
         ``count`` from each: XREADGROUP's COUNT is per stream), in priority order.
         """
+        if self._parts:  # one slot at a time, each for its share of the wait
+            share_ms = max(1, block_ms // len(self._parts))
+            for part in self._parts:
+                got = part.read_blocking(consumer, count, share_ms)
+                if got:
+                    return got
+            return []
         streams = self.streams
         args: list[Any] = ["GROUP", GROUP, consumer, "COUNT", count, "BLOCK", max(1, block_ms)]
         args += ["STREAMS", *streams, *([">"] * len(streams))]
@@ -231,7 +232,7 @@ class Broker:
             where = self._where[self.stream_position[text(stream_raw)]]
             out += [delivery(where, eid, fields) for eid, fields in entries(rows)]
         out.sort(key=lambda d: self.stream_position[d.stream])
-        self._mark_started(consumer, out)
+        self.mark_started(consumer, out)
         return out
 
     def promote(self, *, force: bool = False) -> int:
@@ -241,6 +242,9 @@ class Broker:
         sets themselves (for members added without the due key, by a foreign producer).
         Returns ms until the next one is due by the Redis clock (-1: none).
         """
+        if self._parts:
+            dues = [d for d in (part.promote(force=force) for part in self._parts) if d >= 0]
+            return min(dues) if dues else -1
         args = [PROMOTE_LIMIT, int(force)]
         return as_int(self.direct.script("promote", self._housekeeping_keys, args), -1)
 
@@ -355,6 +359,8 @@ class Broker:
         """Reset the idle time of every entry pending under ``consumers`` (their leases)."""
         if not consumers:
             return 0
+        if self._parts:
+            return sum(part.renew(consumers) for part in self._parts)
         return as_int(self.link.script("renew", self.streams, [GROUP, *consumers]))
 
     def try_lead_sweep(self, queue: str, worker_id: str, lease_ms: int) -> bool:
@@ -384,5 +390,7 @@ class Broker:
         return self._forget(idle_ms=0, only=consumer, keep=())
 
     def _forget(self, *, idle_ms: int, only: str, keep: Sequence[str]) -> int:
+        if self._parts:
+            return sum(p._forget(idle_ms=idle_ms, only=only, keep=keep) for p in self._parts)
         args = [GROUP, idle_ms, only, RECOVER_CONSUMER, *keep]
         return as_int(self.link.script("forget_consumers", self.streams, args))

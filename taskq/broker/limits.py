@@ -64,7 +64,7 @@ def take_slot(
     keys = [running, held, d.stream, k.workers]
     if d.record_id:
         keys.append(k.job(d.record_id))
-    keys += k.streams
+    keys += (*k.streams, k.counts)
     waiting = b"%d\n%s\n%s" % (PRIORITIES.index(d.priority), task.encode(), body)
     args = [GROUP, d.entry_id, owner, limit, member, waiting, worker_ttl_ms, d.queue]
     args.append(int(bool(d.record_id)))

@@ -19,6 +19,7 @@ from importlib import resources
 from typing import Any, NoReturn, Protocol, TypeVar, cast
 
 import redis
+import redis.sentinel
 from redis.exceptions import NoScriptError
 
 from taskq.config import redact
@@ -36,6 +37,8 @@ class Connection(Protocol):
     def send_packed_command(self, command: list[bytes], check_health: bool = True) -> None: ...
 
     def read_response(self) -> Any: ...
+
+    def connect(self) -> None: ...
 
     def disconnect(self) -> None: ...
 
@@ -86,17 +89,6 @@ def client_from_url(factory: Callable[..., _C], url: str) -> _C:
     return client
 
 
-def connect(url: str) -> Link:
-    """A link to the Redis at ``redis://``, ``rediss://`` (TLS) or ``unix://`` ``url``.
-
-    Nothing is sent until the first command.
-
-    Raises:
-        ConfigError: the URL is not a Redis URL, or asks for RESP3 (taskq speaks RESP2).
-    """
-    return Link(client_from_url(redis.Redis.from_url, url), url)
-
-
 class Link:
     """A connection pool to one Redis server (thread-safe), and the way every command goes.
 
@@ -111,6 +103,13 @@ class Link:
 
     def __repr__(self) -> str:
         return f"<Link {self.url}>"
+
+    cluster = False
+    """Whether this is a Redis Cluster (keys are routed by hash slot)."""
+
+    def slot_of(self, key: str) -> int:
+        """The hash slot ``key`` lives in: 0 on one server, where every key is together."""
+        return 0
 
     # -- the three ways ------------------------------------------------------------------
 
@@ -192,6 +191,9 @@ class Direct:
     def __init__(self, conn: Connection, url: str) -> None:
         self._conn = conn
         self.url = url
+        self._connected = False
+        """Connected by ``connect()``, as a pool does (a Sentinel-managed connection asks the
+        sentinels for the master's address there, not in the lazy connect of a send)."""
 
     def call(self, *args: Any) -> Any:
         """Send one command; an error reply raises :class:`~taskq.errors.BrokerError`."""
@@ -220,13 +222,20 @@ class Direct:
 
     def disconnect(self) -> None:
         """Drop the connection (e.g. after a read was cut off mid-reply); it reconnects."""
+        self._connected = False
         self._conn.disconnect()
 
     def _exchange(self, commands: Sequence[Command]) -> list[Any]:
         try:
+            if not self._connected:
+                self._conn.connect()
+                self._connected = True
             return exchange(self._conn, commands, self.url)
+        except redis.RedisError as exc:
+            self.disconnect()
+            raise_as_broker_error(exc, self.url)
         except BaseException:
-            self._conn.disconnect()
+            self.disconnect()
             raise
 
 
@@ -309,12 +318,22 @@ def as_broker_error(exc: Exception, url: str) -> BrokerError:
             "the server's certificate, and a server that checks clients (tls-auth-clients) "
             "needs ssl_certfile and ssl_keyfile"
         )
+    if isinstance(exc, redis.sentinel.MasterNotFoundError):
+        return BrokerUnavailable(f"the sentinels of {url} name no reachable master ({exc})")
     if isinstance(exc, redis.ConnectionError):
         return BrokerUnavailable(
             f"cannot reach Redis at {url} ({exc}); start one with `taskq server` or point "
             "TASKQ_REDIS_URL at yours"
         )
     text = str(exc)
+    if isinstance(exc, redis.exceptions.AskError):
+        return BrokerRefused(
+            f"Redis at {url} is a Redis Cluster node (it answered "
+            f"{'MOVED' if isinstance(exc, redis.exceptions.MovedError) else 'ASK'} {text}): "
+            "use a redis+cluster:// URL"
+        )
+    if "cluster support disabled" in text:
+        return BrokerRefused(f"Redis at {url} is not a Redis Cluster: {text}")
     # BUSY (a long script) has no type of its own; OOM inside a script is a plain script
     # error on Redis 6.2: both are told by their text.
     if isinstance(exc, _NOT_NOW) or text.startswith("BUSY ") or "OOM command not allowed" in text:

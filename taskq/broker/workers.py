@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from taskq.broker.link import Command, Link
+from taskq.broker.slots import slot_runs
 from taskq.keys import QueueKeys
 
 
@@ -28,20 +29,23 @@ class WorkerRegistry:
         worker of a queue must share. Returns the first queue whose live workers use another
         value, with that value, or None.
         """
-        keys = [
-            key
-            for k in self.keys.values()
-            for key in (k.worker(worker_id), k.workers, k.visibility)
-        ]
         flat = [x for kv in fields.items() for x in kv]
         args = [worker_id, ttl_ms, visibility_timeout_ms, *flat]
-        conflict = self.link.script("heartbeat", keys, args)
-        if not conflict:
-            return None
-        return self.queues[int(conflict[0]) - 1], int(conflict[1])
+        found = None
+        for run in slot_runs(self.link, self.queues):  # one script per hash slot
+            keys = [
+                key
+                for k in (self.keys[q] for q in run)
+                for key in (k.worker(worker_id), k.workers, k.visibility)
+            ]
+            conflict = self.link.script("heartbeat", keys, args)
+            if conflict and found is None:
+                found = run[int(conflict[0]) - 1], int(conflict[1])
+        return found
 
     def unregister(self, worker_id: str) -> None:
-        commands: list[Command] = []
-        for k in self.keys.values():
-            commands += [("DEL", k.worker(worker_id)), ("ZREM", k.workers, worker_id)]
-        self.link.pipeline(commands, transaction=True)
+        for run in slot_runs(self.link, self.queues):
+            commands: list[Command] = []
+            for k in (self.keys[q] for q in run):
+                commands += [("DEL", k.worker(worker_id)), ("ZREM", k.workers, worker_id)]
+            self.link.pipeline(commands, transaction=True)

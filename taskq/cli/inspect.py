@@ -27,6 +27,7 @@ from taskq.ops.render import (
     render_registered,
     render_workers,
 )
+from taskq.partitions import expand
 
 V = TypeVar("V")
 
@@ -40,7 +41,7 @@ def _inspector(obj: Any, queues: str | None) -> Callable[[], Inspector]:
     app = obj.app()
     if queues:
         try:
-            fixed = Inspector(app.reader, parse_queues(queues))
+            fixed = Inspector(app.reader, expand(app.settings.partitions, parse_queues(queues))[0])
         except ConfigError as exc:
             raise click.BadParameter(str(exc), param_hint="-Q") from None
         return lambda: fixed

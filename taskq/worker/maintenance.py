@@ -55,7 +55,7 @@ class Maintenance:
         self._due: dict[str, float] = {}
         self._visibility_conflict = False
         self.ticker = Ticker(app, queues) if periodic else None
-        self.throughput = ThroughputWriter(queues, worker_id)
+        self.throughput = ThroughputWriter(worker_id)
 
     @property
     def broker(self) -> Broker:
@@ -96,7 +96,7 @@ class Maintenance:
     def unregister(self, record: WorkerRecord) -> None:
         """Write the last counts of the minute, then delete this worker's record (a clean
         stop)."""
-        self.step(lambda b: self.throughput.write(Series(b.link), record.counts))
+        self.step(lambda b: self.throughput.write(Series(b.link), b.queues, record.counts))
         self.step(lambda b: WorkerRegistry(b.link, b.queues).unregister(self.worker_id))
 
     def claim_queues(self, record: WorkerRecord) -> None:
@@ -117,7 +117,7 @@ class Maintenance:
     def _beat(self, broker: Broker, record: WorkerRecord) -> None:
         """The heartbeat, then the minute's job counts for the dashboard's charts."""
         self.beat(broker, record)
-        self.throughput.write(Series(broker.link), record.counts)
+        self.throughput.write(Series(broker.link), broker.queues, record.counts)
 
     def beat(self, broker: Broker, record: WorkerRecord) -> str | None:
         """Write the heartbeat record; returns (and logs once) a visibility-timeout conflict."""
@@ -152,7 +152,7 @@ class Maintenance:
         dead workers, delete finished jobs that linger behind long ones, forget old consumers."""
         s = self.app.settings
         finisher = Finisher(broker, self.executor)
-        for queue in self.queues:
+        for queue in broker.queues:  # (a partitioned queue's partitions, one by one)
             if not broker.try_lead_sweep(queue, self.worker_id, s.sweep_interval_ms):
                 continue
             recovered = broker.recover(queue, min_idle_ms=s.visibility_timeout_ms)

@@ -366,7 +366,7 @@ class Pool:
             uptime_ms=int((now - self._started_mono) * 1000),
             visibility_timeout_ms=self.app.settings.visibility_timeout_ms,
             concurrency=self.options.concurrency,
-            queues=self.options.queues,
+            queues=tuple(self.maintenance.broker.queues),  # (partitions as such)
             tasks=tuple(self.app.registered()),
             counts=totals,
             rate_per_s=round(rate, 1),

@@ -19,16 +19,16 @@ from taskq.worker.outcome import JobCounts
 class ThroughputWriter:
     """One worker's buckets on the queues it serves."""
 
-    def __init__(self, queues: Sequence[str], worker_id: str) -> None:
-        self.queues = tuple(queues)
+    def __init__(self, worker_id: str) -> None:
         self.worker_id = worker_id
         self._offset_ms: int | None = None
         self._minute: int | None = None
         self._base = JobCounts()
         self._last = JobCounts()
 
-    def write(self, series: Series, totals: JobCounts) -> None:
-        """Write this minute's counts (``totals`` are since the worker started); nothing is
+    def write(self, series: Series, queues: Sequence[str], totals: JobCounts) -> None:
+        """Write this minute's counts (``totals`` are since the worker started) under each of
+        ``queues`` (a partitioned queue's partitions, each in its own slot); nothing is
         written in a minute without jobs."""
         if self._offset_ms is None:
             self._offset_ms = series.link_ms() - _local_ms()
@@ -40,7 +40,7 @@ class ThroughputWriter:
         self._last = totals
         counts = tuple(a - b for a, b in zip(totals.as_tuple(), self._base.as_tuple(), strict=True))
         if any(counts):
-            now = series.write(self.queues, self.worker_id, minute, counts)
+            now = series.write(queues, self.worker_id, minute, counts)
             self._offset_ms = now - _local_ms()
 
 

@@ -105,10 +105,10 @@ def test_overview_json_is_inspect_json(
 
 def test_series_buckets_count_each_job_once(dash_app: App) -> None:
     series = Series(dash_app.link)
-    writer = ThroughputWriter(["tasks", "backlog"], "w1")
-    writer.write(series, JobCounts(processed=5, failed=2, retried=1, dead=1))
-    writer.write(series, JobCounts(processed=7, failed=2, retried=1, dead=1))  # same minute
-    ThroughputWriter(["tasks"], "w2").write(series, JobCounts(processed=1))
+    writer, queues = ThroughputWriter("w1"), ["tasks", "backlog"]
+    writer.write(series, queues, JobCounts(processed=5, failed=2, retried=1, dead=1))
+    writer.write(series, queues, JobCounts(processed=7, failed=2, retried=1, dead=1))  # 1 minute
+    ThroughputWriter("w2").write(series, ["tasks"], JobCounts(processed=1))
     t = last_hour(series, ["tasks", "backlog"])
     assert len(t.minutes) == 60 and t.minutes[-1].start_ms == minute_of(t.now_ms)
     assert (t.processed, t.failed) == (8, 2)  # w1 counted once although it serves two queues

@@ -5,7 +5,7 @@
 -- `held` set (in arrival order, no attempt used) until a slot's release moves it back. The
 -- queue's counts hash keeps how many jobs are held (for inspect: they are in no stream).
 -- KEYS: running, held, stream, the queue's workers zset[, record], then the queue's three
---       streams (where waiting jobs go back).
+--       streams (where waiting jobs go back), then its counts hash.
 -- ARGV: group, entry id, owner, N, member, held member ("<p>\n<task>\n<body>"), worker ttl
 --       ms, queue, '1' if there is a record.
 -- Returns 1 (run it now), 2 (waiting for a slot), or 0 (no longer this consumer's).
@@ -24,7 +24,7 @@ if redis.call('ZCARD', running) < n then
 end
 if not owned(KEYS[3], ARGV[1], ARGV[2], ARGV[3]) then return 0 end
 redis.call('ZADD', held, now, ARGV[6])
-redis.call('HINCRBY', ARGV[8] .. ':counts', 'held', 1)
+redis.call('HINCRBY', KEYS[#KEYS], 'held', 1)
 redis.call('XACK', KEYS[3], ARGV[1], ARGV[2])
 redis.call('XDEL', KEYS[3], ARGV[2])
 if ARGV[9] == '1' then

@@ -1,0 +1,368 @@
+"""taskq on a real 6-node Redis Cluster: everything one server does, one hash slot per call.
+
+The cluster itself refuses any script that touches a key outside the slot of its declared
+keys, so every scenario here also checks that the scripts it runs declare their keys.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from taskq import App, chain, chord, group
+from taskq.broker import connect
+from taskq.broker import link as link_module
+from taskq.broker.link import script_sha
+from taskq.broker.slots import slot_runs
+from taskq.errors import BrokerUnavailable, ConfigError
+from taskq.testing import drain
+from tests.conftest import FAST_SETTINGS, ROOT, WorkerProcess, wait_until
+from tests.redis_server import RedisServer
+from tests.topologies import RedisCluster, free_ports, redis_cluster_fixture, slot_of
+
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
+__all__ = ["redis_cluster_fixture"]  # the ``redis_cluster`` fixture
+
+
+def two_queues_apart(cluster: RedisCluster) -> tuple[str, str]:
+    """Two hash-tagged queue names whose keys live on different masters."""
+    first = "{qa}"
+    node = cluster.master_of(f"{first}:high")
+    other = next(f"{{q{i}}}" for i in range(500) if cluster.master_of(f"{{q{i}}}:high") is not node)
+    return first, other
+
+
+@pytest.fixture
+def capp(redis_cluster: RedisCluster) -> Iterator[Callable[..., App]]:
+    apps: list[App] = []
+
+    def make(queue: str = "{tasks}", **settings: Any) -> App:
+        app = App(redis_cluster.url, queue, **{**FAST_SETTINGS, **settings})
+        apps.append(app)
+        return app
+
+    yield make
+    for app in apps:
+        app.link.call("FLUSHALL")
+        app.close()
+
+
+def test_a_worker_on_queues_in_two_slots_calls_each_slot_and_keeps_priority(
+    redis_cluster: RedisCluster, capp: Callable[..., App]
+) -> None:
+    a, b = two_queues_apart(redis_cluster)
+    assert slot_of(f"{a}:high") != slot_of(f"{b}:high")
+    app = capp(a)
+    order: list[str] = []
+    low = app.task(name="low", queue=b, priority="low")(lambda v: order.append(v))
+    norm = app.task(name="norm", queue=a)(lambda v: order.append(v))
+    high = app.task(name="high", queue=a, priority="high")(lambda v: order.append(v))
+    for i in range(3):
+        low.delay(f"b-low-{i}")
+        norm.delay(f"a-normal-{i}")
+    high.delay("a-high")
+    assert slot_runs(app.link, [a, b]) == [(a,), (b,)]
+    result = drain(app, queues=[a, b])
+    assert len(result.outcomes) == 7
+    assert order == [
+        "a-high",
+        *(f"a-normal-{i}" for i in range(3)),
+        *(f"b-low-{i}" for i in range(3)),
+    ]
+
+
+def test_one_job_fetches_across_slots_keep_the_queue_order(
+    redis_cluster: RedisCluster, capp: Callable[..., App]
+) -> None:
+    a, b = two_queues_apart(redis_cluster)
+    app = capp(a)
+    t = app.task(name="t")(lambda: None)
+    for _ in range(3):
+        app.enqueue(t.message((), {}, queue=b))
+    broker = app.broker_for([a, b])
+    broker.ensure_groups()
+    # given a worker taking b's jobs one at a time (a is empty: read in the same round)
+    first = broker.fetch("c", 1).deliveries
+    assert [d.queue for d in first] == [b]
+    second = broker.fetch("c", 1, first).deliveries
+    assert [d.queue for d in second] == [b]
+    # when a low-priority job arrives on a, then it comes first (b's, if read, comes after)
+    app.enqueue(t.message((), {}, queue=a, priority="low"))
+    got = broker.fetch("c", 1, second).deliveries
+    assert got[0].queue == a and all(d.queue == b for d in got[1:])
+
+
+def test_a_partitioned_queue_spreads_over_the_masters(
+    redis_cluster: RedisCluster, capp: Callable[..., App]
+) -> None:
+    app = capp("{tasks}", partitions={"work": 4}, store_results=True)
+    names = [f"{{work.{i}}}" for i in range(4)]
+    assert len({redis_cluster.master_of(f"{n}:high").port for n in names}) >= 2
+    t = app.task(name="w", queue="work")(lambda i: i)
+    jobs = t.starmap((i,) for i in range(8))
+    urgent = t.apply_async((99,), priority="high", partition_key="k")
+    assert {j.queue for j in jobs} == set(names)
+    broker = app.broker_for(["work"])
+    broker.ensure_groups()
+    first = broker.fetch("c1", 1).deliveries
+    assert [d.priority for d in first] == ["high"] and first[0].queue == urgent.queue
+    broker.fetch("c1", 0, first)  # ack it (its record stays running: this is no worker)
+    result = drain(app, queues=["work"], timeout_s=20)
+    assert len(result.outcomes) == 8 and jobs[3].result(timeout=2) == 3
+
+
+def test_retries_dead_letters_delays_and_results(capp: Callable[..., App]) -> None:
+    app = capp("{tasks}", store_results=True, durable_enqueue=True)
+    tries: list[int] = []
+
+    @app.task(max_retries=2)
+    def flaky(n: int) -> int:
+        tries.append(n)
+        if len(tries) < 3:
+            raise RuntimeError("not yet")
+        return n * 2
+
+    @app.task(max_retries=0)
+    def broken() -> None:
+        raise ValueError("for good")
+
+    @app.task
+    def later(x: int) -> int:
+        return x + 1
+
+    job = flaky.delay(21)
+    dead = broken.delay()
+    delayed = later.apply_async((1,), countdown=0.3)
+    result = drain(app, wait_for_retries=True, timeout_s=20)
+    assert job.result(timeout=2) == 42 and len(tries) == 3
+    assert delayed.result(timeout=2) == 2
+    assert dead.status().state == "failed"
+    [entry] = app.reader.deadletters("{tasks}", count=10)
+    assert entry.error_type == "ValueError"
+    assert len(result.outcomes) == 5
+    snapshot = app.reader.queue("{tasks}")
+    assert snapshot.dead == 1 and snapshot.scheduled == 0
+
+
+def test_workflows_under_one_hash_tag_and_a_clear_error_across_tags(
+    capp: Callable[..., App],
+) -> None:
+    app = capp("{app}.main", store_results=True)
+    add = app.task(name="add")(lambda a, b: a + b)
+    total = app.task(name="total", queue="{app}.other")(lambda xs: sum(xs))
+    flow = chain(add.s(1, 2), add.s(10)).apply_async()
+    both = chord(group(add.s(i, i) for i in range(4)), total.s()).apply_async()
+    drain(app, queues=["{app}.main", "{app}.other"], timeout_s=20)
+    assert flow.result(timeout=2) == 13
+    assert both.result(timeout=2) == 12
+    elsewhere = app.task(name="elsewhere", queue="{zzz}")(lambda x: x)
+    with pytest.raises(ConfigError, match="hash slots"):
+        chain(add.s(1, 1), elsewhere.s()).apply_async()
+
+
+def test_periodic_jobs_and_limits(capp: Callable[..., App]) -> None:
+    app = capp("{tasks}")
+    ran: list[float] = []
+    app.add_periodic(app.task(name="tick")(lambda: ran.append(time.time())), every=1)
+    limited = app.task(name="limited", rate_limit="2/s")(lambda: ran.append(-1.0))
+    one_at_a_time = app.task(name="solo", concurrency_limit=1)(lambda: ran.append(-2.0))
+    for _ in range(3):
+        limited.delay()
+        one_at_a_time.delay()
+    from taskq.broker.schedules import Schedules
+    from taskq.worker.ticker import Ticker
+
+    ticker, schedules = Ticker(app, ["{tasks}"]), Schedules(app.link)
+
+    def ticked() -> bool:
+        ticker.step(schedules)
+        return app.reader.queue("{tasks}").streams[1].waiting > 6
+
+    wait_until(ticked, 5)  # the first step registers the schedule; the next tick enqueues
+    drain(app, wait_for_retries=True, timeout_s=20)
+    assert ran.count(-1.0) == 3 and ran.count(-2.0) == 3
+    assert any(t > 0 for t in ran)  # the periodic tick's job
+
+
+def test_unique_jobs_and_cancel(capp: Callable[..., App]) -> None:
+    app = capp("{tasks}", store_results=True)
+    once = app.task(name="once", unique=True, unique_for_s=60)(lambda x: x)
+    first, second = once.delay(1), once.delay(1)
+    assert first.id == second.id
+    victim = app.task(name="victim")(lambda: None).apply_async(countdown=30)
+    assert victim.cancel() in ("cancelled", True)
+    drain(app)
+    assert first.result(timeout=2) == 1
+    assert victim.status().state == "cancelled"
+
+
+def run_cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TASKQ_")}
+    env.update(PYTHONPATH=str(ROOT), TASKQ_REDIS_URL=url)
+    cmd = [sys.executable, "-m", "taskq", "-A", "tests.cluster_tasks:app", *args]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60, cwd=ROOT)
+
+
+def cluster_worker(url: str, tmp_path: Path, *args: str) -> WorkerProcess:
+    env = {f"TASKQ_{k.upper()}": str(v) for k, v in FAST_SETTINGS.items()}
+    env["TASKQ_PARTITIONS"] = "work=3"
+    log = tmp_path / f"worker-{time.monotonic_ns()}.log"
+    return WorkerProcess(url, "-A", "tests.cluster_tasks:app", *args, log_path=log, **env)
+
+
+def runs_of(app: App) -> list[str]:
+    return [x.decode() for x in app.link.call("LRANGE", "{runs}:log", 0, -1)]
+
+
+def test_crash_recovery_inspect_and_deadletter_cli(
+    redis_cluster: RedisCluster, tmp_path: Path
+) -> None:
+    from tests import cluster_tasks
+
+    app = cluster_tasks.configure(redis_cluster.url, **FAST_SETTINGS)
+    try:
+        # given jobs, and a worker SIGKILLed while it runs them
+        for i in range(20):
+            cluster_tasks.slow_note.delay(i, 0.2)
+        cluster_tasks.always_fails.delay("x")
+        w = cluster_worker(redis_cluster.url, tmp_path, "-c", "2")
+        wait_until(lambda: len(runs_of(app)) >= 2, 20)
+        w.kill_all()
+        w.log.close()
+        # when another worker starts, then every job has run (the lost ones after the sweep)
+        w2 = cluster_worker(redis_cluster.url, tmp_path, "-c", "2")
+        try:
+            done = lambda: {int(r.split("|")[0]) for r in runs_of(app) if r[0].isdigit()}  # noqa: E731
+            wait_until(lambda: done() == set(range(20)), 40)
+            wait_until(lambda: app.reader.deadletter_count("{ctasks}") == 1, 20)
+            inspected = run_cli(redis_cluster.url, "inspect", "--json")
+            assert inspected.returncode == 0, inspected.stderr
+            assert "{ctasks}" in json.dumps(json.loads(inspected.stdout))
+            listed = run_cli(redis_cluster.url, "deadletter", "list", "--json")
+            assert listed.returncode == 0 and "always_fails" in listed.stdout, listed.stderr
+            retried = run_cli(redis_cluster.url, "deadletter", "retry", "--all")
+            assert retried.returncode == 0, retried.stderr + retried.stdout
+            wait_until(lambda: app.reader.deadletter_count("{ctasks}") == 1, 20)
+            wait_until(lambda: sum(r.startswith("x|") for r in runs_of(app)) == 4, 20)
+        finally:
+            w2.stop()
+        assert "Traceback" not in w2.output()
+    finally:
+        app.link.call("FLUSHALL")
+        app.close()
+
+
+def test_a_worker_process_serves_a_partitioned_queue(
+    redis_cluster: RedisCluster, tmp_path: Path
+) -> None:
+    from tests import cluster_tasks
+
+    app = cluster_tasks.configure(redis_cluster.url, partitions={"work": 3}, **FAST_SETTINGS)
+    try:
+        jobs = [cluster_tasks.note.apply_async((i,), queue="work") for i in range(30)]
+        assert len({j.queue for j in jobs}) == 3
+        w = cluster_worker(redis_cluster.url, tmp_path, "-Q", "work", "-c", "2")
+        try:
+            wait_until(lambda: len(runs_of(app)) >= 30, 30)
+        finally:
+            w.stop()
+        assert sorted(int(r.split("|")[0]) for r in runs_of(app)) == list(range(30))
+        assert "Traceback" not in w.output()
+    finally:
+        app.link.call("FLUSHALL")
+        app.close()
+
+
+def test_queue_depth_metrics(capp: Callable[..., App]) -> None:
+    pytest.importorskip("prometheus_client")
+    from taskq.ops.metrics import QueueDepth
+
+    app = capp("{tasks}")
+    note = app.task(name="m")(lambda: None)
+    for _ in range(3):
+        note.delay()
+    families = {m.name: m for m in QueueDepth(app.settings.redis_url, ["{tasks}"]).collect()}
+    waiting = [m for m in families.values() if "waiting" in m.name]
+    assert waiting and sum(s.value for s in waiting[0].samples) == 3
+
+
+# -- bad input ---------------------------------------------------------------------------
+
+
+def test_a_queue_without_a_hash_tag_is_a_one_line_error(redis_cluster: RedisCluster) -> None:
+    with pytest.raises(ConfigError, match=r"name it '\{tasks\}'"):
+        App(redis_cluster.url, "tasks").broker_for(["tasks"])
+    done = run_cli(redis_cluster.url, "worker", "-Q", "plain")
+    assert done.returncode != 0
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "hash slots" in lines[0], done.stderr
+
+
+def test_a_cluster_url_at_a_plain_server_and_the_reverse(
+    redis_cluster: RedisCluster, tmp_path: Path
+) -> None:
+    server = RedisServer(tmp_path / "plain")
+    server.start()
+    try:
+        link = connect(f"redis+cluster://127.0.0.1:{server.port}")
+        with pytest.raises(ConfigError, match="not a Redis Cluster"):
+            link.call("PING")
+    finally:
+        server.kill()
+    node = redis_cluster.nodes[0]
+    plain = App(f"redis://127.0.0.1:{node.port}/0", "{tasks}")
+    elsewhere = next(
+        f"{{q{i}}}" for i in range(500) if redis_cluster.master_of(f"{{q{i}}}:high") is not node
+    )
+    with pytest.raises(Exception, match="redis\\+cluster://"):
+        plain.link.call("XLEN", f"{elsewhere}:high")
+    plain.close()
+
+
+def test_unreachable_seeds(tmp_path: Path) -> None:
+    ports = free_ports(2)
+    link = connect(f"redis+cluster://127.0.0.1:{ports[0]},127.0.0.1:{ports[1]}")
+    started = time.monotonic()
+    with pytest.raises(BrokerUnavailable, match="no seed answered"):
+        link.call("PING")
+    assert time.monotonic() - started < 10
+    done = run_cli(f"redis+cluster://127.0.0.1:{ports[0]}", "inspect", "--json")
+    assert done.returncode != 0
+    assert len([line for line in done.stderr.splitlines() if line.strip()]) == 1, done.stderr
+
+
+def test_every_script_ran_on_the_cluster(
+    redis_cluster: RedisCluster, capp: Callable[..., App]
+) -> None:
+    """Runs after the scenarios above: each script they ran was loaded on a master (NOSCRIPT
+    then SCRIPT LOAD), and the cluster refuses a script touching a key outside its declared
+    keys' slot, so every script that ran declares (or provably shares the slot of) its keys."""
+    app = capp("{tasks}")
+    note = app.task(name="p")(lambda: None)
+    note.delay()
+    app.operators.purge_waiting("{tasks}")
+    # the hand-back and the end of a job that will not run, straight on the broker
+    note.delay()
+    note.delay()
+    broker = app.broker_for(["{tasks}"])
+    broker.ensure_groups()
+    first, second = broker.fetch("c1", 2, fence_acks=True).deliveries
+    assert first.body is not None and second.body is not None
+    assert broker.requeue(first, task="p", body=first.body, owner="c1")
+    assert broker.drop(second, owner="c1", state="expired", record_ttl_ms=None)
+    names = sorted(p.stem for p in Path(link_module.__file__).parent.joinpath("lua").glob("*.lua"))
+    scripts = [n for n in names if not n.startswith("_")]
+    loaded: set[str] = set()
+    for node in redis_cluster.live_nodes():
+        with node.client() as r:
+            exists = r.script_exists(*(script_sha(n) for n in scripts))
+        loaded |= {n for n, there in zip(scripts, exists, strict=True) if there}
+    assert set(scripts) - loaded == set()

@@ -1,0 +1,113 @@
+"""Topology URLs, cluster routing of taskq's commands, and the scripts' key declarations."""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+
+import pytest
+
+from taskq.broker.cluster import ClusterLink
+from taskq.broker.link import Link, script_command
+from taskq.broker.links import connect
+from taskq.broker.routing import command_keys, hash_tag
+from taskq.broker.slots import slot_runs
+from taskq.broker.topology import kind_of, parse_seeds
+from taskq.errors import ConfigError
+
+
+def test_url_kinds_and_seeds() -> None:
+    assert kind_of("redis://localhost:6379/0") == "single"
+    assert kind_of("rediss+cluster://a:1") == "cluster"
+    seeds = parse_seeds("redis+cluster://u:pw@a:7000,b:7001?socket_timeout=3")
+    assert seeds.hosts == (("a", 7000), ("b", 7001))
+    assert seeds.options["password"] == "pw" and seeds.options["socket_timeout"] == 3
+    assert "db" not in seeds.options
+    s = parse_seeds("redis+sentinel://:pw@s1:26379,s2:26380/mymaster/2?sentinel_password=sp")
+    assert s.master_name == "mymaster" and s.options["db"] == 2 and s.options["password"] == "pw"
+    assert s.sentinel_options == {"password": "sp"} and len(s.hosts) == 2
+
+
+@pytest.mark.parametrize(
+    ("url", "needle"),
+    [
+        ("redis+cluster://", "no host:port seed"),
+        ("redis+cluster://a:x", "bad port"),
+        ("redis+cluster://a:1/3", "db 0 only"),
+        ("redis+sentinel://a:1", "no master name"),
+    ],
+)
+def test_bad_topology_urls(url: str, needle: str) -> None:
+    with pytest.raises(ConfigError, match=needle):
+        connect(url)
+
+
+def test_connect_picks_the_link_and_sends_nothing() -> None:
+    assert isinstance(connect("redis+cluster://127.0.0.1:1"), ClusterLink)
+    link = connect("redis+sentinel://127.0.0.1:1/m")
+    assert type(link) is Link and not link.cluster
+
+
+def test_hash_tags_and_keys_of_commands() -> None:
+    assert hash_tag("{tasks}:high") == "tasks" and hash_tag("{app}.x:job:1") == "app"
+    assert hash_tag("tasks:high") is None and hash_tag("{}:x") is None
+    assert command_keys(
+        ("XREADGROUP", "GROUP", "g", "c", "COUNT", 1, "STREAMS", "a", "b", ">", ">")
+    ) == (
+        "a",
+        "b",
+    )
+    assert command_keys(script_command("enqueue", ["k1", "k2"], ["x"])) == ("k1", "k2")
+    assert command_keys(("XGROUP", "CREATE", "s", "g", "0")) == ("s",)
+    assert command_keys(("DEL", "a", "b")) == ("a", "b") and command_keys(("TIME",)) == ()
+
+
+def test_queues_are_cut_into_runs_that_share_a_slot() -> None:
+    link = connect("redis+cluster://127.0.0.1:1")
+    assert slot_runs(link, ["{a}.x", "{a}.y", "{b}", "{a}.z"]) == [
+        ("{a}.x", "{a}.y"),
+        ("{b}",),
+        ("{a}.z",),
+    ]
+    with pytest.raises(ConfigError, match=r"name it '\{tasks\}'"):
+        slot_runs(link, ["tasks"])
+    assert slot_runs(connect("redis://127.0.0.1:1"), ["a", "b"]) == [("a", "b")]
+
+
+def test_scripts_declare_their_keys() -> None:
+    """Every script names its KEYS in its header, and the only key names built inside Lua are
+    derived from a declared key of the same queue (same prefix, so same hash tag and slot)."""
+    folder = resources.files("taskq.broker").joinpath("lua")
+    built = []
+    for path in sorted(folder.iterdir(), key=lambda p: p.name):
+        text = path.read_text()
+        if not path.name.startswith("_"):
+            assert re.search(r"^-- KEYS:", text, re.M), f"{path.name} documents no KEYS"
+        built += [
+            (path.name, line.strip())
+            for line in text.splitlines()
+            if re.search(r"\.\. *'[:]", line) and not line.strip().startswith("--")
+        ]
+    assert built == [
+        ("_flow.lua", "redis.call('HINCRBY', prefix .. ':counts', 'held', -1)"),
+        ("_flow.lua", "local stream = prefix .. ':' .. PRIORITY_NAMES[p + 1]"),
+        ("_flow.lua", "local rec = prefix .. ':job:' .. job"),
+        ("_record.lua", "return string.match(stream, '^(.*):[^:]*$') .. ':job:' .. job_id"),
+        ("_record.lua", "return string.match(stream, '^(.*):[^:]*$') .. ':done:' .. job_id"),
+    ]
+
+
+def test_partitions_from_the_environment_and_their_names() -> None:
+    from taskq.config import Settings
+    from taskq.keys import partition_names
+    from taskq.partitions import expand, partition_of
+
+    s = Settings.from_env({"TASKQ_PARTITIONS": "tasks=3, {mail}=2"})
+    assert s.partitions == {"tasks": 3, "{mail}": 2}
+    with pytest.raises(ConfigError, match="name=N"):
+        Settings.from_env({"TASKQ_PARTITIONS": "tasks"})
+    assert partition_names("{mail}", 2) == ("{mail.0}", "{mail.1}")
+    assert partition_of(s.partitions, "other") == "other"
+    assert partition_of(s.partitions, "tasks", "k") == partition_of(s.partitions, "tasks", "k")
+    names, groups = expand(s.partitions, ["a", "tasks", "b"])
+    assert names == ["a", "{tasks.0}", "{tasks.1}", "{tasks.2}", "b"] and len(groups) == 1
