@@ -22,6 +22,7 @@ from taskq.broker.link import (
     client_from_url,
     map_errors,
     missing_scripts,
+    pack,
     raise_as_broker_error,
 )
 from taskq.broker.links import connect
@@ -88,7 +89,7 @@ class AsyncLink:
         except redis.RedisError as exc:
             raise_as_broker_error(exc, self.url)
         try:
-            await conn.send_packed_command(conn.pack_commands(commands))
+            await conn.send_packed_command(pack(conn, commands))
             replies: list[Any] = []
             for _ in commands:
                 try:

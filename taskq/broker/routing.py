@@ -11,7 +11,7 @@ from typing import Any
 import redis
 from redis.crc import key_slot
 
-from taskq.broker.link import Command, Connection, raise_as_broker_error
+from taskq.broker.link import Command, Connection, pack, raise_as_broker_error
 from taskq.errors import ConfigError
 
 _KEYLESS = frozenset(
@@ -65,7 +65,7 @@ def slot_of_key(key: str) -> int:
 
 def send_all(conn: Connection, commands: Sequence[Command], url: str) -> None:
     try:
-        conn.send_packed_command(conn.pack_commands(commands))
+        conn.send_packed_command(pack(conn, commands))
     except redis.RedisError as exc:
         raise_as_broker_error(exc, url)
 
