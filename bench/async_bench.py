@@ -84,7 +84,7 @@ def wait_finished(running: Workers, rec_dir: Path, n: int, deadline_s: float) ->
     return sorted(ends.values())
 
 
-def drain_figures(n: int, t_start: int, ends: list[int]) -> Params:
+def drain_figures(n: int, t_start: int, ends: list[int], nap_s: float = NAP_S) -> Params:
     """Drain time from spawn to the last end, start-up, the rate after the first job."""
     seconds = (ends[-1] - t_start) / 1e9
     steady = (ends[-1] - ends[0]) / 1e9
@@ -92,7 +92,7 @@ def drain_figures(n: int, t_start: int, ends: list[int]) -> Params:
         "jobs": n,
         "seconds": seconds,
         "rate": n / seconds,
-        "startup_s": (ends[0] - t_start) / 1e9 - NAP_S,
+        "startup_s": (ends[0] - t_start) / 1e9 - nap_s,
         "steady_rate": (n - 1) / steady if steady > 0 else None,
     }
 
@@ -109,7 +109,26 @@ def agent(system: Async, ctx: AgentCtx) -> Params:
         drain = drain_figures(
             n, running.t_start, wait_finished(running, ctx.record_dir, n, ctx.deadline)
         )
-    return {"figures": figures(enqueue, drain), "enqueue": enqueue, "drain": drain}
+    out = {"figures": figures(enqueue, drain), "enqueue": enqueue, "drain": drain}
+    if hasattr(system, "noop_argvs"):  # taskq: the no-op drain, async def against sync
+        argv = ctx.out["worker_argv"]
+        noop = {kind: _noop_drain(system, ctx, kind) for kind in ("async", "sync")}
+        ctx.out["worker_argv"] = argv
+        out["noop"] = noop
+        out["figures"] |= {f"noop_{k}_rate": v["steady_rate"] for k, v in noop.items()}
+    return out
+
+
+def _noop_drain(system: Any, ctx: AgentCtx, kind: str) -> Params:
+    """``jobs`` no-op jobs of ``kind`` enqueued in bulk, then drained by ``procs`` workers;
+    the rate after the first job (start-up aside: it is the same code for both kinds)."""
+    ctx.redis().flushall()
+    record.clear(ctx.record_dir)
+    system.noop_enqueue(kind, ctx.jobs)
+    argvs = system.noop_argvs(kind, ctx.procs, ctx.concurrency)
+    with features.workers(argvs, ctx, tag=f"noop-{kind}") as running:
+        ends = wait_finished(running, ctx.record_dir, ctx.jobs, ctx.deadline)
+        return drain_figures(ctx.jobs, running.t_start, ends, nap_s=0.0)
 
 
 def figures(enqueue: Params, drain: Params) -> Params:
@@ -287,6 +306,15 @@ def render(data: dict[str, Any]) -> list[str]:
         md_table(HEADER, rows),
     ]
     for name in (x for x in data["systems"] if ENTRIES[x].is_taskq):
+        runs = data["systems"][name]
+        a, s = median_of(runs, "noop_async_rate"), median_of(runs, "noop_sync_rate")
+        if a and s:
+            out.append(
+                f"\n- {features.label(data, name)} no-op drain after the first job, "
+                f"{p['procs']} processes: `async def` tasks ({p['concurrency']} in flight per "
+                f"process) {a:,.0f} jobs/s, sync tasks (one at a time per process, adaptive "
+                f"prefetch) {s:,.0f} jobs/s: async/sync {ratio(a, s)}"
+            )
         for key, what in (("enqueue_rate", "enqueue"), ("drain_rate", "drain")):
             best = [(v, q) for q in peers if (v := median_of(data["systems"][q], key))]
             if best:

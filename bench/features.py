@@ -65,7 +65,7 @@ if TYPE_CHECKING:  # imported where it is used: it imports taskq, which the peer
 
 REPO = envs.REPO
 # sections of RESULTS-features.md, in this order
-ORDER = ("results", "chords", "periodic", "limits", "async", "otel", "signing")
+ORDER = ("results", "chords", "periodic", "limits", "async", "otel", "signing", "dashboard")
 COMMANDS = {key: f".venv/bin/python bench/{key}_bench.py" for key in ORDER}
 RAW_LABELS = {"raw": "raw floor (redis-py)", "raw-hiredis": "raw floor (redis-py + hiredis)"}
 POLL_S = 0.001

@@ -101,4 +101,42 @@ say "enqueueing the example jobs: python -m examples.producer"
 say "dead-lettered jobs: taskq deadletter list"
 "${TASKQ[@]}" -A examples.tasks deadletter list -n 5
 
-say "done: stopping the worker and the server"
+# 4. The asyncio example: async tasks on their own queue, and a Starlette app that enqueues
+#    from async endpoints and awaits the results (needs taskq[examples]: starlette, uvicorn).
+if "$PY" -c 'import starlette, uvicorn' >/dev/null 2>&1; then
+  say "the asyncio example: taskq worker -A examples.async_tasks -c 1 --async-concurrency 50"
+  "${TASKQ[@]}" worker -A examples.async_tasks -c 1 --async-concurrency 50 --loglevel warning &
+  pids+=($!)
+  WEB_PORT=$("$PY" -c "$FREE_PORT")
+  HOST=127.0.0.1 PORT=$WEB_PORT "$PY" -m examples.asgi &
+  pids+=($!)
+  ASK='
+import json, sys, time, urllib.request
+from concurrent.futures import ThreadPoolExecutor
+base = f"http://127.0.0.1:{sys.argv[1]}"
+deadline = time.monotonic() + 15
+while True:
+    try:
+        urllib.request.urlopen(base + "/", timeout=1).close()
+        break
+    except OSError:
+        if time.monotonic() > deadline:
+            sys.exit("the web app did not start")
+        time.sleep(0.1)
+def ask(currency):
+    req = urllib.request.Request(f"{base}/quotes?currency={currency}&amount=100", method="POST")
+    with urllib.request.urlopen(req, timeout=15) as reply:
+        return json.loads(reply.read())
+t0 = time.monotonic()
+with ThreadPoolExecutor(30) as pool:
+    quotes = list(pool.map(ask, ["EUR", "GBP", "JPY"] * 10))
+usd = quotes[0]["usd"]
+print(f"30 quotes from the async endpoint in {time.monotonic() - t0:.2f}s "
+      f"(each task awaits a 0.2 s upstream call): 100 EUR = {usd} USD")
+'
+  "$PY" -c "$ASK" "$WEB_PORT"
+else
+  say "skipping the asyncio example: pip install -e '.[examples]' for starlette and uvicorn"
+fi
+
+say "done: stopping the workers, the web app and the server"

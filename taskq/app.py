@@ -359,7 +359,7 @@ class App:
         policy = policy_for(task, self.settings)
         token = set_current(JobContext.of(msg, 1, policy.max_attempts, None))
         try:
-            value = task.run(msg.args, msg.kwargs)
+            value = task.run_to_end(msg.args, msg.kwargs)
         finally:
             reset_current(token)
         if msg.result_ttl_s is not None:  # what a worker would store, and return from result()

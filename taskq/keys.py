@@ -188,6 +188,11 @@ class QueueKeys:
         """A workflow's record: its kind, its steps, the jobs whose results are its result."""
         return f"{self.queue}:flow:{flow_id}"
 
+    def series(self, minute_ms: int) -> str:
+        """Job counts of one minute (a hash: worker id -> ``processed failed retried dead``
+        in that minute), written by worker masters for the dashboard's charts; it expires."""
+        return f"{self.queue}:series:{minute_ms}"
+
     def worker(self, worker_id: str) -> str:
         """Heartbeat record of one worker (expires when the worker stops beating)."""
         return f"{self.queue}:worker:{worker_id}"

@@ -7,7 +7,7 @@ hooks a middleware overrides are called, so an app without middleware pays nothi
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -46,6 +46,17 @@ class Middleware:
         carries the exception the task raised, if any; it is applied to Redis afterwards.
         """
         return run()
+
+    async def around_async_job(
+        self, job: JobContext, run: Callable[[], Awaitable[Outcome]]
+    ) -> Outcome:
+        """:meth:`around_job` for ``async def`` tasks: ``await run()`` once, return its outcome.
+
+        It runs on the child's event loop, in the job's own asyncio task (so a context
+        variable set here is seen by this job only). ``around_job`` is not called for async
+        jobs: a sync hook cannot wrap an ``await``.
+        """
+        return await run()
 
     def after_job(self, outcome: Outcome) -> None:
         """Once a job's fate (ok, retry or dead) is settled in Redis.
@@ -122,3 +133,25 @@ def run_around(
         logger.exception("middleware %s.around_job failed", type(outer).__name__)
         return rest()
     return outcome if done else rest()
+
+
+async def arun_around(
+    middleware: Sequence[Middleware], job: JobContext, run: Callable[[], Awaitable[Outcome]]
+) -> Outcome:
+    """:func:`run_around` for async jobs, with every ``around_async_job`` hook."""
+    if not middleware:
+        return await run()
+    outer, inner = middleware[0], middleware[1:]
+    done: list[Outcome] = []
+
+    async def rest() -> Outcome:
+        if not done:
+            done.append(await arun_around(inner, job, run))
+        return done[0]
+
+    try:
+        outcome = await outer.around_async_job(job, rest)
+    except Exception:
+        logger.exception("middleware %s.around_async_job failed", type(outer).__name__)
+        return await rest()
+    return outcome if done else await rest()

@@ -6,6 +6,10 @@ is an error in the user's own mypy run, as is a misspelt task option.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import contextvars
+import inspect
 import warnings
 from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass
@@ -147,6 +151,8 @@ class Task(Generic[P, R]):
         self.fn = fn
         self.name = name
         self.options = options
+        self.is_async = inspect.iscoroutinefunction(fn)
+        """An ``async def`` task: a worker runs it on its children's event loops."""
         self._app = app
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
@@ -167,9 +173,19 @@ class Task(Generic[P, R]):
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         """Run inline, as attempt 1 of a job of its own (so ``current_job()`` works)."""
         msg = Message(self.name, args, kwargs, new_job_id(), self.options.queue or "")
-        token = set_current(JobContext.of(msg, 1, 1, None))
+        job = JobContext.of(msg, 1, 1, None)
+        if self.is_async:  # the job is current while the coroutine runs, not while it is made
+            return self._inline(job, args, kwargs)  # type: ignore[return-value]
+        token = set_current(job)
         try:
             return self.run(args, kwargs)
+        finally:
+            reset_current(token)
+
+    async def _inline(self, job: JobContext, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        token = set_current(job)
+        try:
+            return await self.run(args, kwargs)  # type: ignore[misc]
         finally:
             reset_current(token)
 
@@ -178,6 +194,24 @@ class Task(Generic[P, R]):
         if self.options.bind:
             return self.fn(self, *args, **kwargs)
         return self.fn(*args, **kwargs)
+
+    def run_to_end(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """:meth:`run`, and for an async task its coroutine to its end, on a loop of its own
+        (eager mode); in a thread when the caller runs a loop already (``await adelay()``)."""
+        value: Any = self.run(args, kwargs)
+        if not self.is_async:
+            return value
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            running = False
+        else:
+            running = True
+        if not running:  # (not inside the except: the task's errors would chain to it)
+            return asyncio.run(value)
+        ctx = contextvars.copy_context()  # current_job() travels to the thread
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            return pool.submit(lambda: ctx.run(asyncio.run, value)).result()
 
     def delay(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         """Enqueue with the task's default options."""

@@ -1,9 +1,10 @@
-"""taskq with async tasks (async family), written against the planned API.
+"""taskq with async tasks (async family).
 
-Planned: ``@app.task async def nap(): await asyncio.sleep(0.05)``; the worker
+``@app.task async def nap(): await asyncio.sleep(0.05)``; the worker
 ``taskq worker -A ... -c 2 --async-concurrency 500``; the producer ``await nap.adelay()``.
-Until taskq has them, :func:`problem` says which is missing and the bench reports
-"not available yet".
+:func:`problem` says what is missing on a taskq without them ("not available yet").
+Also the no-op drain: ``anoop`` (async) here against ``snoop`` (sync) in
+bench/peers/taskq_sync_noop_app.py, an app without async tasks.
 """
 
 from __future__ import annotations
@@ -24,6 +25,12 @@ app = App(redis_url=redis_url(), queue="tasks")
 async def nap(i: int) -> None:
     """Async task: sleep, then record completion (no Redis round trip)."""
     await asyncio.sleep(NAP_S)
+    record(i)
+
+
+@app.task
+async def anoop(i: int) -> None:
+    """Async no-op: record completion."""
     record(i)
 
 
@@ -52,8 +59,22 @@ class TaskqAsync(Async):
         ]]  # fmt: skip
 
     async def enqueue(self, i: int) -> None:
-        adelay: Any = nap.adelay  # type: ignore[attr-defined]
+        adelay: Any = nap.adelay
         await adelay(i)
+
+    def noop_enqueue(self, kind: str, n: int) -> None:
+        """``n`` no-op jobs of ``kind`` (async or sync), pipelined."""
+        from bench.peers.taskq_sync_noop_app import snoop
+
+        (anoop if kind == "async" else snoop).map(range(n))
+
+    def noop_argvs(self, kind: str, procs: int, concurrency: int) -> list[list[str]]:
+        if kind == "async":
+            return self.worker_argvs(procs, concurrency)
+        return [[
+            *taskq_cli(), "worker", "-A", "bench.peers.taskq_sync_noop_app:app", "-c", str(procs),
+            "--loglevel", "warning",
+        ]]  # fmt: skip
 
 
 ASYNC = TaskqAsync()

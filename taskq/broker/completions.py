@@ -3,23 +3,29 @@ workflow ops it starts, packed for the script that acks it."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
 
-from taskq.keys import QueueKeys
 from taskq.message import lua_pack
 from taskq.results import Completion
 
 
-def completion_blob(k: QueueKeys, c: Completion, now_mono: float) -> tuple[bytes, list[str]]:
-    """A completion as ``fetch.lua`` reads it, and the keys it touches."""
-    ended_ago_ms = int((now_mono - c.finished_mono) * 1000)
-    fields: dict[str, Any] = {"e": ended_ago_ms}
-    keys = list(c.op_keys)
-    if c.recorded:
-        record, done = k.job(c.job_id), k.done(c.job_id)
-        fields.update(r=record, d=done, t=c.ttl_ms, v=c.value, a=c.attempts)
-        fields["s"] = ended_ago_ms + int(c.duration_ms)
-        keys += (record, done)
-    if c.ops:
-        fields["o"] = c.ops
-    return lua_pack(fields), keys
+def completions_arg(ends: Sequence[tuple[int, Completion]], now_mono: float) -> bytes:
+    """A batch's completions as ``fetch.lua`` reads them, one packed array for the batch:
+    per completion ``[its ack's index, ms since the run ended, job id or nil, record ttl ms,
+    result, attempts, run ms, ops]``. The script names the record and done list from the
+    job id and the ack's stream, so neither travels."""
+    return lua_pack(
+        [
+            (
+                i,
+                int((now_mono - c.finished_mono) * 1000),
+                c.job_id if c.recorded else None,
+                c.ttl_ms,
+                c.value,
+                c.attempts,
+                int(c.duration_ms),
+                c.ops,
+            )
+            for i, c in ends
+        ]
+    )

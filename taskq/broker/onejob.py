@@ -8,7 +8,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from taskq.broker.completions import completion_blob
+from taskq.broker.completions import completions_arg
 from taskq.broker.delivery import Delivery, Fetched, delivery
 from taskq.broker.link import Command
 from taskq.broker.replies import as_int, entries, flat_pairs, redis_ms, text
@@ -79,11 +79,10 @@ def fetch_script_args(
         argv += (b.stream_position[d.stream] + 1, d.entry_id)
     keys: list[Any] = b._fetch_keys
     if ends:
-        keys, now = [*keys], time.monotonic()
-        for i, c in ends:
-            blob, touched = completion_blob(b.keys[acks[i - 1].queue], c, now)
-            keys += touched
-            argv += (i, blob)
+        argv.append(completions_arg(ends, time.monotonic()))
+        touched = [k for _i, c in ends for k in c.op_keys]
+        if touched:
+            keys = [*keys, *touched]
     argv += sorted({b.stream_position[s] + 1 for s in (*dirty, *(d.stream for d in acks))})
     return keys, argv
 

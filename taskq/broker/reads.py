@@ -72,6 +72,7 @@ class QueueSnapshot:
     dead: int
     expired: int = 0
     cancelled: int = 0
+    held: int = 0
 
 
 @dataclass(frozen=True)
@@ -116,7 +117,7 @@ class Reader:
             _stream(k.stream(p), p, as_int(now), raw)
             for p, raw in zip(PRIORITIES, per_stream, strict=True)
         )
-        expired, cancelled = (as_int(n) for n in ended)
+        expired, cancelled, held = (as_int(n) for n in ended)
         return QueueSnapshot(
             queue,
             as_int(now),
@@ -126,6 +127,7 @@ class Reader:
             as_int(dead),
             expired,
             cancelled,
+            max(0, held),
         )
 
     def oldest_waiting(self, streams: Sequence[StreamSnapshot]) -> dict[str, str]:

@@ -4,6 +4,7 @@ function (see :mod:`taskq.cli.main` for the group)."""
 from __future__ import annotations
 
 from taskq.cli.acl import acl
+from taskq.cli.dashboard import dashboard
 from taskq.cli.deadletter import deadletter
 from taskq.cli.inspect import inspect, purge
 from taskq.cli.job import job
@@ -12,7 +13,7 @@ from taskq.cli.periodic import periodic
 from taskq.cli.server import server
 from taskq.cli.worker import worker
 
-for command in (worker, server, inspect, purge, deadletter, job, periodic, acl):
+for command in (worker, server, inspect, purge, deadletter, job, periodic, acl, dashboard):
     main.add_command(command)
 
 __all__ = ["main"]

@@ -45,7 +45,7 @@ def _inspector(obj: Any, queues: str | None) -> Callable[[], Inspector]:
         except ConfigError as exc:
             raise click.BadParameter(str(exc), param_hint="-Q") from None
         return lambda: fixed
-    return Inspector(app.reader, app.queues()).widened  # (partitions as such)
+    return lambda: Inspector.for_app(app)  # (app.queues(): partitions as such)
 
 
 def _options(**given: Any) -> dict[str, Any]:

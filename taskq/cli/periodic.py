@@ -9,8 +9,7 @@ from typing import Any
 import click
 
 from taskq.app import App
-from taskq.broker.schedules import Schedules, ScheduleState
-from taskq.periodic import Periodic
+from taskq.ops.schedules import schedule_rows
 
 
 @click.group("periodic")
@@ -40,34 +39,6 @@ def list_schedules(obj: Any, as_json: bool) -> None:
         last = _when(r["last_ms"]) if r["last_ms"] is not None else "never"
         click.echo(f"{r['name']}  ({r['task']} on {r['queue']}, {r['schedule']})")
         click.echo(f"  last {last}   next {_when(r['next_ms'])}   catch_up {r['catch_up']}")
-
-
-def schedule_rows(app: App) -> list[dict[str, Any]]:
-    """What ``taskq periodic list --json`` prints: one dict per schedule."""
-    store, stored, now = Schedules(app.link), {}, 0
-    queues = {p.name: p.message(0).queue for p in app.periodics.values()}
-    for queue in sorted(set(queues.values())):
-        values, now = store.read(queue)
-        stored[queue] = values
-    rows = []
-    for p in app.periodics.values():
-        state = ScheduleState.parse(stored[queues[p.name]].get(p.name, ""))
-        current = state is not None and state.definition == p.key
-        rows.append(_row(p, queues[p.name], state if current else None, now))
-    return rows
-
-
-def _row(p: Periodic, queue: str, state: ScheduleState | None, now_ms: int) -> dict[str, Any]:
-    last = state.last_ms if state is not None else None
-    return {
-        "name": p.name,
-        "task": p.task.name,
-        "queue": queue,
-        "schedule": p.schedule.describe(),
-        "catch_up": p.catch_up,
-        "last_ms": last,
-        "next_ms": p.schedule.next_after(last if last is not None else now_ms),
-    }
 
 
 def _when(ms: int) -> str:

@@ -12,6 +12,7 @@ import click
 from taskq.cli import logs
 from taskq.cli.main import Context, app_option, queues_of
 from taskq.errors import BrokerUnavailable
+from taskq.worker.aio import DEFAULT_ASYNC_CONCURRENCY
 from taskq.worker.pool import PoolOptions, run_pool
 
 
@@ -34,6 +35,15 @@ from taskq.worker.pool import PoolOptions, run_pool
     envvar="TASKQ_PREFETCH",
     help="Jobs a child takes per fetch (default: adaptive, up to 64 while jobs are short; "
     "a fixed N turns the hand-back of jobs waiting behind a long one off).",
+)
+@click.option(
+    "--async-concurrency",
+    type=click.IntRange(1, 10_000),
+    default=DEFAULT_ASYNC_CONCURRENCY,
+    show_default=True,
+    envvar="TASKQ_ASYNC_CONCURRENCY",
+    help="Async (async def) jobs each child runs at once on its event loop; sync jobs "
+    "always run one at a time.",
 )
 @click.option(
     "--max-tasks-per-child",
@@ -118,6 +128,7 @@ def worker(
     concurrency: int,
     queues: str | None,
     prefetch: int | None,
+    async_concurrency: int,
     max_tasks_per_child: int,
     max_memory_per_child: int,
     time_limit: float | None,
@@ -158,6 +169,7 @@ def worker(
         grace_s=grace,
         app_name=obj.app_name,
         periodic=periodic,
+        async_concurrency=async_concurrency,
     )
     sys.exit(run_pool(app, options))
 

@@ -20,7 +20,7 @@ worker stops. Only this module imports ``opentelemetry``: ``import taskq`` does 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 try:
@@ -105,6 +105,36 @@ class TaskqInstrumentation(Middleware):
 
     def around_job(self, job: JobContext, run: Callable[[], Outcome]) -> Outcome:
         """The run span, current (with the producer's baggage) while the task runs."""
+        span, token = self._start_run(job)
+        try:
+            outcome = run()
+            _settle(span, outcome)
+        except BaseException as exc:  # not the task's failure (an Outcome): the run was cut
+            _cut(span, exc)
+            raise
+        finally:
+            otel_context.detach(token)
+            span.end()
+        return outcome
+
+    async def around_async_job(
+        self, job: JobContext, run: Callable[[], Awaitable[Outcome]]
+    ) -> Outcome:
+        """:meth:`around_job` for ``async def`` tasks (the span is current in the job's own
+        asyncio task only)."""
+        span, token = self._start_run(job)
+        try:
+            outcome = await run()
+            _settle(span, outcome)
+        except BaseException as exc:
+            _cut(span, exc)
+            raise
+        finally:
+            otel_context.detach(token)
+            span.end()
+        return outcome
+
+    def _start_run(self, job: JobContext) -> tuple[Span, Any]:
         attributes = _job_attributes("process", "run", job.queue, job.id, job.task)
         attributes |= {PRIORITY: job.priority, ATTEMPT: job.attempt}
         attributes[MAX_ATTEMPTS] = job.max_attempts
@@ -112,18 +142,7 @@ class TaskqInstrumentation(Middleware):
         span = self.tracer.start_span(
             f"taskq.run {job.task}", parent, kind=SpanKind.CONSUMER, attributes=attributes
         )
-        token = otel_context.attach(trace.set_span_in_context(span, parent))
-        try:
-            outcome = run()
-            _settle(span, outcome)
-        except BaseException as exc:  # not the task's failure (an Outcome): the run was cut
-            span.record_exception(exc)
-            span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
-            raise
-        finally:
-            otel_context.detach(token)
-            span.end()
-        return outcome
+        return span, otel_context.attach(trace.set_span_in_context(span, parent))
 
     def after_job(self, outcome: Outcome) -> None:
         """The settle span of a job that did not run here (a run has its run span)."""
@@ -207,3 +226,8 @@ def _settle(span: Span, outcome: Outcome) -> None:
     elif outcome.kind == DEAD:
         reason = f"{outcome.error_type}: {outcome.error}" if outcome.error_type else outcome.error
         span.add_event("taskq.dead_letter", {DEAD_REASON: reason, ERROR_TYPE: outcome.error_type})
+
+
+def _cut(span: Span, exc: BaseException) -> None:
+    span.record_exception(exc)
+    span.set_status(Status(StatusCode.ERROR, type(exc).__name__))

@@ -7,8 +7,8 @@ scope. You call ``sentry_sdk.init`` yourself, in each worker child (``init=``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 try:
     import sentry_sdk
@@ -101,27 +101,56 @@ class SentryMiddleware(Middleware):
         if not client.is_active():
             return run()
         with sentry_sdk.isolation_scope() as scope:
-            scope.clear_breadcrumbs()  # forked from the process's: none from before the job
-            for key, value in _tags(job).items():
-                scope.set_tag(key, value)
-            name = f"taskq.run {job.task}"
-            scope.set_transaction_name(name, source=_SOURCE)
+            name = self._enter(scope, job)
             if not has_tracing_enabled(client.options):
                 outcome = run()
                 self._capture(job, outcome)
                 return outcome
-            headers = dict(job.headers or {})
-            transaction = sentry_sdk.continue_trace(headers, op=_OP, name=name, source=_SOURCE)
-            with sentry_sdk.start_transaction(transaction) as span:
-                span.set_data("messaging.system", "taskq")
-                span.set_data("messaging.message.id", job.id)
-                span.set_data("messaging.destination.name", job.queue)
-                span.set_data("messaging.message.retry.count", job.attempt - 1)
+            with sentry_sdk.start_transaction(self._transaction(job, name)) as span:
                 outcome = run()
-                retried = isinstance(outcome.exception, Retry)
-                span.set_status("aborted" if retried else _STATUS.get(outcome.kind, "unknown"))
-                self._capture(job, outcome)
+                self._settle(span, job, outcome)
             return outcome
+
+    async def around_async_job(
+        self, job: JobContext, run: Callable[[], Awaitable[Outcome]]
+    ) -> Outcome:
+        """:meth:`around_job` for ``async def`` tasks: the scope (a context variable) is the
+        job's own, in its asyncio task."""
+        client = sentry_sdk.get_client()
+        if not client.is_active():
+            return await run()
+        with sentry_sdk.isolation_scope() as scope:
+            name = self._enter(scope, job)
+            if not has_tracing_enabled(client.options):
+                outcome = await run()
+                self._capture(job, outcome)
+                return outcome
+            with sentry_sdk.start_transaction(self._transaction(job, name)) as span:
+                outcome = await run()
+                self._settle(span, job, outcome)
+            return outcome
+
+    def _enter(self, scope: Any, job: JobContext) -> str:
+        """Set up a run's isolation scope; returns the transaction name."""
+        scope.clear_breadcrumbs()  # forked from the process's: none from before the job
+        for key, value in _tags(job).items():
+            scope.set_tag(key, value)
+        name = f"taskq.run {job.task}"
+        scope.set_transaction_name(name, source=_SOURCE)
+        return name
+
+    def _transaction(self, job: JobContext, name: str) -> Any:
+        headers = dict(job.headers or {})
+        return sentry_sdk.continue_trace(headers, op=_OP, name=name, source=_SOURCE)
+
+    def _settle(self, span: Any, job: JobContext, outcome: Outcome) -> None:
+        span.set_data("messaging.system", "taskq")
+        span.set_data("messaging.message.id", job.id)
+        span.set_data("messaging.destination.name", job.queue)
+        span.set_data("messaging.message.retry.count", job.attempt - 1)
+        retried = isinstance(outcome.exception, Retry)
+        span.set_status("aborted" if retried else _STATUS.get(outcome.kind, "unknown"))
+        self._capture(job, outcome)
 
     def _capture(self, job: JobContext, outcome: Outcome) -> None:
         """One event for a reported outcome (``cancelled`` never is)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from taskq.broker.operators import Operators
@@ -17,6 +18,34 @@ if TYPE_CHECKING:
 
 DEAD_ID = re.compile(r"\d+-\d+")
 """A stream entry id, as dead-letter ids are."""
+
+
+SCAN_LIMIT = 500
+"""Entries one filtered page reads at most: a search never scans the whole stream at once
+(the page offers to go on from where it stopped)."""
+
+
+@dataclass(frozen=True)
+class Page:
+    """Dead letters newest first, from a cursor.
+
+    Attributes:
+        rows: the matching entries.
+        next_before: the cursor of the next (older) page: entries older than this id; None
+            when the stream has no older entry.
+        scanned: entries read to fill this page.
+    """
+
+    rows: tuple[Deadletter, ...]
+    next_before: str | None
+    scanned: int
+
+
+def matches(job: Deadletter, *, task: str = "", error: str = "") -> bool:
+    """Whether ``task`` is in the job's task name and ``error`` in its error type or message
+    (both case-insensitive; an empty filter matches everything)."""
+    found_error = f"{job.error_type}: {job.error}".lower()
+    return task.lower() in job.task.lower() and error.lower() in found_error
 
 
 class Deadletters:
@@ -51,6 +80,42 @@ class Deadletters:
     def newest(self, *, limit: int = 50) -> list[Deadletter]:
         """Newest first."""
         return self.reader.deadletters(self.queue, count=limit, newest_first=True)
+
+    def page(
+        self,
+        *,
+        before: str | None = None,
+        limit: int = 50,
+        task: str = "",
+        error: str = "",
+        scan_limit: int = SCAN_LIMIT,
+    ) -> Page:
+        """Up to ``limit`` matching entries older than ``before`` (all if None), newest first.
+
+        XREVRANGE with COUNT from the cursor: the cost is the entries read (``limit`` without
+        a filter, at most ``scan_limit`` with one), never the stream's length.
+        """
+        end = f"({before}" if before else "+"
+        rows: list[Deadletter] = []
+        scanned, last = 0, None
+        while len(rows) < limit and scanned < scan_limit:
+            count = min(limit if not (task or error) else 200, scan_limit - scanned)
+            got = self.reader.deadletters(self.queue, end=end, count=count, newest_first=True)
+            scanned += len(got)
+            for job in got:
+                last = job.dead_id
+                if matches(job, task=task, error=error):
+                    rows.append(job)
+                    if len(rows) == limit:
+                        break
+            if len(got) < count:
+                return Page(tuple(rows), None if len(rows) < limit else last, scanned)
+            end = f"({last}"
+        return Page(tuple(rows), last, scanned)
+
+    def matching(self, *, task: str = "", error: str = "") -> list[str]:
+        """The ids of every entry that matches (an operator's "retry all matching")."""
+        return [j.dead_id for j in self._scan() if matches(j, task=task, error=error)]
 
     def get(self, dead_id: str) -> Deadletter | None:
         if not DEAD_ID.fullmatch(dead_id):

@@ -13,11 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from taskq.broker.reads import PendingRow, QueueSnapshot, Reader, StreamSnapshot, entry_ms
 from taskq.keys import RECOVER_CONSUMER, QueueKeys, worker_of
 from taskq.worker.record import ChildRecord, WorkerRecord
+
+if TYPE_CHECKING:
+    from taskq.app import App
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,9 @@ class QueueStats:
     """Jobs not started before their ``expires`` time, since the queue began."""
     cancelled: int = 0
     """Jobs cancelled, since the queue began."""
+    held: int = 0
+    """Jobs of concurrency-limited tasks waiting for a slot: out of their stream (so not in
+    ``waiting``) until a running job's end frees one."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +94,8 @@ class ChildState:
     entry_id: str | None
     started_ms: int | None
     running_ms: int | None
+    jobs: int = 0
+    """Jobs it runs: several for a child of async jobs (the fields above: its oldest)."""
 
 
 @dataclass(frozen=True)
@@ -196,6 +204,12 @@ class Inspector:
     def __init__(self, reader: Reader, queues: Sequence[str]) -> None:
         self.reader = reader
         self.queues = tuple(dict.fromkeys(queues))
+
+    @classmethod
+    def for_app(cls, app: App) -> Inspector:
+        """The app's queues plus those its workers serve: what ``taskq inspect`` shows without
+        ``-Q``, and what the dashboard shows."""
+        return cls(app.reader, app.queues()).widened()
 
     def widened(self) -> Inspector:
         """Also cover the queues that the workers registered on ``queues`` serve."""
@@ -313,6 +327,7 @@ def _queue(q: QueueSnapshot, oldest: dict[str, str]) -> QueueStats:
         sum(s.retrying for s in streams),
         q.expired,
         q.cancelled,
+        q.held,
     )
 
 
@@ -358,6 +373,7 @@ def _child(c: ChildRecord, heartbeat_ms: int, now: int) -> ChildState:
         entry_id=c.entry_id,
         started_ms=started,
         running_ms=max(0, now - started) if started is not None else None,
+        jobs=c.jobs,
     )
 
 

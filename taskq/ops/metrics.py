@@ -247,6 +247,9 @@ def _depth_families(stats: Sequence[QueueStats]) -> Iterator[Metric]:
         yield g
     scheduled = GaugeMetricFamily("taskq_queue_scheduled", "Delayed jobs.", labels=["queue"])
     dead = GaugeMetricFamily("taskq_queue_dead", "Dead-lettered jobs.", labels=["queue"])
+    held = GaugeMetricFamily(
+        "taskq_queue_held", "Jobs waiting for a concurrency slot.", labels=["queue"]
+    )
     ended = {
         name: GaugeMetricFamily(f"taskq_queue_{name}_total", doc, labels=["queue"])
         for name, doc in (
@@ -257,10 +260,12 @@ def _depth_families(stats: Sequence[QueueStats]) -> Iterator[Metric]:
     for q in stats:
         scheduled.add_metric([q.queue], q.scheduled)
         dead.add_metric([q.queue], q.dead)
+        held.add_metric([q.queue], q.held)
         ended["expired"].add_metric([q.queue], q.expired)
         ended["cancelled"].add_metric([q.queue], q.cancelled)
     yield scheduled
     yield dead
+    yield held
     yield from ended.values()
 
 

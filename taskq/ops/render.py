@@ -67,7 +67,10 @@ def render_queues(queues: Sequence[QueueStats]) -> list[str]:
         ended = (
             f", {q.expired} expired, {q.cancelled} cancelled" if q.expired or q.cancelled else ""
         )
-        line = f"{q.queue}: {q.scheduled} scheduled{when}{retry}, {q.dead} dead-lettered{ended}"
+        held = f", {q.held} held for a concurrency slot" if q.held else ""
+        line = (
+            f"{q.queue}: {q.scheduled} scheduled{when}{retry}{held}, {q.dead} dead-lettered{ended}"
+        )
         lines.append(line)
     return lines
 
@@ -150,6 +153,8 @@ def render_workers(workers: Sequence[WorkerState]) -> list[str]:
         ]
         for c in w.children:
             doing = f"{c.task} job {c.job_id} for {fmt_ms(c.running_ms)}" if c.task else "idle"
+            if c.jobs > 1:
+                doing += f" (oldest of {c.jobs} async jobs)"
             lines.append(f"    #{c.index} pid {c.pid}: {doing}")
     return lines
 

@@ -2,8 +2,10 @@
 children run, interrupt each cancelled run, kill the child if the run does not stop.
 
 A cancelled job is interrupted in two steps: ``CANCEL_SIGNAL``, which raises
-:class:`~taskq.errors.JobCancelled` inside the task's code (the task may clean up), then,
-if the child still runs the same job ``KILL_AFTER_S`` later, SIGKILL. Either way the job ends
+:class:`~taskq.errors.JobCancelled` inside the task's code (the task may clean up; in a child
+of async jobs, inside that job's coroutine only: the master flags its scoreboard entry
+first), then, if the child still runs the same job ``KILL_AFTER_S`` later, SIGKILL (its
+other running jobs then go back uncounted). Either way the job ends
 as cancelled (the master's recovery of a killed child's job checks the tombstone too): it is
 neither retried nor dead-lettered. One pipelined check every ``CHECK_EVERY_S``, and only while
 some child is busy with a job that keeps a record.
@@ -20,7 +22,7 @@ from dataclasses import dataclass
 from taskq.broker.records import Records
 from taskq.worker.lifeline import CANCEL_SIGNAL, kill
 from taskq.worker.maintenance import Maintenance
-from taskq.worker.scoreboard import LOCK_TIMEOUT_S, Scoreboard, SlotView
+from taskq.worker.scoreboard import LOCK_TIMEOUT_S, Running, Scoreboard, SlotView
 
 logger = logging.getLogger(__name__)
 
@@ -32,27 +34,35 @@ KILLED_FOR = "cancelled while running"
 
 @dataclass
 class _Interrupted:
-    seq: int
+    pid: int
+    task: str
+    job_id: str
     kill_at: float
 
 
+Busy = tuple[int, int, SlotView]
+"""(child index, pid, slot view) of a busy child."""
+
+
 class Canceller:
-    """Tombstone checks for one master's children."""
+    """Tombstone checks for one master's children: for every job they run (one per sync
+    child, one per coroutine of an async child)."""
 
     def __init__(self, maintenance: Maintenance, scoreboard: Scoreboard) -> None:
         self.maintenance = maintenance
         self.scoreboard = scoreboard
         self._next_check = 0.0
-        self._interrupted: dict[int, _Interrupted] = {}
+        self._interrupted: dict[tuple[int, int], _Interrupted] = {}
+        """By (child index, job number)."""
 
     def tick(
         self,
-        busy: Iterable[tuple[int, int, SlotView]],
-        queue_of: Callable[[SlotView], str],
-        mark_killed: Callable[[int, str], None],
+        busy: Iterable[Busy],
+        queue_of: Callable[[Running], str],
+        mark_killed: Callable[[int, str, frozenset[str]], None],
     ) -> None:
-        """``busy``: (child index, pid, slot view) of each busy child; ``mark_killed`` tells
-        the pool why it kills a child."""
+        """``busy``: each busy child; ``mark_killed`` tells the pool why it kills a child,
+        and for which jobs (entry ids)."""
         now = time.monotonic()
         busy = list(busy)
         self._kill_stubborn(busy, now, mark_killed)
@@ -62,33 +72,40 @@ class Canceller:
 
     def _kill_stubborn(
         self,
-        busy: list[tuple[int, int, SlotView]],
+        busy: list[Busy],
         now: float,
-        mark_killed: Callable[[int, str], None],
+        mark_killed: Callable[[int, str, frozenset[str]], None],
     ) -> None:
         """SIGKILL the children still running a job KILL_AFTER_S after its interruption."""
-        for index, pid, view in busy:
-            sent = self._interrupted.get(index)
-            if sent is None or (sent.seq == view.seq and now < sent.kill_at):
+        views = {index: view for index, _, view in busy}
+        for key, sent in list(self._interrupted.items()):
+            index, seq = key
+            view = views.get(index)
+            job = view.job(seq) if view is not None else None
+            if job is None:  # it stopped (or its child is gone)
+                del self._interrupted[key]
                 continue
-            del self._interrupted[index]
-            if sent.seq != view.seq:
-                continue  # it stopped, and runs another job now
-            mark_killed(index, KILLED_FOR)
-            if self._signal(index, sent.seq, pid, signal.SIGKILL):
+            if now < sent.kill_at:
+                continue
+            del self._interrupted[key]
+            mark_killed(index, KILLED_FOR, frozenset({job.entry_id}))
+            if self._signal(index, job, sent.pid, signal.SIGKILL):
                 logger.warning("%s[%s] did not stop when cancelled: killed its child",
-                               view.task, view.job_id)  # fmt: skip
+                               sent.task, sent.job_id)  # fmt: skip
             else:
-                mark_killed(index, "")
+                mark_killed(index, "", frozenset())
 
-    def _interrupt(
-        self, busy: list[tuple[int, int, SlotView]], now: float, queue_of: Callable[[SlotView], str]
-    ) -> None:
-        """One pipelined tombstone check for the busy children's jobs; interrupt the hits."""
-        tracked = [(i, pid, v) for i, pid, v in busy if v.job_id and i not in self._interrupted]
+    def _interrupt(self, busy: list[Busy], now: float, queue_of: Callable[[Running], str]) -> None:
+        """One pipelined tombstone check for the jobs the children run; interrupt the hits."""
+        tracked = [
+            (i, pid, job)
+            for i, pid, view in busy
+            for job in view.running
+            if job.recorded and job.job_id and (i, job.seq) not in self._interrupted
+        ]
         if not tracked:
             return
-        jobs = [(queue_of(v), v.job_id) for _, _, v in tracked]
+        jobs = [(queue_of(job), job.job_id) for _, _, job in tracked]
         found: set[str] = set()
 
         def look(_: object) -> None:
@@ -96,20 +113,25 @@ class Canceller:
 
         if not self.maintenance.step(look) or not found:
             return
-        for index, pid, view in tracked:
-            if view.job_id in found and self._signal(index, view.seq, pid, CANCEL_SIGNAL):
-                self._interrupted[index] = _Interrupted(view.seq, now + KILL_AFTER_S)
-                logger.info("%s[%s] cancelled: interrupting it", view.task, view.job_id)
+        for index, pid, job in tracked:
+            if job.job_id in found and self._signal(index, job, pid, CANCEL_SIGNAL):
+                self._interrupted[(index, job.seq)] = _Interrupted(
+                    pid, job.task, job.job_id, now + KILL_AFTER_S
+                )
+                logger.info("%s[%s] cancelled: interrupting it", job.task, job.job_id)
 
-    def _signal(self, index: int, seq: int, pid: int, sig: int) -> bool:
-        """Send ``sig`` to the child if it still runs job number ``seq``, under the slot's
-        lock, so a child that has just moved on is not hit for its last job."""
+    def _signal(self, index: int, job: Running, pid: int, sig: int) -> bool:
+        """Send ``sig`` to the child if it still runs ``job``, under the slot's lock, so a
+        child that has just moved on is not hit for its last job. CANCEL_SIGNAL first flags
+        the job's entry: a child of async jobs interrupts that coroutine only."""
         lock = self.scoreboard.lock(index)
         if not lock.acquire(timeout=LOCK_TIMEOUT_S):
             return False
         try:
-            again = self.scoreboard.read(index)
-            if not (again.busy and again.seq == seq):
+            if sig == CANCEL_SIGNAL:
+                if not self.scoreboard.request_cancel(index, job.at, job.seq):
+                    return False
+            elif self.scoreboard.read(index).job(job.seq) is None:
                 return False
             kill(pid, sig)
             return True

@@ -19,7 +19,7 @@ import logging
 import resource
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from types import CodeType, FrameType
 from typing import Any
@@ -28,10 +28,11 @@ from taskq.broker import Broker, Delivery, Fetched
 from taskq.context import current_job
 from taskq.errors import BrokerUnavailable, JobCancelled, SoftTimeLimitExceeded
 from taskq.task import Task
+from taskq.worker.aio import DEFAULT_ASYNC_CONCURRENCY, AsyncRunner
 from taskq.worker.executor import Executor, Prepared
 from taskq.worker.finish import Finisher
 from taskq.worker.lifeline import CANCEL_SIGNAL
-from taskq.worker.limiter import Limiter
+from taskq.worker.limiter import Limiter, same_task_next
 from taskq.worker.outage import OutageWaiter
 from taskq.worker.outcome import Outcome
 from taskq.worker.scoreboard import MAX_BATCH, Slot
@@ -57,7 +58,8 @@ class ConsumerOptions:
 
     ``prefetch``: jobs per fetch; None (the default) adapts it (see the module docstring).
     ``soft_time_limits``: raise :class:`SoftTimeLimitExceeded` in tasks that run past their
-    soft limit (a SIGALRM timer: only in a worker's child, which owns its signals).
+    soft limit (a SIGALRM timer for sync tasks: only in a worker's child, which owns its
+    signals; a loop timer for async ones).
     """
 
     prefetch: int | None = None
@@ -65,6 +67,9 @@ class ConsumerOptions:
     max_memory_kb: int = 0
     burst: bool = False
     soft_time_limits: bool = False
+    async_concurrency: int = DEFAULT_ASYNC_CONCURRENCY
+    """Async jobs run at once, in a consumer of an app with ``async def`` tasks
+    (:mod:`taskq.worker.aio`)."""
 
 
 class Consumer:
@@ -105,6 +110,12 @@ class Consumer:
         self._acks_since_trim = 0
         self._trimmed_at = time.monotonic()
         self._dirty: set[str] = set()
+        self._ahead: dict[tuple[str, str], Prepared] = {}
+        """Jobs of the current batch decoded ahead of their turn (for a batched limit call)."""
+        self._settled: set[tuple[str, str]] = set()
+        """Jobs of the current batch that such a call deferred (or found lost) already."""
+        self.on_cancel_signal: Callable[[], None] | None = None
+        """Set by the async runner: CANCEL_SIGNAL while no sync job runs."""
 
     # -- signals -------------------------------------------------------------------------
 
@@ -131,14 +142,24 @@ class Consumer:
     def _on_cancel(self, signum: int, frame: FrameType | None) -> None:
         # As for the soft limit: only inside the task's code (the master checked, under the
         # slot's lock, that this child still runs the job it was asked to stop).
-        if self._task_code is not None and _runs(frame, self._task_code):
-            job = current_job()
-            raise JobCancelled(job.id if job else "?", "cancelled while running")
+        if self._task_code is not None:
+            if _runs(frame, self._task_code):
+                job = current_job()
+                raise JobCancelled(job.id if job else "?", "cancelled while running")
+        elif self.on_cancel_signal is not None:
+            self.on_cancel_signal()
 
     # -- main loop -----------------------------------------------------------------------
 
     def run(self) -> None:
         """Serve until stopped (or, in burst mode, until nothing is ready)."""
+        if self.options.async_concurrency > 0 and self.executor.has_async_tasks:
+            AsyncRunner(self, self.options.async_concurrency).run()
+        else:
+            self._run_sync()
+        self._leave()
+
+    def _run_sync(self) -> None:
         self.set_title("idle")
         while not self.stopping:
             batch = self._next_batch()
@@ -152,18 +173,25 @@ class Consumer:
                 if self.stopping:
                     self._hand_back_rest(batch[i:])
                     break
-                if not self._process(d):
+                if not self._process(d, batch[i + 1 :]):
                     break  # the master revoked the rest of the batch and hands it back
+            self._ahead.clear()
+            self._settled.clear()
             self._check_limits()
+
+    def _leave(self) -> None:
+        """Send the last acks and leave the group."""
         if self.finisher.acks:
             self._outages.call(lambda: self._fetch(0))
         self._outages.call(lambda: self.broker.forget_consumer(self.name))
 
-    def _next_batch(self) -> list[Delivery] | None:
+    def _next_batch(self, count: int | None = None) -> list[Delivery] | None:
+        """The next jobs (``count``, else :attr:`batch_size`), blocking in Redis while none
+        is ready; None in burst mode once nothing is left."""
         if self._outages.happened:
             self._outages.call(self._reconcile)
             self._outages.happened = False
-        count = self.batch_size
+        count = self.batch_size if count is None else count
         fetched = self._outages.call(lambda: self._fetch(count))
         if fetched.due_in_ms == 0:
             # A delayed job or retry is due: move them into their streams now (the next
@@ -249,36 +277,63 @@ class Consumer:
             self._hand_back(batch[count:])
         return batch[:count]
 
-    def _process(self, d: Delivery) -> bool:
-        """Run and record one delivery; False if the rest of the batch was revoked."""
-        prepared = self.executor.prepare(d)
+    def _process(
+        self,
+        d: Delivery,
+        rest: Sequence[Delivery] = (),
+        prepared: Prepared | Outcome | None = None,
+    ) -> bool:
+        """Run and record one delivery (``rest``: the batch after it; ``prepared``: it decoded
+        already); False if the rest of the batch was revoked."""
+        where = (d.stream, d.entry_id)
+        if where in self._settled:  # deferred ahead of its turn, with a job before it
+            return self.slot is None or self.slot.claim_next()
+        if prepared is None:
+            prepared = self._ahead.pop(where, None) or self.executor.prepare(d)
         if isinstance(prepared, Outcome):
             if self.slot is not None and not self.slot.claim_next():
                 return False
             outcome = prepared
         else:
-            if not self._limits_allow(prepared):
+            if not self._limits_allow(prepared, rest):
                 return self.slot is None or self.slot.claim_next()  # deferred, or lost
             if self.slot is not None:
                 index = self.broker.stream_position[d.stream]
                 msg = prepared.msg
-                if not self.slot.start(index, d.entry_id, msg.task, msg.id, prepared.hard_limit_s):
+                hard_s, recorded = prepared.hard_limit_s, d.record_id is not None
+                if not self.slot.start(
+                    index, d.entry_id, msg.task, msg.id, hard_s, recorded=recorded
+                ):
                     return False
             outcome = self._run(prepared)
             self._pace(outcome.duration_s * 1000)
-        self._outages.call(lambda: self.finisher.record(outcome, owner=self.name))
+        self._record(outcome)
         if self.slot is not None:
             self.slot.finish(outcome.kind)
         self._done += 1
         return True
 
-    def _limits_allow(self, p: Prepared) -> bool:
+    def _record(self, outcome: Outcome) -> None:
+        self._outages.call(lambda: self.finisher.record(outcome, owner=self.name))
+
+    def _limits_allow(self, p: Prepared, rest: Sequence[Delivery] = ()) -> bool:
         """A job of a limited task may start: it got its start slot and its running slot
-        (else it now waits for them, out of its stream)."""
+        (else it now waits for them, out of its stream). The jobs of the same rate limit
+        right behind it in the batch are admitted or deferred in the same call."""
         o = p.task.options
-        if o.rate_limit is not None and not self.limiter.admitted(p, self._outages.call):
-            return False
-        return o.concurrency_limit is None or self.limiter.took_slot(p, self._outages.call)
+        if o.rate_limit is None and o.concurrency_limit is None:
+            return True
+        asked = time.monotonic()
+        allowed, settled = True, list[Prepared]()
+        if o.rate_limit is not None:
+            following = same_task_next(p, rest, self.executor.prepare, self._ahead)
+            allowed, settled = self.limiter.admitted(p, self._outages.call, following)
+            self._settled.update((q.delivery.stream, q.delivery.entry_id) for q in settled)
+        if allowed and o.concurrency_limit is not None:
+            allowed = self.limiter.took_slot(p, self._outages.call)
+        if not allowed:  # deferrals are short work: they size the next batch as short jobs
+            self._pace((time.monotonic() - asked) * 1000 / (1 + len(settled)))
+        return allowed
 
     def _pace(self, ms: float) -> None:
         """Fold one job's duration into the pace that sizes the next batch."""
@@ -311,14 +366,15 @@ class Consumer:
         for d in rest:
             self._outages.call(functools.partial(self.finisher.hand_back, d, owner=self.name))
 
-    def _reconcile(self) -> None:
-        """After an outage, hand back entries pending here that this consumer does not hold.
+    def _reconcile(self, keep: Collection[str] = ()) -> None:
+        """After an outage, hand back entries pending here that this consumer does not hold
+        (``keep``: the entry ids of the jobs it runs).
 
         Called before the fetch that sends the queued acks (of finished jobs), with no other
         job held. A Redis restart can bring back entries whose ack was lost with the last
         second of writes; without this they would stay pending under a live consumer for good.
         """
-        done = {d.entry_id for d in self.finisher.acks}
+        done = {d.entry_id for d in self.finisher.acks} | set(keep)
         for d in self.broker.pending_of(self.name):
             if d.entry_id not in done:
                 logger.warning(

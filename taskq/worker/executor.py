@@ -13,10 +13,11 @@ from taskq.context import JobContext, reset_current, set_current
 from taskq.errors import DecodeError, JobCancelled, ResultError, Retry, TaskNotFound
 from taskq.flow import needs_result
 from taskq.message import Message, now_ms
-from taskq.middleware import Hooks, run_around
+from taskq.middleware import Hooks, arun_around, run_around
 from taskq.results import encode_result
 from taskq.signing import SignatureError
 from taskq.task import Task
+from taskq.worker.interrupt import interruptible
 from taskq.worker.outcome import CANCELLED, DEAD, EXPIRED, OK, RETRY, Outcome, rejected
 from taskq.worker.retry import RetryPolicy
 
@@ -63,6 +64,12 @@ class Executor:
         self.soft_time_limit_s = soft_time_limit_s
         self._policies: dict[str, RetryPolicy] = {}
         self._around = Hooks(app.middleware, "around_job")
+        self._around_async = Hooks(app.middleware, "around_async_job")
+
+    @property
+    def has_async_tasks(self) -> bool:
+        """Whether the app (or the shared registry) has ``async def`` tasks."""
+        return any(self.app.get_task(name).is_async for name in self.app.registered())
 
     def prepare(self, d: Delivery) -> Prepared | Outcome:
         """Decode and look up; bad input becomes a DEAD outcome with the reason."""
@@ -115,7 +122,10 @@ class Executor:
             return self._failure(p, exc, time.perf_counter() - started)
         finally:
             reset_current(token)
-        duration_s = time.perf_counter() - started
+        return self._success(p, value, time.perf_counter() - started)
+
+    def _success(self, p: Prepared, value: object, duration_s: float) -> Outcome:
+        msg = p.msg
         if not needs_result(msg):
             return Outcome(OK, p.delivery, msg, p.attempt, duration_s=duration_s)
         try:
@@ -125,6 +135,32 @@ class Executor:
             kind = type(exc).__name__
             return Outcome(DEAD, p.delivery, msg, p.attempt, 0, kind, error, exception=exc)
         return Outcome(OK, p.delivery, msg, p.attempt, duration_s=duration_s, result=stored)
+
+    async def aexecute(self, p: Prepared) -> Outcome:
+        """:meth:`execute` for an ``async def`` task, in the asyncio task that runs the job
+        (its context holds the job's ``current_job()``)."""
+        job = JobContext.of(p.msg, p.attempt, p.policy.max_attempts, p.delivery.entry_id)
+        hooks = self._around_async()
+        if hooks:
+            return await arun_around(hooks, job, lambda: self._arun(p, job))
+        return await self._arun(p, job)
+
+    async def _arun(self, p: Prepared, job: JobContext) -> Outcome:
+        msg = p.msg
+        token = set_current(job)
+        started = time.perf_counter()
+        try:
+            value = await interruptible(p.task.run(msg.args, msg.kwargs))
+        except Exception as exc:  # the task's failure, classified below
+            return self._failure(p, exc, time.perf_counter() - started)
+        finally:
+            reset_current(token)
+        return self._success(p, value, time.perf_counter() - started)
+
+    def interrupted(self, p: Prepared, exc: Exception, duration_s: float) -> Outcome:
+        """The outcome of an async run interrupted (soft limit, cancel) outside the task's
+        own code (in a middleware hook, or before it started)."""
+        return self._failure(p, exc, duration_s)
 
     def _failure(self, p: Prepared, exc: Exception, duration_s: float) -> Outcome:
         kind, delay_ms = self._decide(p, exc)

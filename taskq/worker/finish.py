@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from taskq.broker import Broker, Delivery
 from taskq.broker.records import Records
@@ -55,21 +55,23 @@ class Finisher:
         release = self._release(o)
         if o.kind == OK:
             self.acks.append(d)
-            if o.msg is not None and (o.result is not None or ends_with_writes(o.msg) or release):
-                ops = (
-                    on_success(o.msg, o.result, self._signer) if ends_with_writes(o.msg) else Ops()
-                )
-                ops.extend(release or Ops())
+            msg = o.msg
+            if msg is not None and (o.result is not None or ends_with_writes(msg) or release):
+                ops = on_success(msg, o.result, self._signer) if ends_with_writes(msg) else None
+                if release and ops:
+                    ops.extend(release)
+                elif release:
+                    ops = release
                 self.completions[d] = Completion(
-                    o.msg.id,
-                    o.msg.result_ttl_s is not None,
-                    self._ttl_ms(o.msg),
+                    msg.id,
+                    msg.result_ttl_s is not None,
+                    self._ttl_ms(msg),
                     o.result,
                     o.attempt,
                     o.duration_s * 1000,
                     time.monotonic(),
-                    ops.ops or None,
-                    tuple(ops.keys),
+                    (ops.ops or None) if ops else None,
+                    tuple(ops.keys) if ops else (),
                 )
         elif o.kind == RETRY and o.msg is not None:
             body = with_retries(d.body or b"", o.attempt, self._signer)
@@ -132,17 +134,20 @@ class Finisher:
             self.broker.requeue(d, task=prepared.msg.task, body=body, owner=owner)
 
     def recover_exited(
-        self, consumer: str, running: tuple[str, str] | None, cause: str
+        self, consumer: str, running: Collection[tuple[str, str]], cause: str
     ) -> list[str]:
         """Deal with every entry pending under the consumer of a process that exited.
 
-        The entry it was running (``running``: stream and entry id) failed with ``cause`` and
-        counts as an attempt; every other one (prefetched, not started) goes back uncounted.
-        The consumer is then deleted. Returns the kinds (retry or dead) of the failures.
+        The entries it was running (``running``: stream and entry id; several for a child of
+        async jobs) failed with ``cause`` and count as an attempt; every other one
+        (prefetched, not started, or running beside the job its child was killed for) goes
+        back uncounted. The consumer is then deleted. Returns the kinds (retry or dead) of
+        the failures.
         """
         failures = []
         for d in self.broker.pending_of(consumer):
-            prepared = self.executor.prepare(d) if (d.stream, d.entry_id) == running else None
+            ran = (d.stream, d.entry_id) in running
+            prepared = self.executor.prepare(d) if ran else None
             if isinstance(prepared, Prepared):
                 outcome = self.lost(prepared, cause)
                 self.record(outcome, owner=consumer)

@@ -11,10 +11,10 @@ without a limit never come here.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from taskq.broker import Broker
+from taskq.broker import Broker, Delivery
 from taskq.broker.limits import ADMITTED, admit, take_slot
 from taskq.config import Settings
 from taskq.flow import Ops
@@ -23,6 +23,7 @@ from taskq.limits import Rate
 from taskq.message import Message, with_retries
 from taskq.task import TaskOptions
 from taskq.worker.executor import Prepared
+from taskq.worker.outcome import Outcome
 
 logger = logging.getLogger(__name__)
 
@@ -62,33 +63,73 @@ class Limiter:
             logger.debug("%s[%s] at its concurrency limit: waits for a slot", msg.task, msg.id)
         return verdict == ADMITTED
 
-    def admitted(self, p: Prepared, call: Callable[[Callable[[], int]], int]) -> bool:
-        """Whether the job may start now (else it was deferred to its slot); ``call`` runs
-        the Redis step through the consumer's outage handling."""
+    def admitted(
+        self,
+        p: Prepared,
+        call: Callable[[Callable[[], list[int]]], list[int]],
+        following: Sequence[Prepared] = (),
+    ) -> tuple[bool, list[Prepared]]:
+        """Whether the job may start now (else it was deferred to its slot), and which of
+        ``following`` (the jobs after it in the batch) were settled in the same call: deferred
+        to their slots, or no longer this consumer's. Of ``following``, the run at its head
+        that shares the job's task, limit and stream goes in that call; the jobs admitted
+        among them are not settled, and take their slot again (held) when they start.
+        ``call`` runs the Redis step through the consumer's outage handling."""
         o, d, msg = p.task.options, p.delivery, p.msg
         assert o.rate_limit is not None
         rate = self._rates.get(msg.task)
         if rate is None:
             rate = self._rates[msg.task] = Rate.parse(o.rate_limit)
         key = _limit_key(o.limit_key, msg.args, msg.kwargs, msg.task)
+        run = [p]
+        for q in following:
+            same = q.msg.task == msg.task and q.delivery.stream == d.stream
+            if not same or _limit_key(o.limit_key, q.msg.args, q.msg.kwargs, msg.task) != key:
+                break
+            run.append(q)
         ttl_s = msg.result_ttl_s or self.result_ttl_s
-        verdict = call(
+        jobs = [
+            (
+                q.delivery,
+                f"{q.msg.id}:{q.attempt}",
+                with_retries(q.delivery.body or b"", q.attempt - 1, self.signer),
+            )
+            for q in run
+        ]
+        verdicts = call(
             lambda: admit(
                 self.broker.link,
-                d,
+                jobs,
+                task=msg.task,
                 owner=self.owner,
                 limit_key=QueueKeys(d.queue).limit(msg.task, key),
                 starts=rate.starts,
                 window_ms=rate.window_ms,
-                slot=f"{msg.id}:{p.attempt}",
-                task=msg.task,
-                body=with_retries(d.body or b"", p.attempt - 1, self.signer),
                 record_ttl_ms=ttl_s * 1000,
             )
         )
-        if verdict != ADMITTED:
+        if verdicts[0] != ADMITTED:
             logger.debug("%s[%s] over its rate limit: deferred", msg.task, msg.id)
-        return verdict == ADMITTED
+        settled = [q for q, v in zip(run[1:], verdicts[1:], strict=True) if v != ADMITTED]
+        return verdicts[0] == ADMITTED, settled
+
+
+def same_task_next(
+    p: Prepared,
+    rest: Sequence[Delivery],
+    prepare: Callable[[Delivery], Prepared | Outcome],
+    ahead: dict[tuple[str, str], Prepared],
+) -> list[Prepared]:
+    """The jobs of ``p``'s task right behind it in its batch (``rest``), decoded, and kept in
+    ``ahead`` (by stream and entry id) for their turn, so they are decoded once."""
+    out = []
+    for d in rest:
+        q = ahead.get((d.stream, d.entry_id)) or prepare(d)
+        if isinstance(q, Outcome) or q.msg.task != p.msg.task:
+            break
+        ahead[(d.stream, d.entry_id)] = q
+        out.append(q)
+    return out
 
 
 def release_ops(msg: Message, options: TaskOptions, queue: str) -> Ops | None:

@@ -16,12 +16,15 @@ from collections.abc import Callable, Sequence
 from taskq.app import App
 from taskq.broker import Broker
 from taskq.broker.schedules import Schedules
+from taskq.broker.series import Series
 from taskq.broker.workers import WorkerRegistry
 from taskq.errors import BrokerError, ConfigError
 from taskq.keys import RECOVER_CONSUMER
+from taskq.partitions import expand
 from taskq.worker.executor import Executor
 from taskq.worker.finish import Finisher
 from taskq.worker.record import WorkerRecord
+from taskq.worker.throughput import ThroughputWriter
 from taskq.worker.ticker import Ticker
 
 logger = logging.getLogger(__name__)
@@ -53,6 +56,8 @@ class Maintenance:
         self._due: dict[str, float] = {}
         self._visibility_conflict = False
         self.ticker = Ticker(app, queues) if periodic else None
+        served = expand(app.settings.partitions, queues)[0]  # (partitions as such)
+        self.throughput = ThroughputWriter(served, worker_id)
 
     @property
     def broker(self) -> Broker:
@@ -83,15 +88,17 @@ class Maintenance:
         # is the safety net (idle or busy children, members added without the due key).
         self._every("promote", HOUSEKEEPING_S, lambda b: b.promote(force=True))
         self._every("renew", s.visibility_timeout_ms / 3000, lambda b: b.renew(consumers))
-        self._every("heartbeat", s.heartbeat_interval_ms / 1000, lambda b: self.beat(b, record()))
+        self._every("heartbeat", s.heartbeat_interval_ms / 1000, lambda b: self._beat(b, record()))
         if sweep and self.ticker is not None and self.ticker.periodics:
             ticker = self.ticker
             self.step(lambda b: ticker.step(Schedules(b.link)))
         if sweep:
             self._every("sweep", s.sweep_interval_ms / 1000, lambda b: self._sweep(b, consumers))
 
-    def unregister(self) -> None:
-        """Delete this worker's record (a clean stop)."""
+    def unregister(self, record: WorkerRecord) -> None:
+        """Write the last counts of the minute, then delete this worker's record (a clean
+        stop)."""
+        self.step(lambda b: self.throughput.write(Series(b.link), record.counts))
         self.step(lambda b: WorkerRegistry(b.link, b.queues).unregister(self.worker_id))
 
     def claim_queues(self, record: WorkerRecord) -> None:
@@ -108,6 +115,11 @@ class Maintenance:
             return
         if conflict is not None:
             raise ConfigError(conflict)
+
+    def _beat(self, broker: Broker, record: WorkerRecord) -> None:
+        """The heartbeat, then the minute's job counts for the dashboard's charts."""
+        self.beat(broker, record)
+        self.throughput.write(Series(broker.link), record.counts)
 
     def beat(self, broker: Broker, record: WorkerRecord) -> str | None:
         """Write the heartbeat record; returns (and logs once) a visibility-timeout conflict."""

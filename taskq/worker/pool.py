@@ -24,6 +24,7 @@ from taskq import __version__
 from taskq.app import App
 from taskq.keys import consumer_name, worker_id
 from taskq.middleware import emit
+from taskq.worker.aio import DEFAULT_ASYNC_CONCURRENCY
 from taskq.worker.cancels import Canceller
 from taskq.worker.consumer import Consumer, ConsumerOptions
 from taskq.worker.executor import Executor
@@ -32,7 +33,7 @@ from taskq.worker.maintenance import Maintenance
 from taskq.worker.outcome import JobCounts
 from taskq.worker.reclaim import Backoff, Reclaimer
 from taskq.worker.record import ChildRecord, WorkerRecord
-from taskq.worker.scoreboard import LOCK_TIMEOUT_S, Scoreboard, SlotView
+from taskq.worker.scoreboard import LOCK_TIMEOUT_S, Running, Scoreboard, SlotView
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +57,8 @@ class PoolOptions:
     grace_s: float = 25.0
     app_name: str = "app"
     periodic: bool = True
+    async_concurrency: int = DEFAULT_ASYNC_CONCURRENCY
+    """Async jobs each child runs at once (apps with ``async def`` tasks)."""
 
 
 @dataclass
@@ -65,6 +68,8 @@ class _Child:
     consumer: str = ""
     started: float = 0.0
     killed_for: str = ""
+    culprits: frozenset[str] = frozenset()
+    """Entry ids of the jobs it was killed for (its other running jobs go back uncounted)."""
 
 
 @dataclass
@@ -81,12 +86,15 @@ class Pool:
         self.pid = os.getpid()
         self.host = socket.gethostname()
         self.worker_id = worker_id(self.host, self.pid)
-        self.scoreboard = Scoreboard(self.options.concurrency)
         self.executor = Executor(
             self.app,
             time_limit_s=self.options.time_limit_s,
             soft_time_limit_s=self.options.soft_time_limit_s,
         )
+        self.async_concurrency = (
+            max(1, self.options.async_concurrency) if self.executor.has_async_tasks else 0
+        )
+        self.scoreboard = Scoreboard(self.options.concurrency, jobs=self.async_concurrency)
         self.maintenance = Maintenance(
             self.app,
             self.options.queues,
@@ -126,7 +134,7 @@ class Pool:
         while not self.stopping or self.children or self.reclaimer.busy:
             self._tick()
             time.sleep(TICK_S)
-        self.maintenance.unregister()
+        self.maintenance.unregister(self._record())
         emit(self.app.middleware, "worker_stop")
         logger.info(
             "worker %s stopped (%s shutdown)", self.worker_id, "cold" if self.cold else "warm"
@@ -203,6 +211,7 @@ class Pool:
                     max_tasks=self.options.max_tasks_per_child,
                     max_memory_kb=self.options.max_memory_per_child_kb,
                     soft_time_limits=True,
+                    async_concurrency=self.async_concurrency,
                 ),
                 slot=self.scoreboard.slot(index),
                 set_title=lambda state: setproctitle.setproctitle(f"{prefix} {state}"),
@@ -233,7 +242,7 @@ class Pool:
                 continue
             view = self.scoreboard.read(child.index)
             cause = _describe(status, child.killed_for)
-            self.reclaimer.child_exited(child.consumer, view, cause)
+            self.reclaimer.child_exited(child.consumer, view, cause, child.culprits)
             del self.children[child.index]
             self._settled += view.counts
             self._note_exit(child, status, cause)
@@ -266,40 +275,47 @@ class Pool:
             if not view.busy or child.killed_for:
                 continue
             busy.append((child.index, child.pid, view))
-            if view.hard_deadline and now > view.hard_deadline:
-                self._kill_for_hard_limit(child, view)
+            late = [j for j in view.running if j.hard_deadline and now > j.hard_deadline]
+            if late:
+                self._kill_for_hard_limit(child, late)
             elif adaptive and view.waiting_in_batch and now - view.started_mono > HANDBACK_AFTER_S:
                 self._revoke_rest(child, view)
         self.canceller.tick(busy, self._queue_of, self._mark_killed)
 
-    def _queue_of(self, view: SlotView) -> str:
-        return self._stream_name(view).rsplit(":", 1)[0]
+    def _queue_of(self, job: Running) -> str:
+        return self._stream_name(job).rsplit(":", 1)[0]
 
-    def _mark_killed(self, index: int, reason: str) -> None:
+    def _mark_killed(self, index: int, reason: str, culprits: frozenset[str]) -> None:
         if index in self.children:
             self.children[index].killed_for = reason
+            self.children[index].culprits = culprits
 
-    def _kill_for_hard_limit(self, child: _Child, view: SlotView) -> None:
-        """(Soft limits are the child's own timer.) The kill happens under the slot's lock after
-        checking that the slot still shows the same job, so a child that has just moved on to
-        its next job is not killed for the last one."""
+    def _kill_for_hard_limit(self, child: _Child, late: list[Running]) -> None:
+        """(Soft limits are the child's own timers.) The kill happens under the slot's lock
+        after checking that the slot still shows one of the same jobs, so a child that has
+        just moved on to its next job is not killed for the last one."""
         lock = self.scoreboard.lock(child.index)
         if not lock.acquire(timeout=LOCK_TIMEOUT_S):
             return  # next tick
         try:
             again = self.scoreboard.read(child.index)
-            if again.seq != view.seq or not again.busy:
+            still = [j for j in late if again.job(j.seq) is not None]
+            if not still:
                 return
             child.killed_for = "hard time limit exceeded"
+            child.culprits = frozenset(j.entry_id for j in still)
             kill(child.pid, signal.SIGKILL)
         finally:
             lock.release()
-        logger.warning(
-            "%s[%s] exceeded its hard time limit; killed child %d",
-            view.task,
-            view.job_id,
-            child.index + 1,
-        )
+        others = len(again.running) - len(still)
+        for job in still:
+            logger.warning(
+                "%s[%s] exceeded its hard time limit; killed child %d%s",
+                job.task,
+                job.job_id,
+                child.index + 1,
+                f" (its {others} other running job(s) go back uncounted)" if others else "",
+            )
 
     def _revoke_rest(self, child: _Child, view: SlotView) -> None:
         """Adaptive prefetch: hand back the jobs waiting in the batch behind a long one."""
@@ -337,6 +353,7 @@ class Pool:
                 self._stream_name(v),
                 v.entry_id,
                 int((now - v.started_mono) * 1000),
+                len(v.running),
             )
             for c, v in zip(self.children.values(), views, strict=True)
         )
@@ -356,7 +373,7 @@ class Pool:
             children=children,
         )
 
-    def _stream_name(self, view: SlotView) -> str:
+    def _stream_name(self, view: SlotView | Running) -> str:
         streams = self.maintenance.broker.streams
         return streams[view.stream_index] if 0 <= view.stream_index < len(streams) else "?"
 

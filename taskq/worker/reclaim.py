@@ -41,6 +41,8 @@ class _Exited:
     consumer: str
     view: SlotView
     cause: str
+    culprits: frozenset[str] = frozenset()
+    """Entry ids of the jobs the child was killed for (empty: every running job counts)."""
     backoff: Backoff = field(default_factory=Backoff)
 
 
@@ -58,8 +60,13 @@ class Reclaimer:
         """Work is left (a shutdown waits for it)."""
         return bool(self._exited or self._revoked)
 
-    def child_exited(self, consumer: str, view: SlotView, cause: str) -> None:
-        self._exited.append(_Exited(consumer, view, cause))
+    def child_exited(
+        self, consumer: str, view: SlotView, cause: str, culprits: frozenset[str] = frozenset()
+    ) -> None:
+        """A child exited: settle its pending entries. The jobs it ran count as a failed
+        attempt, but only ``culprits`` (entry ids) when it was killed for some of them (a
+        hard time limit, a cancelled job): the others running beside them go back uncounted."""
+        self._exited.append(_Exited(consumer, view, cause, culprits))
 
     def revoked(self, consumer: str, rest: list[tuple[int, str]]) -> None:
         """Jobs (stream index, entry id) taken from a child's batch: hand them back."""
@@ -92,10 +99,14 @@ class Reclaimer:
         return counts
 
     def _settle(self, broker: Broker, *, exited: _Exited, cold: bool, kinds: list[str]) -> None:
-        view = exited.view
-        running = None
-        if view.busy and not cold and 0 <= view.stream_index < len(broker.streams):
-            running = (broker.streams[view.stream_index], view.entry_id)
+        running: set[tuple[str, str]] = set()
+        if not cold:  # a cold shutdown's kill is not the jobs' fault
+            streams = broker.streams
+            for job in exited.view.running:
+                if exited.culprits and job.entry_id not in exited.culprits:
+                    continue
+                if 0 <= job.stream_index < len(streams):
+                    running.add((streams[job.stream_index], job.entry_id))
         finisher = Finisher(broker, self.executor)
         kinds += finisher.recover_exited(exited.consumer, running, exited.cause)
 

@@ -23,6 +23,8 @@ class ChildRecord:
     Attributes:
         index: from 1.
         running_ms: how long the job had run when the record was written.
+        jobs: how many jobs it runs (above 1 for a child of async jobs, whose oldest job
+            the other fields describe).
     """
 
     index: int
@@ -33,6 +35,7 @@ class ChildRecord:
     stream: str | None = None
     entry_id: str | None = None
     running_ms: int | None = None
+    jobs: int = 0
 
     @classmethod
     def from_json(cls, raw: Any) -> ChildRecord:
@@ -47,6 +50,7 @@ class ChildRecord:
             stream=_opt_str(raw.get("stream")),
             entry_id=_opt_str(raw.get("entry_id")),
             running_ms=running if isinstance(running, int) else None,
+            jobs=as_int(raw.get("jobs")) if "jobs" in raw else (1 if raw.get("task") else 0),
         )
 
 

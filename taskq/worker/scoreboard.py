@@ -5,6 +5,11 @@ enforce hard time limits, to hand back the jobs of a child that died, and for th
 record. The stream a job came from is kept as its index in the worker's stream list, never
 as a name, so no queue name is too long for the slot.
 
+A child that runs async jobs runs several at once: its slot has one job entry per coroutine
+it may run (``jobs``, its ``--async-concurrency``); a child of sync jobs uses entry 0 only. The
+master reads every entry in use: hard time limits and cancellation act on one entry (one
+coroutine), and the jobs of a child that died are told apart as running or not started.
+
 A child with adaptive prefetch also lists the batch it holds. When a job of the batch runs
 long, the master *revokes* the rest of the batch (the jobs not started yet) and hands them
 back for other children, and the child skips them.
@@ -27,27 +32,69 @@ from typing import NamedTuple
 
 from taskq.worker.outcome import COUNTED, COUNTERS, JobCounts
 
-_JOB = struct.Struct("<qddqd48s160s64s")
+_JOB = struct.Struct("<qddqdq48s160s64s")
 """seq, started (wall s), started (monotonic s), stream index, hard deadline (monotonic s),
-entry id, task, job id."""
+flags (CANCEL, RECORDED), entry id, task, job id."""
+CANCEL, RECORDED = 1, 2
+"""Flags of a job entry: the master asked for the job to be interrupted; the job keeps a
+status record (only those can be cancelled, so the master checks only those)."""
 _COUNTS = struct.Struct("<qqqq")  # processed, failed, retried, dead
 _PID = struct.Struct("<q")
 _BATCH = struct.Struct("<qqqq")  # batch number, length, next to start, revoked (0/1)
 _ENTRY = struct.Struct("<h48s")  # stream index, entry id
+_IN_USE = struct.Struct("<q")  # job entries the child has used (a high-water mark)
 MAX_BATCH = 64
 """Jobs of one batch the slot can list (adaptive prefetch never takes more)."""
-_COUNTS_AT = _JOB.size
+_COUNTS_AT = 0
 _PID_AT = _COUNTS_AT + _COUNTS.size
 _BATCH_AT = _PID_AT + _PID.size
 _ENTRIES_AT = _BATCH_AT + _BATCH.size
-SLOT_SIZE = 4096
-assert _ENTRIES_AT + MAX_BATCH * _ENTRY.size <= SLOT_SIZE
+_IN_USE_AT = _ENTRIES_AT + MAX_BATCH * _ENTRY.size
+_JOBS_AT = _IN_USE_AT + _IN_USE.size
+PAGE = 4096
+SLOT_SIZE = PAGE
+"""The size of a slot with one job entry (a sync child's)."""
+assert _JOBS_AT + _JOB.size <= SLOT_SIZE
 LOCK_TIMEOUT_S = 0.5
 """How long the master waits for a slot's lock; a child holds it for microseconds."""
+_SEQ = struct.Struct("<q")
+_STARTED = struct.Struct("<d")
+
+
+def slot_size(jobs: int) -> int:
+    """Bytes of a slot with ``jobs`` job entries, whole pages."""
+    need = _JOBS_AT + max(1, jobs) * _JOB.size
+    return -(-need // PAGE) * PAGE
+
+
+class Running(NamedTuple):
+    """One job a child runs (one coroutine of an async child).
+
+    Attributes:
+        at: the entry's index in the slot.
+        seq: the slot's job number when it started; tells one job from the next.
+        cancel: the master asked the child to interrupt it (``cancel(terminate=True)``).
+        recorded: the job keeps a status record (it can be cancelled).
+    """
+
+    at: int
+    seq: int
+    started: float
+    started_mono: float
+    stream_index: int
+    hard_deadline: float
+    entry_id: str
+    task: str
+    job_id: str
+    cancel: bool = False
+    recorded: bool = True
 
 
 class SlotView(NamedTuple):
     """A snapshot of one child's slot.
+
+    The job fields (``seq`` to ``job_id``) describe the child's oldest running job, or the
+    last one it ran when idle; ``running`` lists every job it runs, oldest first.
 
     Attributes:
         seq: how many jobs the child has started; tells one job from the next.
@@ -57,6 +104,7 @@ class SlotView(NamedTuple):
         hard_deadline: monotonic time (s) past which the master kills the child; 0: none.
         batch_no, batch_len, batch_next: the listed batch, and the index of its next job.
         revoked: the rest of the batch was handed back (by the master, or the child).
+        running: every job the child runs now.
     """
 
     pid: int
@@ -76,6 +124,7 @@ class SlotView(NamedTuple):
     batch_len: int = 0
     batch_next: int = 0
     revoked: bool = False
+    running: tuple[Running, ...] = ()
 
     @property
     def busy(self) -> bool:
@@ -90,38 +139,44 @@ class SlotView(NamedTuple):
         """Jobs of the listed batch not started yet (and not handed back)."""
         return 0 if self.revoked else max(0, self.batch_len - self.batch_next)
 
+    def job(self, seq: int) -> Running | None:
+        """The running job number ``seq``, if the child still runs it."""
+        return next((j for j in self.running if j.seq == seq), None)
+
 
 class Scoreboard:
-    """``size`` slots in an anonymous shared mapping, created before the children are forked."""
+    """``size`` slots of ``jobs`` job entries each, in an anonymous shared mapping, created
+    before the children are forked."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, jobs: int = 1) -> None:
         self.size = size
-        self._mem = mmap.mmap(-1, SLOT_SIZE * max(1, size))
+        self.jobs = max(1, jobs)
+        self.slot_size = slot_size(self.jobs)
+        self._mem = mmap.mmap(-1, self.slot_size * max(1, size))
         self._locks = [multiprocessing.Lock() for _ in range(size)]
 
     def slot(self, index: int) -> Slot:
-        return Slot(self._mem, index * SLOT_SIZE, self._locks[index])
+        return Slot(self._mem, index * self.slot_size, self._locks[index], self.jobs)
 
     def lock(self, index: int) -> Lock:
         """The slot's lock, for the master to hold while it acts on what it read."""
         return self._locks[index]
 
     def read(self, index: int) -> SlotView:
-        base = index * SLOT_SIZE
-        seq, started, mono, stream, hard, entry, task, job = _JOB.unpack_from(self._mem, base)
-        processed, failed, retried, dead = _COUNTS.unpack_from(self._mem, base + _COUNTS_AT)
-        (pid,) = _PID.unpack_from(self._mem, base + _PID_AT)
-        batch_no, length, nxt, revoked = _BATCH.unpack_from(self._mem, base + _BATCH_AT)
+        base = index * self.slot_size
+        mem = self._mem
+        processed, failed, retried, dead = _COUNTS.unpack_from(mem, base + _COUNTS_AT)
+        (pid,) = _PID.unpack_from(mem, base + _PID_AT)
+        batch_no, length, nxt, revoked = _BATCH.unpack_from(mem, base + _BATCH_AT)
+        running, last_seq = self._running(base)
+        if running:
+            oldest = min(running, key=lambda j: j.started_mono)
+            job: tuple[int, float, float, int, float, str, str, str] = oldest[1:9]
+        else:
+            job = (last_seq, 0.0, 0.0, -1, 0.0, "", "", "")
         return SlotView(
             pid,
-            seq,
-            started,
-            mono,
-            stream,
-            hard,
-            _text(entry),
-            _text(task),
-            _text(job),
+            *job,
             processed,
             failed,
             retried,
@@ -130,7 +185,38 @@ class Scoreboard:
             batch_len=length,
             batch_next=nxt,
             revoked=bool(revoked),
+            running=running,
         )
+
+    def _running(self, base: int) -> tuple[tuple[Running, ...], int]:
+        """The jobs running in a slot, oldest first, and the highest job number seen."""
+        mem = self._mem
+        (in_use,) = _IN_USE.unpack_from(mem, base + _IN_USE_AT)
+        found: list[Running] = []
+        last_seq = 0
+        for at in range(min(max(in_use, 1), self.jobs)):
+            where = base + _JOBS_AT + at * _JOB.size
+            (seq,) = _SEQ.unpack_from(mem, where)
+            last_seq = max(last_seq, seq)
+            (started,) = _STARTED.unpack_from(mem, where + _SEQ.size)
+            if started <= 0:  # idle entry: skip decoding its text fields
+                continue
+            seq, started, mono, stream, hard, flags, entry, task, job = _JOB.unpack_from(mem, where)
+            text = _text(entry), _text(task), _text(job)
+            marks = bool(flags & CANCEL), bool(flags & RECORDED)
+            found.append(Running(at, seq, started, mono, stream, hard, *text, *marks))
+        found.sort(key=lambda j: j.seq)
+        return tuple(found), last_seq
+
+    def request_cancel(self, index: int, at: int, seq: int) -> bool:
+        """Flag job number ``seq`` (entry ``at``) for the child to interrupt; the caller holds
+        the slot's lock. False if the entry no longer runs that job."""
+        where = index * self.slot_size + _JOBS_AT + at * _JOB.size
+        now = _JOB.unpack_from(self._mem, where)
+        if now[0] != seq or now[1] <= 0:
+            return False
+        _JOB.pack_into(self._mem, where, *now[:5], now[5] | CANCEL, *now[6:])
+        return True
 
     def revoke_rest(self, index: int, seen: SlotView) -> list[tuple[int, str]]:
         """Take the jobs of a child's batch that it has not started, if the slot still shows
@@ -145,7 +231,7 @@ class Scoreboard:
             now = self.read(index)
             if (now.batch_no, now.seq) != (seen.batch_no, seen.seq) or now.revoked:
                 return []
-            base = index * SLOT_SIZE
+            base = index * self.slot_size
             _BATCH.pack_into(
                 self._mem, base + _BATCH_AT, now.batch_no, now.batch_len, now.batch_next, 1
             )
@@ -159,24 +245,27 @@ class Scoreboard:
         Only before the fork: once the child runs it may already be writing its first job.
         A fresh lock, because a child that died while holding the old one never released it.
         """
-        base = index * SLOT_SIZE
-        self._mem[base : base + SLOT_SIZE] = bytes(SLOT_SIZE)
+        base = index * self.slot_size
+        self._mem[base : base + self.slot_size] = bytes(self.slot_size)
         self._locks[index] = multiprocessing.Lock()
 
     def set_pid(self, index: int, pid: int) -> None:
         """Record the child's pid after the fork (a field the child never writes)."""
-        _PID.pack_into(self._mem, index * SLOT_SIZE + _PID_AT, pid)
+        _PID.pack_into(self._mem, index * self.slot_size + _PID_AT, pid)
 
 
 class Slot:
-    """The writer's side of one slot (used by a child)."""
+    """The writer's side of one slot (used by a child). ``at`` names a job entry: always 0
+    for sync jobs, one per coroutine for async ones."""
 
-    def __init__(self, mem: mmap.mmap, base: int, lock: Lock) -> None:
+    def __init__(self, mem: mmap.mmap, base: int, lock: Lock, jobs: int = 1) -> None:
         self._mem = mem
         self._base = base
         self._lock = lock
+        self.jobs = jobs
         self._seq = 0
         self._batch_no = 0
+        self._in_use = 0
         self.counts = [0, 0, 0, 0]
 
     def list_batch(self, entries: Sequence[tuple[int, str]]) -> None:
@@ -203,30 +292,53 @@ class Slot:
             return self._advance()
 
     def start(
-        self, stream_index: int, entry_id: str, task: str, job_id: str, hard_s: float | None
+        self,
+        stream_index: int,
+        entry_id: str,
+        task: str,
+        job_id: str,
+        hard_s: float | None,
+        *,
+        at: int = 0,
+        recorded: bool = True,
     ) -> bool:
-        """Mark a job started, unless the rest of the batch was revoked (then False: skip it).
+        """Mark a job started in entry ``at``, unless the rest of the batch was revoked (then
+        False: skip it). ``recorded``: the job keeps a status record.
 
-        A job that is not in a listed batch (fixed prefetch, or in-process) always starts.
+        A job that is not in a listed batch (fixed prefetch, async, in-process) always starts.
         """
         mono = time.monotonic()
         with self._lock:
             if not self._advance():
                 return False
             self._seq += 1
+            if at >= self._in_use:
+                self._in_use = at + 1
+                _IN_USE.pack_into(self._mem, self._base + _IN_USE_AT, self._in_use)
             _JOB.pack_into(
                 self._mem,
-                self._base,
+                self._base + _JOBS_AT + at * _JOB.size,
                 self._seq,
                 time.time(),
                 mono,
                 stream_index,
                 mono + hard_s if hard_s else 0.0,
+                RECORDED if recorded else 0,
                 entry_id.encode(),
                 _clip(task, 160),
                 _clip(job_id, 64),
             )
         return True
+
+    @property
+    def seq(self) -> int:
+        """The number of the job started last."""
+        return self._seq
+
+    def cancel_requested(self, at: int) -> bool:
+        """Whether the master flagged the job in entry ``at`` to be interrupted."""
+        where = self._base + _JOBS_AT + at * _JOB.size
+        return bool(_JOB.unpack_from(self._mem, where)[5] & CANCEL)
 
     def _advance(self) -> bool:
         batch_no, length, nxt, revoked = _BATCH.unpack_from(self._mem, self._base + _BATCH_AT)
@@ -246,12 +358,14 @@ class Slot:
             _BATCH.pack_into(self._mem, self._base + _BATCH_AT, batch_no, length, nxt, 1)
             return True
 
-    def finish(self, kind: str) -> None:
-        """Mark the child idle and count the outcome (``ok``, ``retry`` or ``dead``)."""
+    def finish(self, kind: str, *, at: int = 0) -> None:
+        """Mark entry ``at`` idle and count the outcome (``ok``, ``retry`` or ``dead``)."""
         for name in COUNTED[kind]:
             self.counts[COUNTERS.index(name)] += 1
+        where = self._base + _JOBS_AT + at * _JOB.size
         with self._lock:
-            _JOB.pack_into(self._mem, self._base, self._seq, 0.0, 0.0, -1, 0.0, b"", b"", b"")
+            (seq,) = _SEQ.unpack_from(self._mem, where)
+            _JOB.pack_into(self._mem, where, seq, 0.0, 0.0, -1, 0.0, 0, b"", b"", b"")
             _COUNTS.pack_into(self._mem, self._base + _COUNTS_AT, *self.counts)
 
 

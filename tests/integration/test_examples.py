@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import logging
 import os
 import signal
@@ -238,6 +239,8 @@ def test_demo_script_runs_the_example_jobs_and_stops_everything(tmp_path: Path) 
     assert "all 6 jobs finished" in out and "5 ok (1 after a retry), 1 dead-lettered" in out
     assert "examples.tasks.sync_to_legacy_crm  attempts=2  ConnectionRefusedError" in out
     assert "warm shutdown" in out
+    if importlib.util.find_spec("uvicorn") and importlib.util.find_spec("starlette"):
+        assert "30 quotes from the async endpoint in" in out and "100 EUR = 108.0 USD" in out
     assert not port_in_use(port)  # the server it started is gone
     # Redis 7 keeps the AOF in a folder; 6.2 (the embedded extra's) in one file.
     assert any((tmp_path / "redis" / name).exists() for name in ("appendonlydir", "appendonly.aof"))

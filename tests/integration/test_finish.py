@@ -94,7 +94,9 @@ def test_an_exited_child_is_settled_its_running_job_counting_as_an_attempt(
 ) -> None:
     app, broker, finisher = setup
     running, prefetched = deliver(app, broker), deliver(app, broker)
-    kinds = finisher.recover_exited(OWNER, (running.stream, running.entry_id), "killed by SIGKILL")
+    kinds = finisher.recover_exited(
+        OWNER, {(running.stream, running.entry_id)}, "killed by SIGKILL"
+    )
     assert kinds == [RETRY]
     assert r.zcard("tasks:retry:normal") == 1  # the lost run counted: parked with a backoff
     ids = [eid.decode() for eid, _ in r.xrange("tasks:normal")]

@@ -14,6 +14,7 @@ import redis
 from taskq import App, JobCancelled
 from taskq.errors import ConfigError
 from taskq.limits import Rate
+from taskq.ops.inspect import Inspector
 from tests import tasks
 from tests.conftest import WorkerProcess, runs, wait_until
 
@@ -30,6 +31,11 @@ def _worker(start_worker: StartWorker, concurrency: int = 2) -> WorkerProcess:
 
 def _tagged(r: redis.Redis, tag: str) -> list[dict[str, Any]]:
     return [x for x in runs(r) if x.get("tag") == tag]
+
+
+def _held(app: App) -> int:
+    [q] = Inspector(app.reader, ["tasks"]).queue_stats()
+    return q.held
 
 
 def _most_in_a_window(times: list[float]) -> int:
@@ -65,6 +71,21 @@ def test_other_tasks_flow_past_a_limited_backlog(
     limited = sorted(x["t"] for x in _tagged(r, "limited"))
     assert len(limited) < 20 or limited[10] > echo_done  # the backlog did not hold them up
     wait_until(lambda: len(_tagged(r, "limited")) == 20, 30, message="the limited backlog")
+
+
+def test_a_limited_backlog_is_deferred_a_batch_at_a_time(
+    task_app: App, r: redis.Redis, start_worker: StartWorker
+) -> None:
+    tasks.limited.map(range(300))  # 5/s: all but the first wait for later slots
+    r.config_resetstat()
+    _worker(start_worker, concurrency=1)
+    wait_until(lambda: r.zcard("tasks:schedule") >= 290, 30, message="the backlog deferred")
+    # limit.lua runs one ZREMRANGEBYSCORE per call (the heartbeat's the only other one): a
+    # call per batch of deferrals, not one per job.
+    calls = r.info("commandstats")["cmdstat_zremrangebyscore"]["calls"]
+    assert calls < 60, calls
+    assert r.xlen("tasks:normal") <= 10  # they left the stream
+    assert len(set(r.zrange("tasks:schedule", 0, -1))) == r.zcard("tasks:schedule")
 
 
 def test_a_limit_per_key(task_app: App, r: redis.Redis, start_worker: StartWorker) -> None:
@@ -132,8 +153,10 @@ def test_a_sigkilled_childs_slot_comes_back(
     for n in range(1, 4):  # only now: enqueued with job 0, one of them could win the slot
         tasks.exclusive.delay(n)
     wait_until(lambda: r.zcard("tasks:held:tests.tasks.exclusive") == 3, 10, message="waiters")
+    assert _held(task_app) == 3  # out of every stream, but inspect shows them
     os.kill(pid, signal.SIGKILL)
     wait_until(lambda: {x["n"] for x in _exclusive(r)} == {0, 1, 2, 3}, 30, message="all four")
+    assert _held(task_app) == 0
     runs_ = _exclusive(r)
     assert [x["attempt"] for x in runs_ if x["n"] == 0] == [2]  # the killed run counted
     assert all(a["end"] <= b["start"] for a, b in itertools.pairwise(runs_))
@@ -158,8 +181,10 @@ def test_a_job_waiting_for_a_slot_can_be_cancelled(
     held = "tasks:held:tests.tasks.exclusive_stored"
     wait_until(lambda: r.zcard(held) == 1, 20, message="the second job to wait for the slot")
     assert second.status().state == "waiting"
+    assert _held(task_app) == 1
     assert second.cancel() == "cancelled"
     assert r.zcard(held) == 0
+    assert _held(task_app) == 0
     assert first.result(timeout=20) == 1
     with pytest.raises(JobCancelled):
         second.result(timeout=1)

@@ -4,6 +4,7 @@ through ``taskq.testing.drain``."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -306,3 +307,23 @@ def test_taskq_imports_no_opentelemetry_and_names_the_extra_without_it() -> None
         [sys.executable, "-c", blocked], cwd=ROOT, check=True, timeout=30, capture_output=True
     )
     assert "pip install 'taskq[otel]'" in out.stdout.decode()
+
+
+def test_async_jobs_get_a_run_span_each_current_in_their_own_coroutine(
+    make_app: Callable[..., App], tracing: Tracing
+) -> None:
+    app = make_app()
+    instrument(app, tracer_provider=tracing.provider)
+    seen: dict[str, str] = {}
+
+    @app.task(name="otel.anap")
+    async def anap(tag: str) -> None:
+        await asyncio.sleep(0.05)  # the others run meanwhile, each with its own span current
+        seen[tag] = f"{trace.get_current_span().get_span_context().span_id:016x}"
+
+    for tag in "abc":
+        anap.delay(tag)
+    assert drain(app).ok == 3
+    runs = tracing.spans("taskq.run otel.anap")
+    assert len(runs) == 3 and sorted(seen.values()) == sorted(_hex(s)[1] for s in runs)
+    assert all((s.attributes or {})["taskq.job.outcome"] == "ok" for s in runs)

@@ -76,9 +76,10 @@ def example_app(redis_url: str) -> Iterator[App]:
 
 def test_procfile_declares_a_web_and_a_worker_process() -> None:
     lines = procfile()
-    assert set(lines) == {"web", "worker"}
-    assert "${TASKQ_CONCURRENCY:-" in lines["worker"]
-    assert lines["worker"].startswith("exec taskq worker ")
+    assert set(lines) == {"web", "worker", "asyncweb", "asyncworker"}
+    for worker in ("worker", "asyncworker"):
+        assert "${TASKQ_CONCURRENCY:-" in lines[worker]
+        assert lines[worker].startswith("exec taskq worker ")
 
 
 @pytest.mark.slow
@@ -115,3 +116,17 @@ def test_procfile_web_line_serves_on_port(example_app: App, redis_url: str, r: r
         assert status == 202
     assert r.xlen("tasks:high") == 1
     assert body["job_id"]
+
+
+@pytest.mark.slow
+def test_procfile_async_lines_serve_a_quote_end_to_end(
+    redis_url: str, r: redis.Redis, tmp_path: Path
+) -> None:
+    pytest.importorskip("uvicorn")
+    env = procfile_env(redis_url, TASKQ_CONCURRENCY="1", TASKQ_ASYNC_CONCURRENCY="8")
+    with shell(procfile()["asyncworker"], env, tmp_path / "asyncworker.log"):
+        with web_process(procfile()["asyncweb"], redis_url, free_port()) as base:
+            status, body = http("POST", base + "/quotes?currency=JPY&amount=1000")
+        assert (status, body["usd"]) == (200, 6.7)
+        workers = wait_until(lambda: r.zrange("aio:workers", 0, -1), message="a heartbeat")
+        assert r.hget(f"aio:worker:{workers[0].decode()}", "concurrency") == b"1"

@@ -4,6 +4,7 @@ processes and from taskq.testing.drain."""
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import threading
 import time
@@ -372,3 +373,31 @@ def test_without_an_active_client_nothing_is_added_or_sent(make_app: Callable[..
 def test_report_names_only_failures() -> None:
     with pytest.raises(ConfigError, match="cancelled"):
         SentryMiddleware(report=("retry", "cancelled"))
+
+
+def test_async_jobs_are_reported_each_with_its_own_scope(
+    make_app: Callable[..., App], sentry_init: Callable[..., Path]
+) -> None:
+    path = sentry_init(traces_sample_rate=1.0)
+    app = make_app()
+    app.add_middleware(SentryMiddleware())
+
+    @app.task(name="s.afails", max_retries=0)
+    async def afails(tag: str, seconds: float) -> None:
+        sentry_sdk.set_tag("mine", tag)  # in this coroutine's scope only
+        sentry_sdk.add_breadcrumb(message=f"crumb {tag}")
+        await asyncio.sleep(seconds)  # the other job runs meanwhile, in its own scope
+        raise ValueError(f"failed {tag}")
+
+    jobs = {tag: afails.delay(tag, seconds) for tag, seconds in (("a", 0.2), ("b", 0.1))}
+    assert drain(app).dead == 2
+    by_job = {e["tags"]["taskq.job_id"]: e for e in read_events(path) if "exception" in e}
+    assert set(by_job) == {job.id for job in jobs.values()}
+    for tag, job in jobs.items():
+        event = by_job[job.id]
+        assert event["tags"]["mine"] == tag and exception_of(event) == (
+            "ValueError",
+            f"failed {tag}",
+        )
+        crumbs = [b.get("message") for b in event["breadcrumbs"]["values"]]
+        assert crumbs == [f"crumb {tag}"]

@@ -13,8 +13,8 @@ end
 local run_ops
 
 -- Concurrency limits: move jobs waiting for a slot of `running` (at most `n` members) from
--- `held` back into their streams (`prefix` .. ':' .. priority), while slots are free.
--- `taken` slots are about to be used by the caller.
+-- `held` back into their streams (`prefix` .. ':' .. priority), while slots are free, and
+-- count them out of the queue's held jobs. `taken` slots are about to be used by the caller.
 local PRIORITY_NAMES = {'high', 'normal', 'low'}
 local function refill(running, held, n, prefix, taken, now)
   local free = n - redis.call('ZCARD', running) - taken
@@ -22,6 +22,7 @@ local function refill(running, held, n, prefix, taken, now)
     local top = redis.call('ZPOPMIN', held)
     if not top[1] then return end
     local m = top[1]
+    redis.call('HINCRBY', prefix .. ':counts', 'held', -1)
     local p, nl = tonumber(string.sub(m, 1, 1)), string.find(m, '\n', 3, true)
     if p and nl then
       local task, body = string.sub(m, 3, nl - 1), string.sub(m, nl + 1)

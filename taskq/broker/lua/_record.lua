@@ -15,6 +15,11 @@ local function record_key(stream, job_id)
   return string.match(stream, '^(.*):[^:]*$') .. ':job:' .. job_id
 end
 
+-- Its done list.
+local function done_key(stream, job_id)
+  return string.match(stream, '^(.*):[^:]*$') .. ':done:' .. job_id
+end
+
 -- The job id in a body, if the job keeps a record (else nil). A body with bin fields is one
 -- Lua's msgpack cannot decode: its id is then found by its bytes.
 local function body_job_id(body)

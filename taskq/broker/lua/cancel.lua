@@ -50,6 +50,7 @@ if state == 'waiting' and held then  -- waiting for a concurrency slot, out of i
   for _, m in ipairs(redis.call('ZRANGE', held, 0, -1)) do
     if body_job_id(string.match(m, '^%d\n[^\n]*\n(.*)$') or '') == id then
       removed = redis.call('ZREM', held, m) == 1
+      if removed then redis.call('HINCRBY', KEYS[11], 'held', -1) end
       break
     end
   end

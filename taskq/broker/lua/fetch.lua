@@ -13,10 +13,12 @@
 --       completions touch.
 -- ARGV: group, consumer, count, fence (0/1), trim (0/1), n_acks, number of streams,
 --       n_completions, number of streams and due keys, then n_acks pairs (stream key index,
---       entry id), then per completion: the index of its ack (1-based) and a msgpack map
---       {r = record, d = done list, t = ttl ms, v = result, a = attempts, s = ms since the
---       run started, e = ms since it ended, o = ops}; then the key indexes of the streams
+--       entry id), then (if n_completions > 0) the completions, one msgpack array of
+--       {index of its ack (1-based), ms since the run ended, job id (nil: no record),
+--       record ttl ms, result, attempts, run ms, ops}; then the key indexes of the streams
 --       with acks since the caller's last trim.
+-- A completion's record and done list are named from its job id and its ack's stream, as
+-- the records of the jobs taken here are: the keys of one queue share its hash tag.
 -- Returns {ms until something is due (-1: nothing; 0: due now), then per delivery: stream key
 --          index, entry id, fields}.
 local group, consumer = ARGV[1], ARGV[2]
@@ -70,19 +72,19 @@ end
 local now
 if ncompletions > 0 then
   now = now_ms()
-  for _ = 1, ncompletions do
-    local i = 10 + 2 * (tonumber(ARGV[a]) - 1)
+  for _, c in ipairs(cmsgpack.unpack(ARGV[a])) do
+    local i = 10 + 2 * (c[1] - 1)
     if done[ARGV[i] .. ' ' .. ARGV[i + 1]] then
-      local c = cmsgpack.unpack(ARGV[a + 1])
-      local first = 1
-      if c.r then
-        first = finish_record(c.r, c.d, 'succeeded', c.t, now - c.e, 'result', c.v,
-          'attempts', c.a, 'started_ms', now - c.s, 'worker', consumer)
+      local first, ended = 1, now - c[2]
+      if c[3] then
+        local stream = KEYS[tonumber(ARGV[i])]
+        first = finish_record(record_key(stream, c[3]), done_key(stream, c[3]), 'succeeded',
+          c[4], ended, 'result', c[5], 'attempts', c[6], 'started_ms', ended - c[7])
       end
-      if first == 1 and c.o then run_ops(c.o, now) end
+      if first == 1 and c[8] then run_ops(c[8], now) end
     end
-    a = a + 2
   end
+  a = a + 1
 end
 
 local out, got = {-1}, 0

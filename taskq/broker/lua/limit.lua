@@ -1,35 +1,96 @@
--- Admit a job of a rate-limited task, or defer it, in one step. The limit is a sliding
--- window: at most N starts in any W ms, kept as a sorted set of start slots (member: job id
--- and attempt, score: the slot's time), handed out in order and at least W/N apart, so a
--- backlog starts evenly rather than in bursts of N. A job over the limit gets
--- the first free slot in the future and waits for it in the schedule, out of its stream (so
--- it blocks nobody behind it), without using an attempt; back at its time, it holds its slot.
--- KEYS: the limit's sorted set, stream, schedule, due key[, record].
--- ARGV: group, entry id, owner, N, W ms, slot member, schedule member, record ttl ms.
--- Returns 1 (run it now), 2 (deferred), or 0 (the entry is no longer this consumer's).
+-- Admit jobs of a rate-limited task, or defer them, in one step: one job, or the run of a
+-- batch's jobs that share the task's limit and stream (taken in their order, so a backlog of
+-- deferrals costs one call per batch, not one per job).
+-- The limit is a sliding window: at most N starts in any W ms, kept as a sorted set of start
+-- slots (member: job id and attempt, score: the slot's time). A job over the limit gets the
+-- first free slot in the future (at least W/N after the latest, so a backlog starts evenly
+-- rather than in bursts of N) and waits for it in the schedule, out of its stream (so it
+-- blocks nobody behind it), without using an attempt.
+-- Every start is checked against the window, a job back at its slot too: it counts at its
+-- slot if it is back within a quarter spacing (W/N/4) of it, else at now, and starts only if fewer
+-- than N others count in the W ms up to then. A job that comes back late (its promotion
+-- waited behind a backlog, its worker stalled) therefore cannot start in a burst with the
+-- jobs after it: whichever would make N + 1 takes a new slot. Starts are exact on Redis's
+-- clock to within a quarter spacing.
+-- KEYS: the limit's sorted set, stream, schedule, due key, then the jobs' records.
+-- ARGV: group, owner, N, W ms, record ttl ms, then per job: entry id, slot member, schedule
+--       member, index in KEYS of its record (0: none).
+-- Returns per job 1 (run it now), 2 (deferred), or 0 (the entry is no longer the owner's).
 local now = now_ms()
-local key, n, window = KEYS[1], tonumber(ARGV[4]), tonumber(ARGV[5])
+local key, n, window = KEYS[1], tonumber(ARGV[3]), tonumber(ARGV[4])
+local spacing = window / n
 redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
-local held = redis.call('ZSCORE', key, ARGV[6])
-if held then return 1 end  -- deferred earlier: back at (or after) its slot
-local slot = now
-local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-if last[2] then slot = math.max(slot, tonumber(last[2]) + window / n) end
-if redis.call('ZCARD', key) >= n then
-  local nth = redis.call('ZRANGE', key, -n, -n, 'WITHSCORES')
-  slot = math.max(slot, tonumber(nth[2]) + window)
+local out, deferred, first, added = {}, {}, nil, false
+
+-- The slot of a job new to the limit: after the latest slot by W/N, and after the N-th latest
+-- by W (the window then holds N); now if both are past.
+local function next_slot()
+  local slot = now
+  local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  if last[2] then slot = math.max(slot, tonumber(last[2]) + spacing) end
+  if redis.call('ZCARD', key) >= n then
+    local nth = redis.call('ZRANGE', key, -n, -n, 'WITHSCORES')
+    slot = math.max(slot, tonumber(nth[2]) + window)
+  end
+  return slot
 end
-if slot > now and not owned(KEYS[2], ARGV[1], ARGV[2], ARGV[3]) then return 0 end
-redis.call('ZADD', key, slot, ARGV[6])
-redis.call('PEXPIRE', key, slot - now + window)
-if slot <= now then return 1 end
-redis.call('ZADD', KEYS[3], slot, ARGV[7])
-redis.call('XACK', KEYS[2], ARGV[1], ARGV[2])
-redis.call('XDEL', KEYS[2], ARGV[2])
-lower_due(KEYS[4], slot)
-if KEYS[5] then
-  redis.call('HSET', KEYS[5], 'state', 'scheduled', 'due_ms', slot)
-  redis.call('HDEL', KEYS[5], 'worker', 'started_ms')
-  redis.call('PEXPIRE', KEYS[5], slot - now + tonumber(ARGV[8]))
+
+-- The slot of a job back at (or after) its slot `held`: the time it counts at if the window
+-- up to then has room, else the first free place from when the window's oldest start leaves
+-- it (apart from other slots: late jobs that wait again must not come back together).
+local function slot_back(member, held)
+  local at = held >= now - spacing / 4 and held or now
+  redis.call('ZREM', key, member)
+  if redis.call('ZCOUNT', key, '(' .. (at - window), at) < n then return at, true end
+  local oldest = redis.call('ZRANGEBYSCORE', key, '(' .. (at - window), at, 'WITHSCORES',
+    'LIMIT', 0, 1)
+  local slot = math.max(now + 1, tonumber(oldest[2]) + window)
+  for _ = 1, 8 do  -- a free place near the first room, not on top of another job's slot
+    if redis.call('ZCOUNT', key, slot - spacing / 2, slot + spacing / 2) == 0 then
+      return slot, false
+    end
+    slot = slot + spacing
+  end
+  return next_slot(), false  -- the backlog's slots are packed there: after them
 end
-return 2
+
+for a = 6, #ARGV, 4 do
+  local entry, member = ARGV[a], ARGV[a + 1]
+  local held, slot, admit = tonumber(redis.call('ZSCORE', key, member)), nil, nil
+  if held then
+    slot, admit = slot_back(member, held)
+  else
+    slot = next_slot()
+    admit = slot <= now
+  end
+  local verdict = 1
+  if not admit and not owned(KEYS[2], ARGV[1], entry, ARGV[2]) then
+    verdict = 0
+  else
+    redis.call('ZADD', key, slot, member)
+    added = true
+    if not admit then
+      verdict = 2
+      redis.call('ZADD', KEYS[3], slot, ARGV[a + 2])
+      deferred[#deferred + 1] = entry
+      first = math.min(first or slot, slot)
+      local rec = tonumber(ARGV[a + 3])
+      if rec > 0 then
+        redis.call('HSET', KEYS[rec], 'state', 'scheduled', 'due_ms', slot)
+        redis.call('HDEL', KEYS[rec], 'worker', 'started_ms')
+        redis.call('PEXPIRE', KEYS[rec], slot - now + tonumber(ARGV[5]))
+      end
+    end
+  end
+  out[#out + 1] = verdict
+end
+if added then  -- the set lives until its latest slot has left the window
+  local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  redis.call('PEXPIRE', key, math.ceil(tonumber(last[2]) - now + window))
+end
+if first then
+  lower_due(KEYS[4], first)
+  redis.call('XACK', KEYS[2], ARGV[1], unpack(deferred))
+  redis.call('XDEL', KEYS[2], unpack(deferred))
+end
+return out

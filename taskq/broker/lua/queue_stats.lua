@@ -10,7 +10,7 @@
 -- Returns {now, then per stream {length, waiting (-1: more delivered entries than counted),
 --          pending, consumers, last id or '', lag or -1, oldest pending or '', retrying,
 --          next retry ms or -1}, scheduled, next scheduled ms or -1, dead,
---          {expired, cancelled}}.
+--          {expired, cancelled, held}}.
 local group, cap = ARGV[1], tonumber(ARGV[2])
 local out = {now_ms()}
 
@@ -46,5 +46,5 @@ end
 out[#out + 1] = redis.call('ZCARD', KEYS[7])
 out[#out + 1] = first_score(KEYS[7])
 out[#out + 1] = redis.call('XLEN', KEYS[8])
-out[#out + 1] = redis.call('HMGET', KEYS[9], 'expired', 'cancelled')
+out[#out + 1] = redis.call('HMGET', KEYS[9], 'expired', 'cancelled', 'held')
 return out

@@ -2,7 +2,8 @@
 -- one step. `running` holds at most N members "<worker id>|<job id>"; slots of workers that
 -- stopped beating are dropped first (a worker's crash frees them within its heartbeat TTL;
 -- its jobs come back through the sweep). A job with no free slot leaves its stream for the
--- `held` set (in arrival order, no attempt used) until a slot's release moves it back.
+-- `held` set (in arrival order, no attempt used) until a slot's release moves it back. The
+-- queue's counts hash keeps how many jobs are held (for inspect: they are in no stream).
 -- KEYS: running, held, stream, the queue's workers zset[, record], then the queue's three
 --       streams (where waiting jobs go back).
 -- ARGV: group, entry id, owner, N, member, held member ("<p>\n<task>\n<body>"), worker ttl
@@ -23,6 +24,7 @@ if redis.call('ZCARD', running) < n then
 end
 if not owned(KEYS[3], ARGV[1], ARGV[2], ARGV[3]) then return 0 end
 redis.call('ZADD', held, now, ARGV[6])
+redis.call('HINCRBY', ARGV[8] .. ':counts', 'held', 1)
 redis.call('XACK', KEYS[3], ARGV[1], ARGV[2])
 redis.call('XDEL', KEYS[3], ARGV[2])
 if ARGV[9] == '1' then

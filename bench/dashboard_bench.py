@@ -1,0 +1,265 @@
+"""Dashboard benchmark (issue 19, point 4): every page answers within 200 ms with 1,000,000
+waiting jobs and 10,000 dead letters.
+
+Fills a private ``redis-server`` in seconds (a Lua loop of XADDs per batch, no round trip per
+job), adds a worker's heartbeat record with busy children, one job with a status record and
+a minute of throughput, starts ``taskq dashboard`` as its own process, then times each page
+over HTTP (warm-up first; p50, p95 and max of ``--requests`` requests). Prints the table and
+writes the "Dashboard" section of ``bench/RESULTS-features.md``. Exit status 2 if a page's
+p95 is over the budget.
+
+    .venv/bin/python bench/dashboard_bench.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import http.client
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.features import write_section
+from bench.redis_server import PrivateRedis
+from bench.report import md_table
+from taskq import App
+from taskq.broker.series import Series, minute_of
+from taskq.broker.workers import WorkerRegistry
+from taskq.deadletter import WRITTEN, Deadletter
+from taskq.keys import GROUP, QueueKeys
+from taskq.message import Message
+from taskq.ops.deadletters import SCAN_LIMIT
+from taskq.ops.devserver import free_port
+from taskq.worker.outcome import JobCounts
+from taskq.worker.record import ChildRecord, WorkerRecord
+
+BUDGET_MS = 200.0
+ROOT = Path(__file__).resolve().parent.parent
+QUEUE = "tasks"
+
+FILL = """
+local n = tonumber(ARGV[1])
+for i = 1, n do
+  redis.call('XADD', KEYS[1], '*', unpack(ARGV, 2))
+end
+return n
+"""
+"""XADD the same fields ``n`` times (one script per batch: Redis stays responsive)."""
+
+
+def fill(r: Any, key: str, total: int, fields: list[Any], batch: int = 50_000) -> None:
+    sha = r.script_load(FILL)
+    done = 0
+    while done < total:
+        n = min(batch, total - done)
+        r.evalsha(sha, 1, key, n, *fields)
+        done += n
+
+
+def seed(app: App, r: Any, waiting: int, dead: int) -> dict[str, str]:
+    """The big queue, its dead letters, a worker, a tracked job; returns ids to visit."""
+    k = QueueKeys(QUEUE)
+    for stream in k.streams:
+        r.xgroup_create(stream, GROUP, id="0", mkstream=True)
+    msg = Message("reports.build", (12345, {"customer": "acme"}), queue=QUEUE)
+    fill(r, k.stream("normal"), waiting, ["task", msg.task, "body", app.encode(msg)])
+    entry = Deadletter(
+        dead_id="",
+        task="reports.build",
+        job_id=msg.id,
+        body=app.encode(msg),
+        error_type="TimeoutError",
+        error="upstream did not answer in 30s",
+        traceback="Traceback (most recent call last):\n  ...\nTimeoutError: upstream\n" * 4,
+        attempts=4,
+        first_failure_ms=0,
+        last_failure_ms=0,
+        worker="bench:1:abcdef:1:2",
+        stream=k.stream("normal"),
+        entry_id="1-0",
+    )
+    values = dict(zip(WRITTEN, entry.to_fields()[1::2], strict=True))
+    now = int(time.time() * 1000)
+    values.update(first_failure_ms=now - 60_000, last_failure_ms=now)
+    fill(r, k.deadletter, dead, [x for kv in values.items() for x in kv])
+    tracked_job = app.enqueue(tracked.message((1, 2), {}))
+    _worker(app)
+    minute = minute_of(Series(app.link).link_ms())
+    Series(app.link).write([QUEUE], "bench:1:abcdef", minute, (1200, 30, 25, 5))
+    middle = r.xrange(k.deadletter, count=dead // 2)[-1][0].decode()
+    return {"job": tracked_job.id, "dead": middle, "before": middle}
+
+
+def _worker(app: App) -> None:
+    children = tuple(
+        ChildRecord(
+            i,
+            1000 + i,
+            f"bench:1:abcdef:{i}:{1000 + i}",
+            "reports.build",
+            f"j{i}",
+            f"{QUEUE}:normal",
+            f"{i}-0",
+            1500,
+        )
+        for i in range(1, 9)
+    )
+    record = WorkerRecord(
+        id="bench:1:abcdef",
+        host="bench",
+        pid=1,
+        version="bench",
+        app="bench",
+        uptime_ms=60_000,
+        visibility_timeout_ms=30_000,
+        concurrency=8,
+        queues=(QUEUE,),
+        tasks=("reports.build",),
+        counts=JobCounts(1200, 30, 25, 5),
+        rate_per_s=20.0,
+        children=children,
+    )
+    WorkerRegistry(app.link, [QUEUE]).heartbeat(
+        record.id, record.to_fields(), ttl_ms=3_600_000, visibility_timeout_ms=30_000
+    )
+
+
+def pages(ids: dict[str, str]) -> list[tuple[str, str]]:
+    return [
+        ("overview", "/"),
+        ("overview, live block", "/?part=live"),
+        ("overview JSON (= inspect --json)", "/api/overview"),
+        ("workers", "/workers"),
+        ("job", f"/jobs/{ids['job']}"),
+        ("dead letters, newest", "/deadletters"),
+        ("dead letters, a middle page", f"/deadletters?before={ids['before']}"),
+        (f"dead letters, search, no match ({SCAN_LIMIT:,} read)", "/deadletters?error=nothing"),
+        ("dead letter", f"/deadletters/{QUEUE}/{ids['dead']}"),
+        ("periodic", "/periodic"),
+    ]
+
+
+def time_page(port: int, path: str, requests: int) -> list[float]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    out = []
+    for i in range(requests + 3):
+        started = time.perf_counter()
+        conn.request("GET", path)
+        response = conn.getresponse()
+        response.read()
+        if response.status != 200:
+            raise RuntimeError(f"{path}: HTTP {response.status}")
+        if i >= 3:  # warm-up: connections, script loading, template compilation
+            out.append((time.perf_counter() - started) * 1000)
+    conn.close()
+    return out
+
+
+def start_dashboard(redis_url: str, port: int, log: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TASKQ_REDIS_URL": redis_url}
+    cmd = [sys.executable, "-m", "taskq", "-A", "bench.dashboard_bench:app", "dashboard"]
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            [*cmd, "--port", str(port)], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
+        )
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            http.client.HTTPConnection("127.0.0.1", port, timeout=1).request("GET", "/static/x")
+            return proc
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError(f"dashboard did not start: {log.read_text()}")
+
+
+app = App()  # the dashboard process's app: TASKQ_REDIS_URL
+
+
+@app.task(name="bench.tracked", store_result=True)
+def tracked(a: int, b: int) -> int:
+    return a + b
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="100,000 waiting, 1,000 dead")
+    parser.add_argument("--requests", type=int, default=30)
+    args = parser.parse_args()
+    waiting, dead = (100_000, 1_000) if args.quick else (1_000_000, 10_000)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="taskq-dash-bench-") as tmp:
+        server = PrivateRedis(Path(tmp))
+        server.start()
+        proc = None
+        try:
+            r = server.client()
+            bench_app = App(server.url)
+            t0 = time.monotonic()
+            ids = seed(bench_app, r, waiting, dead)
+            fill_s = time.monotonic() - t0
+            port = free_port()
+            proc = start_dashboard(server.url, port, Path(tmp) / "dashboard.log")
+            rows = []
+            for name, path in pages(ids):
+                ms = time_page(port, path, args.requests)
+                p95 = statistics.quantiles(ms, n=20, method="inclusive")[-1]
+                verdict = "PASS" if p95 < BUDGET_MS else "FAIL"
+                rows.append(
+                    [
+                        name,
+                        f"`{path}`",
+                        f"{statistics.median(ms):.1f}",
+                        f"{p95:.1f}",
+                        f"{max(ms):.1f}",
+                        verdict,
+                    ]
+                )
+            redis_version = server.version()
+            stream_len = r.xlen(QueueKeys(QUEUE).stream("normal"))
+            dead_len = r.xlen(QueueKeys(QUEUE).deadletter)
+        finally:
+            if proc is not None:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(10)
+            server.stop()
+    table = md_table(["page", "path", "p50 (ms)", "p95 (ms)", "max (ms)", "< 200 ms"], rows)
+    markdown = "\n".join(
+        [
+            "## Dashboard",
+            "",
+            f"- Date: {dt.datetime.now(dt.timezone.utc).isoformat(timespec='seconds')} "
+            f"(took {(time.monotonic() - started) / 60:.1f} min)",
+            f"- Command, from the repository root: `.venv/bin/python bench/dashboard_bench.py"
+            f"{' --quick' if args.quick else ''}`",
+            f"- Machine: {os.cpu_count()} cores, {platform.platform()}; the dashboard, the HTTP "
+            "client and Redis share these cores",
+            f"- Redis: private `redis-server` {redis_version}, no persistence; `{QUEUE}:normal` "
+            f"holds {stream_len:,} waiting jobs, `{QUEUE}:deadletter` {dead_len:,} entries "
+            f"(filled in {fill_s:.1f} s by Lua loops of XADD); one worker record with 8 busy "
+            "children; one job with a status record",
+            f"- Method: `taskq dashboard` as its own process (uvicorn); per page, 3 warm-up "
+            f"requests then {args.requests} timed ones, one at a time on one keep-alive "
+            "connection, from request sent to body read; budget: p95 < 200 ms",
+            "",
+            table,
+        ]
+    )
+    print(markdown)
+    key = "dashboard"
+    write_section(key, {"markdown": markdown, "rows": rows}, args.quick)
+    return 2 if any(row[-1] == "FAIL" for row in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

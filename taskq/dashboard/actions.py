@@ -1,0 +1,80 @@
+"""The dashboard's actions (POST): retry and purge dead letters, cancel a job.
+
+Each is refused with 403 in read-only mode and without the page's CSRF token, then runs the
+same operator move as the CLI (:mod:`taskq.ops.deadletters`, ``Job.cancel``) in a thread
+pool, and redirects back with a one-line notice.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qs, urlencode
+
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+from taskq.dashboard.pages import Settings, base_path
+from taskq.dashboard.security import CSRF_FIELD, csrf_ok
+
+MAX_FORM_BYTES = 1_000_000
+
+
+async def _form(request: Request) -> dict[str, list[str]]:
+    """The POST's fields, after the read-only and CSRF checks (urlencoded forms only)."""
+    settings: Settings = request.app.state.dashboard
+    if settings.read_only:
+        raise HTTPException(403, "the dashboard is read-only: actions are turned off")
+    body = await request.body()
+    if len(body) > MAX_FORM_BYTES:
+        raise HTTPException(413, "form too large")
+    fields = parse_qs(body.decode("utf-8", errors="replace"), keep_blank_values=True)
+    if not csrf_ok(request, (fields.get(CSRF_FIELD) or [""])[0]):
+        raise HTTPException(403, "missing or wrong CSRF token: reload the page and try again")
+    return fields
+
+
+def _one(fields: dict[str, list[str]], name: str) -> str:
+    return (fields.get(name) or [""])[0].strip()
+
+
+def _back(request: Request, path: str, notice: str, **params: str) -> Response:
+    query = urlencode({**{k: v for k, v in params.items() if v}, "notice": notice})
+    return RedirectResponse(f"{base_path(request)}{path}?{query}", status_code=303)
+
+
+async def retry_deadletters(request: Request) -> Response:
+    """``ids`` given: retry those; ``all`` given: every dead letter matching the filters."""
+    fields = await _form(request)
+    queue = request.path_params["queue"]
+    source = request.app.state.dashboard.source
+    task, error = _one(fields, "task"), _one(fields, "error")
+    ids = None if _one(fields, "all") else [i for i in fields.get("ids", []) if i]
+    if ids is not None and not ids:
+        raise HTTPException(400, "no dead letter chosen")
+    moved, skipped = await run_in_threadpool(
+        lambda: source.retry(queue, ids, task=task, error=error)
+    )
+    notice = f"re-enqueued {moved} job(s)"
+    if skipped:
+        notice += "; not re-enqueued: " + "; ".join(f"{i}: {why}" for i, why in skipped[:5])
+    return _back(request, "/deadletters", notice, queue=queue, task=task, error=error)
+
+
+async def purge_deadletters(request: Request) -> Response:
+    await _form(request)
+    queue = request.path_params["queue"]
+    source = request.app.state.dashboard.source
+    deleted = await run_in_threadpool(source.purge, queue)
+    return _back(request, "/deadletters", f"deleted {deleted} dead-lettered job(s)", queue=queue)
+
+
+async def cancel_job(request: Request) -> Response:
+    fields = await _form(request)
+    job_id = request.path_params["job_id"]
+    queue = _one(fields, "queue") or None
+    terminate = bool(_one(fields, "terminate"))
+    source = request.app.state.dashboard.source
+    outcomes = await run_in_threadpool(lambda: source.cancel(job_id, queue, terminate=terminate))
+    notice = "; ".join(f"{step}: {outcome}" for step, outcome in outcomes.items())
+    return _back(request, f"/jobs/{job_id}", notice, queue=queue or "")

@@ -1,0 +1,178 @@
+"""The dashboard's pages (GET): each reads its view in a thread pool, so a slow Redis never
+blocks the event loop, and renders it with autoescaping Jinja2 templates.
+
+A page asked for with ``?part=live`` renders only its live block: the page's script fetches
+that every two seconds and swaps it in (no reload, no client-side templating).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+from jinja2 import Environment, PackageLoader
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.templating import Jinja2Templates
+
+from taskq.dashboard.charts import failure_chart, throughput_chart
+from taskq.dashboard.format import FILTERS
+from taskq.dashboard.security import CSRF_COOKIE, csrf_token
+from taskq.dashboard.views import Source, queue_rows, timeline
+from taskq.ops.inspect import to_json
+
+LIVE = frozenset({"overview", "workers", "job", "periodic"})
+"""The pages with a live block (``<name>_live.html``)."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    source: Source
+    templates: Jinja2Templates
+    read_only: bool
+
+
+def base_path(request: Request) -> str:
+    """Where the dashboard is mounted (its links start with this)."""
+    return str(request.scope.get("root_path", "")).rstrip("/")
+
+
+def render(
+    request: Request, name: str, context: dict[str, Any], *, status_code: int = 200
+) -> Response:
+    """A page (or its live block), with the CSRF cookie its forms need."""
+    settings: Settings = request.app.state.dashboard
+    token = csrf_token(request)
+    base = base_path(request)
+    live = request.query_params.get("part") == "live" and name in LIVE
+    context = {
+        **context,
+        "base": base,
+        "read_only": settings.read_only,
+        "csrf": token,
+        "nav": name,
+    }
+    template = f"{name}_live.html" if live else f"{name}.html"
+    response = settings.templates.TemplateResponse(
+        request, template, context, status_code=status_code
+    )
+    if request.cookies.get(CSRF_COOKIE) != token:
+        response.set_cookie(
+            CSRF_COOKIE,
+            token,
+            path=base or "/",
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+        )
+    return response
+
+
+def _source(request: Request) -> Source:
+    settings: Settings = request.app.state.dashboard
+    return settings.source
+
+
+async def overview(request: Request) -> Response:
+    page = await run_in_threadpool(_source(request).overview)
+    rows = {q.queue: queue_rows(q, page.running) for q in page.overview.queues}
+    context = {
+        "page": page,
+        "rows": rows,
+        "throughput": throughput_chart(page.throughput),
+        "failures": failure_chart(page.throughput),
+    }
+    return render(request, "overview", context)
+
+
+async def overview_json(request: Request) -> Response:
+    page = await run_in_threadpool(_source(request).overview)
+    return JSONResponse(page.to_json())
+
+
+async def workers(request: Request) -> Response:
+    view = await run_in_threadpool(_source(request).workers)
+    return render(request, "workers", {"view": view})
+
+
+async def workers_json(request: Request) -> Response:
+    view = await run_in_threadpool(_source(request).workers)
+    return JSONResponse(to_json(list(view.workers)))
+
+
+async def find_job(request: Request) -> Response:
+    """The header's job box: straight to the job's page."""
+    job_id = request.query_params.get("id", "").strip()
+    base = base_path(request)
+    target = f"{base}/jobs/{quote(job_id, safe='')}" if job_id else f"{base}/"
+    return RedirectResponse(target, status_code=303)
+
+
+async def job(request: Request) -> Response:
+    job_id = request.path_params["job_id"]
+    queue = request.query_params.get("queue")
+    at = request.query_params.get("at")
+    page = await run_in_threadpool(lambda: _source(request).job(job_id, queue, at=at))
+    events = timeline(page.status) if page.status is not None else []
+    context = {"job_id": job_id, "queue": queue, "at": at, "view": page, "timeline": events}
+    return render(request, "job", context)
+
+
+async def job_json(request: Request) -> Response:
+    q = request.query_params
+    job_id = request.path_params["job_id"]
+    page = await run_in_threadpool(
+        lambda: _source(request).job(job_id, q.get("queue"), at=q.get("at"))
+    )
+    if page.flow is not None:
+        return JSONResponse(page.flow.to_json())
+    assert page.status is not None
+    return JSONResponse(page.status.to_json())
+
+
+def _filters(request: Request) -> dict[str, str]:
+    q = request.query_params
+    return {"task": q.get("task", "").strip(), "error": q.get("error", "").strip()}
+
+
+async def deadletters(request: Request) -> Response:
+    q = request.query_params
+    filters = _filters(request)
+    view = await run_in_threadpool(
+        lambda: _source(request).deadletters(
+            q.get("queue") or None, before=q.get("before") or None, **filters
+        )
+    )
+    return render(request, "deadletters", {"view": view, "filters": filters})
+
+
+async def deadletters_json(request: Request) -> Response:
+    q = request.query_params
+    view = await run_in_threadpool(
+        lambda: _source(request).deadletters(
+            q.get("queue") or None, before=q.get("before") or None, **_filters(request)
+        )
+    )
+    rows = [j.summary() for j in view.page.rows]
+    return JSONResponse({"queue": view.queue, "rows": rows, "next_before": view.page.next_before})
+
+
+async def deadletter(request: Request) -> Response:
+    queue, dead_id = request.path_params["queue"], request.path_params["dead_id"]
+    job, now = await run_in_threadpool(_source(request).deadletter, queue, dead_id)
+    context = {"queue": queue, "job": job, "msg": job.message(), "now_ms": now}
+    return render(request, "deadletter", context)
+
+
+async def periodic(request: Request) -> Response:
+    rows, now = await run_in_threadpool(_source(request).schedules)
+    return render(request, "periodic", {"rows": rows, "now_ms": now})
+
+
+def environment() -> Environment:
+    """Templates from the package, every value escaped unless a template says otherwise."""
+    env = Environment(loader=PackageLoader("taskq.dashboard", "templates"), autoescape=True)
+    env.filters.update(FILTERS)
+    return env

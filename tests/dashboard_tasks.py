@@ -1,0 +1,35 @@
+"""Tasks of the dashboard tests' app (loaded by worker and dashboard subprocesses too)."""
+
+from __future__ import annotations
+
+import redis
+
+from taskq import App
+
+app = App()  # configured by TASKQ_* variables set by the test fixtures
+
+BROKEN = "dash:broken"
+"""While this key exists, ``fragile`` fails (it has no retries left, so it dies)."""
+
+
+@app.task(store_result=True, max_retries=0)
+def fragile(tag: str) -> str:
+    with redis.Redis.from_url(app.settings.redis_url) as r:
+        if r.exists(BROKEN):
+            raise RuntimeError(f"downstream is broken ({tag})")
+    return f"fixed {tag}"
+
+
+@app.task(store_result=True)
+def show(value: object) -> object:
+    return value
+
+
+@app.task(queue="backlog")
+def later(n: int) -> None:
+    """On a queue no test worker serves: its jobs stay waiting."""
+
+
+@app.periodic(every=3600)
+def hourly_report() -> None:
+    """A schedule for the periodic page."""
