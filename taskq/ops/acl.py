@@ -36,6 +36,7 @@ PRODUCER_COMMANDS = (
     "hgetall",  # job.status(), job.result(): the record
     "exists",  # app.job(id), app.flow(id): which queue holds the record
     "blmove",  # job.result(): blocks on the job's done list
+    "wait",  # durable_enqueue: a replica has the job
     *DATABASE,
 )
 
@@ -51,6 +52,7 @@ WORKER_COMMANDS = (
     "xdel",
     "xtrim",
     "xrange",
+    "xrevrange",  # a partitioned queue's look: each stream's newest entry
     "xlen",
     "xpending",
     "xclaim",  # lease renewal (JUSTID)

@@ -281,6 +281,22 @@ def test_a_worker_process_serves_a_partitioned_queue(
         app.close()
 
 
+def test_asyncio_producers_on_the_cluster(capp: Callable[..., App]) -> None:
+    import asyncio
+
+    app = capp("{tasks}", store_results=True)
+    double = app.task(name="double")(lambda x: 2 * x)
+
+    async def produce() -> list[str]:
+        jobs = [await double.adelay(i) for i in range(3)]
+        await app.aclose()
+        return [j.id for j in jobs]
+
+    ids = asyncio.run(produce())
+    drain(app)
+    assert [app.job(i, queue="{tasks}").result(timeout=2) for i in ids] == [0, 2, 4]
+
+
 def test_queue_depth_metrics(capp: Callable[..., App]) -> None:
     pytest.importorskip("prometheus_client")
     from taskq.ops.metrics import QueueDepth

@@ -88,6 +88,8 @@ def test_scripts_declare_their_keys() -> None:
             for line in text.splitlines()
             if re.search(r"\.\. *'[:]", line) and not line.strip().startswith("--")
         ]
+    # Each is the queue's own prefix (`prefix`/ARGV[8]: the queue whose declared streams the
+    # script also got) or a declared stream's prefix, so it carries the queue's hash tag.
     assert built == [
         ("_flow.lua", "redis.call('HINCRBY', prefix .. ':counts', 'held', -1)"),
         ("_flow.lua", "local stream = prefix .. ':' .. PRIORITY_NAMES[p + 1]"),
