@@ -521,6 +521,10 @@ def test_browser_read_only_and_csrf(
     assert r.xlen("tasks:deadletter") == 1
 
 
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 def test_the_operator_role_is_enough(dash_app: App, r: redis.Redis, redis_url: str) -> None:
     """The dashboard needs no Redis rights beyond ``taskq acl print --role operator``'s."""
     from taskq.ops.acl import setuser_args
@@ -542,7 +546,9 @@ def test_the_operator_role_is_enough(dash_app: App, r: redis.Redis, redis_url: s
             c.post(f"/cancel/{job.id}", data={"csrf": token})
             c.post("/deadletters/tasks/purge", data={"csrf": token})
         app.close()
-        assert r.acl_log() == []
+        # All but redis-py's CLIENT SETINFO on connect, whose refusal it ignores (Redis 6.2
+        # logs it; docs/security.md).
+        assert [e for e in r.acl_log() if not _text(e["object"]).startswith("client")] == []
         assert job.status().state == "cancelled" and r.xlen("tasks:deadletter") == 0
     finally:
         r.acl_deluser("taskq-operator")
