@@ -367,13 +367,15 @@ def _the_operator_cancels_and_looks(op: Callable[..., str], admin: redis.Redis) 
 
 def _dead_and_stopped_workers_give_their_jobs_back(start: StartWorker, w1: WorkerProcess) -> None:
     t = acl_tasks
-    # given a worker that dies running jobs
-    lost = [t.sleeper.delay(2.0) for _ in range(2)]
-    wait_until(lambda: all(_state(j) == "running" for j in lost), message="both running")
+    # given a worker that dies running jobs (long ones: two of its children may still be
+    # coming back from the kills above, one of them for the dead letters the operator
+    # retried, so the second job may start only a few seconds after the first)
+    lost = [t.sleeper.delay(5.0) for _ in range(2)]
+    wait_until(lambda: all(_state(j) == "running" for j in lost), 20, message="both running")
     w2 = start("-c", "1")
     w1.kill_all()
     # then another worker's sweep takes them back
-    assert [j.result(timeout=20) for j in lost] == [2.0, 2.0]
+    assert [j.result(timeout=40) for j in lost] == [5.0, 5.0]
     # and a worker stopped with jobs in hand hands them back for the next one
     more = [t.sleeper.delay(0.3), *(t.add.delay(i, 0) for i in range(10))]
     w2.signal(signal.SIGTERM)
