@@ -9,8 +9,8 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from taskq.broker.enqueue import publish_command, schedule_command
-from taskq.broker.link import Command
 from taskq.broker.replies import text
+from taskq.broker.resp import Command
 from taskq.broker.steps import Steps
 from taskq.errors import BrokerUnavailable
 from taskq.job import Job

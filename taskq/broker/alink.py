@@ -18,14 +18,13 @@ import redis.asyncio.sentinel
 
 from taskq.broker.link import (
     CLIENT_OPTIONS,
-    Command,
     client_from_url,
     map_errors,
     missing_scripts,
-    pack,
     raise_as_broker_error,
 )
 from taskq.broker.links import connect
+from taskq.broker.resp import Command, pack
 from taskq.broker.topology import kind_of, parse_seeds
 from taskq.config import redact
 
@@ -63,6 +62,10 @@ class AsyncLink:
     def __init__(self, client: redis.asyncio.Redis, url: str) -> None:
         self._client = client
         self.url = redact(url)
+        self._spare: Any = None
+        """The last exchange's connection, kept out of the pool for the next one, as
+        :class:`~taskq.broker.link.Link` keeps one: ``await adelay()`` one at a time then
+        skips the pool's lock and accounting (about 6.7 of its 7.7 µs)."""
 
     def __repr__(self) -> str:
         return f"<AsyncLink {self.url}>"
@@ -80,14 +83,23 @@ class AsyncLink:
 
     async def close(self) -> None:
         """Close every connection of the pool."""
+        self._spare = None  # (the pool closes it with the others)
         await self._client.aclose()
 
     async def _send(self, commands: Sequence[Command]) -> list[Any]:
         pool = self._client.connection_pool
+        conn, self._spare = self._spare, None
         try:
-            conn = await pool.get_connection()  # type: ignore[no-untyped-call]
-        except redis.RedisError as exc:
-            raise_as_broker_error(exc, self.url)
+            if conn is None:
+                conn = await pool.get_connection()  # type: ignore[no-untyped-call]
+            else:  # checked as the pool checks its own (closed by the server meanwhile?)
+                await pool.ensure_connection(conn)
+        except BaseException as exc:
+            if conn is not None:
+                await pool.release(conn)
+            if isinstance(exc, redis.RedisError):
+                raise_as_broker_error(exc, self.url)
+            raise
         try:
             await conn.send_packed_command(pack(conn, commands))
             replies: list[Any] = []
@@ -103,7 +115,10 @@ class AsyncLink:
                 raise_as_broker_error(exc, self.url)
             raise
         finally:
-            await pool.release(conn)
+            if self._spare is None:
+                self._spare = conn
+            else:
+                await pool.release(conn)
 
 
 class AsyncClusterLink(AsyncLink):

@@ -31,8 +31,6 @@ import redis
 import redis.cluster
 
 from taskq.broker.link import (
-    Command,
-    Connection,
     Direct,
     Link,
     as_broker_error,
@@ -42,6 +40,7 @@ from taskq.broker.link import (
     raise_as_broker_error,
     script_command,
 )
+from taskq.broker.resp import Command, Connection
 from taskq.broker.routing import (
     _BROADCAST,
     NotRun,

@@ -3,7 +3,8 @@ that keeps a status record goes with its record, in one script."""
 
 from __future__ import annotations
 
-from taskq.broker.link import Command, script_command
+from taskq.broker.link import script_command
+from taskq.broker.resp import Command
 from taskq.keys import PRIORITIES, QueueKeys, stream_key
 from taskq.message import Message
 from taskq.results import encode_args

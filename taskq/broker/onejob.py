@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from taskq.broker.completions import completions_arg
 from taskq.broker.delivery import Delivery, Fetched, delivery
-from taskq.broker.link import Command
 from taskq.broker.replies import as_int, entries, flat_pairs, redis_ms, text
+from taskq.broker.resp import Command
 from taskq.errors import BrokerError
 from taskq.keys import GROUP
 from taskq.results import Completion

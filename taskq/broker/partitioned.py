@@ -22,8 +22,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from taskq.broker.delivery import Delivery, Fetched, delivery
-from taskq.broker.link import Command
 from taskq.broker.replies import as_int, entries, info_records, redis_ms, text
+from taskq.broker.resp import Command
 from taskq.errors import BrokerError
 from taskq.keys import GROUP, PRIORITIES
 from taskq.results import Completion

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from taskq.broker.link import Command, Link
+from taskq.broker.link import Link
 from taskq.broker.replies import (
     as_int,
     entries,
@@ -21,6 +21,7 @@ from taskq.broker.replies import (
     redis_ms,
     text,
 )
+from taskq.broker.resp import Command
 from taskq.deadletter import Deadletter
 from taskq.keys import GROUP, PRIORITIES, QueueKeys
 

@@ -11,7 +11,8 @@ from typing import Any
 import redis
 from redis.crc import key_slot
 
-from taskq.broker.link import Command, Connection, pack, raise_as_broker_error
+from taskq.broker.link import raise_as_broker_error
+from taskq.broker.resp import Command, Connection, pack
 from taskq.errors import ConfigError
 
 _KEYLESS = frozenset(

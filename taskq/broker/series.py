@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from taskq.broker.link import Command, Link
+from taskq.broker.link import Link
 from taskq.broker.replies import flat_pairs, redis_ms, text
+from taskq.broker.resp import Command
 from taskq.keys import QueueKeys
 
 MINUTE_MS = 60_000

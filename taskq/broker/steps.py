@@ -16,7 +16,8 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from taskq.broker.link import Command, Link
+from taskq.broker.link import Link
+from taskq.broker.resp import Command
 from taskq.errors import BrokerError
 
 if TYPE_CHECKING:

@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from taskq.broker.link import Command, Link
+from taskq.broker.link import Link
+from taskq.broker.resp import Command
 from taskq.broker.slots import slot_runs
 from taskq.keys import QueueKeys
 

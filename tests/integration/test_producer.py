@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import msgpack
 import pytest
@@ -11,6 +12,7 @@ import redis
 from redis.crc import key_slot
 
 from taskq import App, EnqueueError, PayloadTooLarge
+from taskq.broker.resp import Command
 from taskq.keys import QueueKeys
 
 pytestmark = pytest.mark.integration
@@ -81,22 +83,20 @@ def test_bulk_enqueue_costs_one_round_trip_per_batch(
 
 
 def _round_trips(app: App, action: Callable[[], object]) -> int:
-    pool = app.link._client.connection_pool  # white-box: the socket the producer writes to
-    conn = pool.get_connection()
-    pool.release(conn)
+    link = app.link  # white-box: every write of the link is one call of its _send
     sends = 0
-    original = conn.send_packed_command
+    original = link._send
 
-    def counting(*args: object, **kwargs: object) -> None:
+    def counting(commands: Sequence[Command]) -> list[Any]:
         nonlocal sends
         sends += 1
-        original(*args, **kwargs)  # type: ignore[arg-type]
+        return original(commands)
 
-    conn.send_packed_command = counting  # type: ignore[method-assign]
+    link._send = counting  # type: ignore[method-assign]
     try:
         action()
     finally:
-        conn.send_packed_command = original  # type: ignore[method-assign]
+        del link._send
     return sends
 
 

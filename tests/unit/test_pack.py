@@ -9,7 +9,8 @@ import pytest
 import redis
 from redis.connection import Connection
 
-from taskq.broker.link import CLIENT_OPTIONS, pack
+from taskq.broker.link import CLIENT_OPTIONS
+from taskq.broker.resp import pack
 
 CONN = Connection(encoding_errors=CLIENT_OPTIONS["encoding_errors"])
 
