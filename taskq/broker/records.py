@@ -1,7 +1,8 @@
 """Reading job status records, waiting for a job to end, and forgetting it.
 
-Waiting blocks in Redis, not in a poll loop and not on pub/sub: the script that ends a job
-pushes one element onto the job's done list, and a waiter blocks on that list with
+Waiting blocks in Redis, not in a poll loop and not on pub/sub: a waiter registers in the
+job's record as it reads it, the script that ends a job someone waits for pushes one element
+onto the job's done list, and a waiter blocks on that list with
 ``BLMOVE done done LEFT LEFT``, which hands the element back to the same list at once, so
 every waiter on the job wakes and the element stays for late ones. A waiter blocks in slices
 of :data:`WAIT_SLICE_S` and re-reads the record after each, and after a dropped connection
@@ -18,7 +19,7 @@ from typing import Any
 
 import msgpack
 
-from taskq.broker.link import Link
+from taskq.broker.link import Link, script_command
 from taskq.broker.replies import as_int, flat_pairs, info_records, pending_rows, redis_ms, text
 from taskq.broker.steps import Pause, Steps, run
 from taskq.errors import BrokerRefused, BrokerUnavailable
@@ -131,7 +132,7 @@ def wait_steps(queue: str, job_id: str, timeout_s: float | None) -> Steps[JobSta
     pause_s = RECONNECT_BACKOFF_S[0]
     while True:
         try:
-            status = yield from status_steps(queue, job_id)
+            status = yield from _watch_steps(queue, job_id)
             left_s = deadline - time.monotonic()
             if status.state in FINAL or status.state == UNKNOWN or left_s <= 0:
                 return status
@@ -144,6 +145,14 @@ def wait_steps(queue: str, job_id: str, timeout_s: float | None) -> Steps[JobSta
                 return JobStatus(job_id, WAITING, tracked=True)
             yield Pause(min(pause_s, left_s))
             pause_s = min(pause_s * 2, RECONNECT_BACKOFF_S[1])
+
+
+def _watch_steps(queue: str, job_id: str) -> Steps[JobStatus]:
+    """The job's status, with this waiter registered in its record (``watch.lua``): the
+    script that ends the job pushes onto its done list only for a job someone waits for."""
+    watch = script_command("watch", [QueueKeys(queue).job(job_id)], [])
+    raw, now = yield [watch, ("TIME",)]
+    return JobStatus.from_record(job_id, flat_pairs(raw), redis_ms(now))
 
 
 def entry_status_steps(queue: str, priority: str, job_id: str, entry_id: str) -> Steps[JobStatus]:

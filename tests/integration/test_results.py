@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -18,7 +19,7 @@ import pytest
 import redis
 from click.testing import CliRunner
 
-from taskq import App, JobNotFound, ResultTimeout, TaskFailed
+from taskq import App, Job, JobNotFound, ResultTimeout, TaskFailed
 from taskq.broker import Broker
 from taskq.cli import main
 from taskq.errors import ConfigError
@@ -31,6 +32,14 @@ from tests.conftest import ROOT, WorkerProcess, runs, wait_until, worker_env
 from tests.redis_server import RedisServer
 
 StartWorker = Callable[..., WorkerProcess]
+
+WATCH_LUA = """local s = redis.call('HGET', KEYS[1], 'state')
+if s and s ~= 'succeeded' and s ~= 'failed' and s ~= 'cancelled' and s ~= 'expired' then
+  redis.call('HSET', KEYS[1], 'waited', '1')
+end
+return redis.call('HGETALL', KEYS[1])"""
+"""The waiter's registration of docs/protocol.md ("Status records"), as a foreign reader
+sends it."""
 
 
 def _worker(start_worker: StartWorker, *args: str, **env: str) -> WorkerProcess:
@@ -101,12 +110,48 @@ def test_several_waiters_on_one_job(task_app: App, start_worker: StartWorker) ->
     threads = [threading.Thread(target=wait) for _ in range(8)]
     for t in threads:
         t.start()
+    _until_waited(task_app, job.id)
     _worker(start_worker)
     for t in threads:
         t.join(35)
     assert got == [42] * 8
     with redis.Redis.from_url(task_app.settings.redis_url) as c:
         assert c.lrange(f"tasks:done:{job.id}", 0, -1) == [b"succeeded"]
+
+
+def _until_waited(app: App, job_id: str) -> None:
+    """Until a waiter has registered in the job's record (``watch.lua``)."""
+    with redis.Redis.from_url(app.settings.redis_url) as c:
+        wait_until(lambda: c.hexists(f"tasks:job:{job_id}", "waited"), message="a waiter")
+
+
+def test_only_a_job_someone_waits_for_writes_a_done_list(
+    task_app: App, start_worker: StartWorker
+) -> None:
+    """The end pushes onto the done list only for a registered waiter, and a registered
+    waiter is woken by that push, not by the end of its 5 s block (the job ends ~0.3 s
+    after the worker starts)."""
+    alone, waited = tasks.add.delay(1, 1), tasks.slow_add.delay(1, 2, 0.3)
+    took: list[float] = []
+
+    def wait() -> None:
+        took.append(-1.0 if waited.result(timeout=30) != 3 else time.time())
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    _until_waited(task_app, waited.id)
+    _worker(start_worker)
+    wait_until(lambda: alone.status().state in FINAL, timeout_s=20, message="the end")
+    waiter.join(35)
+    with redis.Redis.from_url(task_app.settings.redis_url) as c:
+        assert (
+            not c.exists(f"tasks:done:{alone.id}")
+            and c.hget(f"tasks:job:{alone.id}", "state") == b"succeeded"
+        )
+        assert c.lrange(f"tasks:done:{waited.id}", 0, -1) == [b"succeeded"]
+        finished_ms = int(c.hget(f"tasks:job:{waited.id}", "finished_ms") or 0)
+    woke_after_s = took[0] - finished_ms / 1000  # (one machine: the same clock)
+    assert -0.05 <= woke_after_s < 2.0  # well within one 5 s block
 
 
 def test_a_waiter_survives_a_redis_sigkill_and_restart(tmp_path: Path) -> None:
@@ -146,6 +191,7 @@ def test_a_job_that_ran_twice_leaves_one_result(task_app: App) -> None:
     [a] = broker.fetch("A", 1, fence_acks=False).deliveries
     with redis.Redis.from_url(task_app.settings.redis_url) as c:
         c.xclaim("tasks:normal", GROUP, "B", 0, [a.entry_id])
+        c.eval(WATCH_LUA, 1, f"tasks:job:{job.id}")  # a waiter, so that the end pushes
         for consumer, value in (("B", 2), ("A", 3)):
             value_bytes = msgpack.packb(value)
             stored = Completion(job.id, True, 60_000, value_bytes, 1, 1.0, time.monotonic())
@@ -243,12 +289,22 @@ def test_forget(task_app: App) -> None:
 def test_every_record_key_has_a_ttl(task_app: App, start_worker: StartWorker) -> None:
     ended = [tasks.add.delay(1, 2), tasks.fails_stored.delay("x"), tasks.add.apply_async((1,))]
     tasks.add.apply_async((5, 5), countdown=30)
-    _worker(start_worker)
+
+    def wait(job: Job) -> None:
+        with contextlib.suppress(TaskFailed):
+            job.result(timeout=30)
+
+    waiters = [threading.Thread(target=wait, args=(j,)) for j in ended]
+    for t in waiters:
+        t.start()
     for j in ended:
-        wait_until(lambda j=j: j.status().state in FINAL, timeout_s=20, message="the end")
+        _until_waited(task_app, j.id)
+    _worker(start_worker)
+    for t in waiters:
+        t.join(35)
     with redis.Redis.from_url(task_app.settings.redis_url) as c:
         keys = [k for k in c.keys("tasks:*") if b":job:" in k or b":done:" in k]
-        assert len(keys) == 7  # 4 records, 3 done lists
+        assert len(keys) == 7  # 4 records, 3 done lists (each job was waited for)
         assert all(c.pttl(k) > 0 for k in keys)
 
 
@@ -289,8 +345,10 @@ def test_results_off_writes_no_per_job_keys(task_app: App, r: redis.Redis) -> No
 
 def test_a_result_readable_with_plain_redis_and_msgpack(task_app: App) -> None:
     job = tasks.add.delay(2, 2)
-    drain(task_app)
     with redis.Redis.from_url(task_app.settings.redis_url) as c:
+        seen = c.eval(WATCH_LUA, 1, f"tasks:job:{job.id}")  # registered, not ended yet
+        assert dict(zip(seen[::2], seen[1::2], strict=True))[b"state"] == b"waiting"
+        drain(task_app)
         record = c.hgetall(f"tasks:job:{job.id}")
         assert record[b"state"] == b"succeeded"
         assert msgpack.unpackb(record[b"result"]) == 4

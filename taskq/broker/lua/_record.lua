@@ -54,15 +54,19 @@ local function record_attempt(rec, n, error_type, error, traceback, worker, now)
     finished_ms = now}))
 end
 
--- End the job's record: the final state and its fields, the record's TTL, and the done list
--- that wakes every waiter. A record already final keeps its first outcome, so a job that ran
+-- End the job's record: the final state and its fields, the record's TTL, and, if a waiter
+-- registered (watch.lua), the done list that wakes every waiter (most jobs have none: their
+-- end writes no list). A record already final keeps its first outcome, so a job that ran
 -- twice leaves one result. Returns 1 if this call ended it.
 local FINAL = {succeeded = true, failed = true, cancelled = true, expired = true}
 local function finish_record(rec, done, state, ttl, now, ...)
-  if FINAL[redis.call('HGET', rec, 'state')] then return 0 end
+  local was = redis.call('HMGET', rec, 'state', 'waited')
+  if FINAL[was[1]] then return 0 end
   redis.call('HSET', rec, 'state', state, 'finished_ms', now, ...)
   redis.call('PEXPIRE', rec, ttl)
-  redis.call('RPUSH', done, state)
-  redis.call('PEXPIRE', done, ttl)
+  if was[2] then
+    redis.call('RPUSH', done, state)
+    redis.call('PEXPIRE', done, ttl)
+  end
   return 1
 end
