@@ -19,7 +19,7 @@ from typing import Any
 
 from taskq.broker.delivery import Delivery, Fetched, delivery
 from taskq.broker.enqueue import publish_command
-from taskq.broker.link import Direct, Link
+from taskq.broker.link import Direct, Link, script_command
 from taskq.broker.onejob import (
     fetch_script_args,
     fetch_script_replies,
@@ -148,7 +148,7 @@ class Broker:
         if count == 1 and not fence_acks and not trim and not completions and not self._tracking:
             fetched = self._fetch_one(consumer, acks)
             if fetched.deliveries or not (dirty or acks):
-                self.mark_started(consumer, fetched.deliveries)
+                self.note_records(fetched.deliveries)
                 return fetched
             # Nothing new: a burst ended, so trim the streams its jobs finished in.
             dirty = [*dirty, *(d.stream for d in acks)]
@@ -167,13 +167,23 @@ class Broker:
         """Let the next one-job fetch read every stream at once (its queues were empty)."""
         self._reach = len(self.streams) - 1
 
-    def mark_started(self, consumer: str, got: Sequence[Delivery]) -> None:
-        """Mark jobs that keep a record running when a read outside the fetch script took
-        them (a second round trip, for the first such job after others)."""
-        records = [self.keys[d.queue].job(d.record_id) for d in got if d.record_id]
-        if records:
+    def note_records(self, got: Sequence[Delivery]) -> None:
+        """A read outside the fetch script took these: if one keeps a record, the next fetch
+        goes through the script, which writes the completions of such jobs."""
+        if any(d.record_id for d in got):
             self._tracking = True
-            self.direct.script("start", records, [consumer])
+
+    def mark_running(self, jobs: Sequence[tuple[str, str, str, int]]) -> int:
+        """Mark these records running (``start.lua``): (queue, job id, consumer, ms since
+        the run started) each; only records still ``waiting`` change. The fetch leaves this
+        to the masters, so a job costs no write when it is taken."""
+        by_queue: dict[str, tuple[list[str], list[Any]]] = {}
+        for queue, job_id, consumer, ms in jobs:  # one call per queue: one hash tag each
+            keys, args = by_queue.setdefault(queue, ([], []))
+            keys.append(QueueKeys(queue).job(job_id))
+            args += [consumer, ms]
+        calls = [script_command("start", keys, args) for keys, args in by_queue.values()]
+        return sum(as_int(n) for n in self.link.pipeline(calls)) if calls else 0
 
     def _fetch_one(self, consumer: str, acks: Sequence[Delivery]) -> Fetched:
         """One job, without a script: XACK the finished ones and read one entry from each
@@ -232,7 +242,7 @@ class Broker:
             where = self._where[self.stream_position[text(stream_raw)]]
             out += [delivery(where, eid, fields) for eid, fields in entries(rows)]
         out.sort(key=lambda d: self.stream_position[d.stream])
-        self.mark_started(consumer, out)
+        self.note_records(out)
         return out
 
     def promote(self, *, force: bool = False) -> int:

@@ -137,7 +137,7 @@ class PartitionGroup:
                 continue
             where = (stream, part.queues[0], PRIORITIES[level])
             mine = [delivery(where, eid, f) for _, rows in reply or () for eid, f in entries(rows)]
-            part.mark_started(consumer, mine)
+            part.note_records(mine)
             got += mine
             if len(got) >= count:
                 break

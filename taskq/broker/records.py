@@ -12,6 +12,7 @@ connection nor misses an end that happened while it was away.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Sequence
@@ -115,7 +116,32 @@ class Records:
 def status_steps(queue: str, job_id: str) -> Steps[JobStatus]:
     """The job's status from its record (``unknown`` when there is none)."""
     raw, now = yield [("HGETALL", QueueKeys(queue).job(job_id)), ("TIME",)]
-    return JobStatus.from_record(job_id, flat_pairs(raw), redis_ms(now))
+    status = JobStatus.from_record(job_id, flat_pairs(raw), redis_ms(now))
+    return (yield from _taken_steps(status, redis_ms(now)))
+
+
+def _taken_steps(status: JobStatus, now_ms: int) -> Steps[JobStatus]:
+    """A ``waiting`` record whose entry is pending under a consumer: the job was taken, and
+    its worker's master has not marked it running yet (``start.lua``, within a quarter
+    second); running then, with the consumer and the delivery time from the pending list."""
+    if status.state != WAITING or not status.entry_id or not status.queue:
+        return status
+    stream = QueueKeys(status.queue).stream(status.priority or "normal")
+    try:
+        [pending] = yield [("XPENDING", stream, GROUP, status.entry_id, status.entry_id, 1)]
+    except BrokerRefused:  # no stream or no group (yet)
+        return status
+    held = pending_rows(pending)
+    if not held:
+        return status
+    _, worker, idle_ms, _ = held[0]
+    return dataclasses.replace(
+        status,
+        state=RUNNING,
+        worker=worker,
+        attempts=status.attempts + 1,
+        started_ms=now_ms - idle_ms,
+    )
 
 
 def find_steps(queues: Sequence[str], job_id: str, *, flow: bool = False) -> Steps[str | None]:
@@ -134,8 +160,10 @@ def wait_steps(queue: str, job_id: str, timeout_s: float | None) -> Steps[JobSta
         try:
             status = yield from _watch_steps(queue, job_id)
             left_s = deadline - time.monotonic()
-            if status.state in FINAL or status.state == UNKNOWN or left_s <= 0:
+            if status.state in FINAL or status.state == UNKNOWN:
                 return status
+            if left_s <= 0:  # (read again: a job taken shows as running)
+                return (yield from status_steps(queue, job_id))
             block_s = max(0.001, min(left_s, WAIT_SLICE_S))
             yield [("BLMOVE", done, done, "LEFT", "LEFT", f"{block_s:.3f}")]
             pause_s = RECONNECT_BACKOFF_S[0]

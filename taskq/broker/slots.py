@@ -126,7 +126,7 @@ def fetch_one_round(
     for part, at, n, n_acks, first_read in spans:
         fetched = part.one_job_replies(replies[at : at + n], n_acks, first_read)
         if fetched.deliveries:
-            part.mark_started(consumer, fetched.deliveries)
+            part.note_records(fetched.deliveries)
         elif first_read < n:  # read and empty: all its streams next time, in one go
             part.reach_all()
         got += fetched.deliveries

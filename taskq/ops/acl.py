@@ -34,6 +34,7 @@ PRODUCER_COMMANDS = (
     "set",  # ... lowered due key, the lock taken (NX PX)
     "time",  # the Redis clock: scripts and job.status()
     "hgetall",  # job.status(), job.result(): the record
+    "xpending",  # job.status(): a job taken, not yet marked running by its master
     "exists",  # app.job(id), app.flow(id): which queue holds the record
     "blmove",  # job.result(): blocks on the job's done list
     "wait",  # durable_enqueue: a replica has the job

@@ -30,6 +30,7 @@ from taskq.worker.consumer import Consumer, ConsumerOptions
 from taskq.worker.executor import Executor
 from taskq.worker.lifeline import describe_exit, die_with_parent, kill, signal_name
 from taskq.worker.maintenance import Maintenance
+from taskq.worker.marks import RunningMarks
 from taskq.worker.outcome import JobCounts
 from taskq.worker.reclaim import Backoff, Reclaimer
 from taskq.worker.record import ChildRecord, WorkerRecord
@@ -104,6 +105,7 @@ class Pool:
         )
         self.reclaimer = Reclaimer(self.maintenance, self.executor)
         self.canceller = Canceller(self.maintenance, self.scoreboard)
+        self.marks = RunningMarks(self.maintenance, self.worker_id)
         self._backoff = Backoff()  # respawns while children die young or forks fail
         self._deadline = 0.0
         self._shown_title = ""
@@ -281,6 +283,7 @@ class Pool:
             elif adaptive and view.waiting_in_batch and now - view.started_mono > HANDBACK_AFTER_S:
                 self._revoke_rest(child, view)
         self.canceller.tick(busy, self._queue_of, self._mark_killed)
+        self.marks.tick(busy, self._queue_of)
 
     def _queue_of(self, job: Running) -> str:
         return self._stream_name(job).rsplit(":", 1)[0]

@@ -374,6 +374,12 @@ def test_every_script_ran_on_the_cluster(
     assert first.body is not None and second.body is not None
     assert broker.requeue(first, task="p", body=first.body, owner="c1")
     assert broker.drop(second, owner="c1", state="expired", record_ttl_ms=None)
+    # a master's running mark (start.lua), on a job that keeps a record
+    kept = app.task(name="r", store_result=True)(lambda: None).delay()
+    taken = broker.fetch("c1", 10, fence_acks=True).deliveries
+    assert kept.id in {d.record_id for d in taken}
+    assert broker.mark_running([("{tasks}", kept.id, "c1", 5)]) == 1
+    assert kept.status().state == "running"
     names = sorted(p.stem for p in Path(link_module.__file__).parent.joinpath("lua").glob("*.lua"))
     scripts = [n for n in names if not n.startswith("_")]
     loaded: set[str] = set()

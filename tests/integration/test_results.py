@@ -247,6 +247,42 @@ def test_status_waiting_running_retrying_succeeded(
     assert (done.args, dict(done.kwargs or {})) == ((3, 4, 0.5), {})
 
 
+def test_a_job_taken_reads_as_running_before_its_master_marks_it(task_app: App) -> None:
+    """The take writes nothing to the record; the status read finds the pending entry."""
+    job = tasks.add.delay(1, 2)
+    with redis.Redis.from_url(task_app.settings.redis_url) as c:
+        before = c.hgetall(f"tasks:job:{job.id}")
+        broker = task_app.broker_for(["tasks"])
+        broker.ensure_groups()
+        [taken] = broker.fetch("w1:0:123", 1, fence_acks=False).deliveries
+        assert taken.record_id == job.id
+        assert c.hgetall(f"tasks:job:{job.id}") == before  # (state waiting)
+        s = job.status()
+        seconds, micros = c.time()
+    assert (s.state, s.worker, s.attempts) == ("running", "w1:0:123", 1)
+    assert s.started_ms is not None and 0 <= seconds * 1000 + micros // 1000 - s.started_ms < 5000
+
+
+def test_the_master_marks_a_running_job_in_its_record(
+    task_app: App, start_worker: StartWorker
+) -> None:
+    job = tasks.slow_add.delay(1, 2, 3.0)
+    _worker(start_worker)
+    key = f"tasks:job:{job.id}"
+    with redis.Redis.from_url(task_app.settings.redis_url) as c:
+        wait_until(lambda: c.hget(key, "state") == b"running", message="the master's mark")
+        record = c.hgetall(key)
+        seconds, micros = c.time()
+        [pending] = c.xpending_range("tasks:normal", GROUP, "-", "+", 10)
+        assert pending["message_id"].decode() == job.entry_id
+        assert record[b"worker"] == pending["consumer"]  # the child that runs it
+        started_ms = int(record[b"started_ms"])
+        assert 0 <= seconds * 1000 + micros // 1000 - started_ms < 3000
+        running = job.status()
+        assert (running.state, running.started_ms, running.attempts) == ("running", started_ms, 1)
+    assert job.result(timeout=20) == 3
+
+
 def _state(job: Any, state: str) -> Any:
     s = job.status()
     return s if s.state == state else None

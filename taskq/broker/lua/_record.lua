@@ -4,12 +4,6 @@
 -- (always the third field: task, body, job), so a script that reads an entry finds the
 -- record without decoding the body; the record key it derives shares the stream's hash tag.
 
--- The job id of an entry's fields if the job keeps a record, else nil.
-local function tracked_id(fields)
-  if fields[5] == 'job' then return fields[6] end
-  return nil
-end
-
 -- The record key of a job whose entry is (or was) in `stream` ("<queue>:<priority>").
 local function record_key(stream, job_id)
   return string.match(stream, '^(.*):[^:]*$') .. ':job:' .. job_id
@@ -37,14 +31,6 @@ local function body_job_id(body)
     return string.sub(body, at + 5, at + 4 + n)
   end
   return nil
-end
-
--- A worker took the job. A record that has expired is not brought back without a TTL: the
--- HSET then created all three fields, and the key goes again.
-local function mark_running(rec, consumer, now)
-  if redis.call('HSET', rec, 'state', 'running', 'worker', consumer, 'started_ms', now) == 3 then
-    redis.call('DEL', rec)
-  end
 end
 
 -- One failed attempt, kept as field 'attempt:<n>' (a msgpack map).

@@ -8,7 +8,7 @@
 -- An ack may come with a completion: the job's result for its status record, and the
 -- writes that start what follows it in a workflow (_flow.lua), done only if the ack happens
 -- (a fenced-off ack does nothing) and only once (a record already ended keeps its first
--- outcome). A job taken here that keeps a record is marked running in it.
+-- outcome). (A job taken here is marked running by its worker's master: start.lua.)
 -- KEYS: the job streams, in read order, then each queue's due key, then every key the
 --       completions touch.
 -- ARGV: group, consumer, count, fence (0/1), trim (0/1), n_acks, number of streams,
@@ -105,11 +105,6 @@ for k = 1, nstreams do
       out[#out + 1] = e[1]
       out[#out + 1] = e[2]
       got = got + 1
-      local job = tracked_id(e[2])
-      if job then
-        now = now or now_ms()
-        mark_running(record_key(KEYS[k], job), consumer, now)
-      end
     end
   end
 end
