@@ -350,6 +350,15 @@ def browser() -> Iterator[Any]:
     driver.quit()
 
 
+def after_navigation(browser: Any, by: str, selector: str) -> Any:
+    """The element once the page a click led to shows it: a click that submits a form returns
+    before the browser has loaded the answer, so an immediate lookup may still see the old page."""
+    return wait_until(
+        lambda: next(iter(browser.find_elements(by, selector)), None),
+        message=f"the page to show {selector}",
+    )
+
+
 @pytest.fixture
 def start_dashboard(redis_url: str, tmp_path: Path) -> Iterator[Callable[..., DashboardProcess]]:
     started: list[DashboardProcess] = []
@@ -451,11 +460,11 @@ def test_browser_dead_job_retried_from_its_page_runs(
     row = browser.find_element(By.CSS_SELECTOR, "#deadletters tr[data-dead-id]")
     assert "downstream is broken (b)" in row.text
     row.find_element(By.CSS_SELECTOR, "td a").click()
-    traceback = browser.find_element(By.CSS_SELECTOR, "pre.traceback").text
+    traceback = after_navigation(browser, By.CSS_SELECTOR, "pre.traceback").text
     assert "RuntimeError: downstream is broken (b)" in traceback
     browser.find_element(By.ID, "retry").click()
     # Then: it runs, succeeds, and is gone from the list.
-    assert "re-enqueued 1 job(s)" in browser.find_element(By.ID, "notice").text
+    assert "re-enqueued 1 job(s)" in after_navigation(browser, By.ID, "notice").text
     assert job.result(timeout=10) == "fixed b"
     browser.get(dash.url + "/deadletters")
     assert browser.find_elements(By.ID, "no-deadletters")
