@@ -1,21 +1,19 @@
 """taskq with stored results (results and chords families; the results family's drain).
 
 Stored results (issue 13): ``App(redis_url=..., store_results=True)``, so every job keeps
-its status record ``tasks:job:<id>`` and, once it ends, the one-element done list
-``tasks:done:<id>`` that ``add.delay(1, 2).result(timeout=5)`` blocks on (``BLMOVE``); both
-are the new keys under the queue's prefix (``tasks:``) that the memory phase sizes.
+its status record ``tasks:job:<id>`` and, once it ends, if a waiter registered, the
+one-element done list ``tasks:done:<id>`` that ``add.delay(1, 2).result(timeout=5)`` blocks on
+(``BLMOVE``); both are the new keys under the queue's prefix (``tasks:``) that the memory phase sizes.
 
 :data:`SYSTEM` is the results-on half of the results family's "drain with results on vs
 off": the main bench's ``noop`` task (:func:`bench.job.job`) on this app, drained by
 ``bench.agent`` exactly as ``bench/peers/taskq_app.py``'s plain app is (the results-off
 half).
 
-Chords are still planned: ``from taskq import chord, group``;
-``chord(group(add.s(i, i) ...), tsum.s()).apply_async().result(timeout=...)``. Until taskq
-has them, :func:`problem` says so and the chords bench reports "not available yet". The
-module also imports on a taskq without stored results (an older checkout): the tasks are
-then registered on a plain app and :func:`problem` names the missing setting for every
-family.
+The chords family runs ``chord(group(add.s(i, i) ...), tsum.s()).apply_async().result(...)``.
+The module also imports on an older taskq checkout (for comparing versions): without stored
+results the tasks are registered on a plain app, and :func:`problem` names what is missing
+(the setting, or the workflow API) for every family that needs it.
 """
 
 from __future__ import annotations
