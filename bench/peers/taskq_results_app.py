@@ -2,8 +2,9 @@
 
 Stored results (issue 13): ``App(redis_url=..., store_results=True)``, so every job keeps
 its status record ``tasks:job:<id>`` and, once it ends, if a waiter registered, the
-one-element done list ``tasks:done:<id>`` that ``add.delay(1, 2).result(timeout=5)`` blocks on
-(``BLMOVE``); both are the new keys under the queue's prefix (``tasks:``) that the memory phase sizes.
+one-element done list ``tasks:done:<id>`` that ``add.delay(1, 2).result(timeout=5)`` blocks
+on (``BLMOVE``); both are the new keys under the queue's prefix (``tasks:``) that the memory
+phase sizes.
 
 :data:`SYSTEM` is the results-on half of the results family's "drain with results on vs
 off": the main bench's ``noop`` task (:func:`bench.job.job`) on this app, drained by
