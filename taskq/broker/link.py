@@ -23,7 +23,7 @@ import redis
 import redis.sentinel
 from redis.exceptions import NoScriptError
 
-from taskq.broker.resp import Command, Connection, pack
+from taskq.broker.resp import Command, Connection, pack, read_replies
 from taskq.config import redact
 from taskq.errors import BrokerError, BrokerRefused, BrokerUnavailable, ConfigError
 
@@ -301,13 +301,7 @@ def exchange(conn: Connection, commands: Sequence[Command], url: str) -> list[An
     """
     try:
         conn.send_packed_command(pack(conn, commands))
-        replies: list[Any] = []
-        for _ in commands:
-            try:
-                replies.append(conn.read_response())
-            except redis.ResponseError as exc:  # the reply was read whole: still in step
-                replies.append(exc)
-        return replies
+        return read_replies(conn, len(commands))
     except redis.RedisError as exc:
         raise_as_broker_error(exc, url)
 

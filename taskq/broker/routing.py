@@ -12,7 +12,7 @@ import redis
 from redis.crc import key_slot
 
 from taskq.broker.link import raise_as_broker_error
-from taskq.broker.resp import Command, Connection, pack
+from taskq.broker.resp import Command, Connection, pack, read_replies
 from taskq.errors import ConfigError
 
 _KEYLESS = frozenset(
@@ -73,16 +73,10 @@ def send_all(conn: Connection, commands: Sequence[Command], url: str) -> None:
 
 def read_all(conn: Connection, n: int, url: str) -> list[Any]:
     """``n`` replies (an error reply is returned in its place, not raised)."""
-    replies: list[Any] = []
     try:
-        for _ in range(n):
-            try:
-                replies.append(conn.read_response())
-            except redis.ResponseError as exc:  # the reply was read whole: still in step
-                replies.append(exc)
+        return read_replies(conn, n)
     except redis.RedisError as exc:
         raise_as_broker_error(exc, url)
-    return replies
 
 
 class NotRun(Exception):
