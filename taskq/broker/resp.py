@@ -147,12 +147,11 @@ class _Replies:
                 break
             kind = buf[pos]
             if kind == 36:  # $ bulk string (or nil: $-1)
-                n = int(buf[pos + 1 : end])
-                stop = end + 2 + n
-                if n >= 0 and stop + 2 > len(buf):
-                    self.need = stop + 2
+                one: list[Any] = []
+                pos = self._bulks(pos, 1, one)
+                if not one:  # not all of it yet
                     break
-                value, pos = (buf[end + 2 : stop], stop + 2) if n >= 0 else (None, end + 2)
+                value = one[0]
             elif kind == 42:  # * array (or nil)
                 n, pos = int(buf[pos + 1 : end]), end + 2
                 if n > 0:
@@ -179,9 +178,9 @@ class _Replies:
         self.pos = pos
 
     def _bulks(self, pos: int, n: int, items: list[Any]) -> int:
-        """Append the bulk strings that open an array of ``n`` to ``items`` (a stream entry's
-        fields are nothing else), stopping at anything else or at the buffer's end; returns
-        where it stopped."""
+        """Append up to ``n`` bulk strings from ``pos`` to ``items`` (an array of a stream
+        entry's fields is nothing else), stopping at anything else or where the buffer ends
+        (then ``need`` says how far a cut value goes); returns where it stopped."""
         buf, size = self.buf, len(self.buf)
         while n and pos < size and buf[pos] == 36:
             end = buf.find(b"\r\n", pos)
