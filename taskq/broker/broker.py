@@ -19,13 +19,14 @@ from typing import Any
 
 from taskq.broker.delivery import Delivery, Fetched, delivery
 from taskq.broker.enqueue import publish_command
-from taskq.broker.link import Direct, Link, script_command
-from taskq.broker.onejob import (
+from taskq.broker.fetching import (
+    fetch_pipelined,
     fetch_script_args,
     fetch_script_replies,
-    one_job_commands,
+    follow,
     one_job_replies,
 )
+from taskq.broker.link import Direct, Link, script_command
 from taskq.broker.partitioned import units_of
 from taskq.broker.pending import autoclaim, pending_of
 from taskq.broker.replies import as_int, entries, text
@@ -138,21 +139,21 @@ class Broker:
                 does it anyway.
 
         Returns:
-            The deliveries (possibly more than ``count``, one per stream read, for a one-job
-            fetch: keep the first, hand the others back), and when the earliest delayed job
-            or retry of these queues is due.
+            The deliveries (possibly more than ``count``: up to ``count`` from each stream
+            read; keep the first ``count``, in priority order, and hand the others back), and
+            when the earliest delayed job or retry of these queues is due.
         """
         if self._units or self._parts:
             parts = self._units or self._parts
             return fetch_parts(parts, consumer, count, acks, completions, fence_acks, trim, dirty)
-        if count == 1 and not fence_acks and not trim and not completions and not self._tracking:
-            fetched = self._fetch_one(consumer, acks)
-            if fetched.deliveries or not (dirty or acks):
-                self.note_records(fetched.deliveries)
-                return fetched
-            # Nothing new: a burst ended, so trim the streams its jobs finished in.
-            dirty = [*dirty, *(d.stream for d in acks)]
-            return self.fetch(consumer, 1, (), fence_acks=False, trim=True, dirty=dirty)
+        if not (fence_acks and acks) and not completions and not self._tracking:
+            finished = sorted({*dirty, *(d.stream for d in acks)})
+            fetched = fetch_pipelined(self, consumer, count, acks, finished if trim else ())
+            self.note_records(fetched.deliveries)
+            if finished and not trim and not fetched.deliveries:
+                # Nothing new: a burst ended, so trim the streams its jobs finished in.
+                self.direct.script("trim", finished, [GROUP])
+            return fetched
         keys, argv = fetch_script_args(
             self, consumer, count, acks, completions, fence_acks, trim, dirty
         )
@@ -185,34 +186,13 @@ class Broker:
         calls = [script_command("start", keys, args) for keys, args in by_queue.values()]
         return sum(as_int(n) for n in self.link.pipeline(calls)) if calls else 0
 
-    def _fetch_one(self, consumer: str, acks: Sequence[Delivery]) -> Fetched:
-        """One job, without a script: XACK the finished ones and read one entry from each
-        stream down to the one the last job came from, in one write (Redis spends a few µs
-        instead of a script's twenty), with the due keys and the clock.
-
-        The streams read are the ones that may hold the best job; when several have one,
-        all come back and the caller keeps the first (in priority order) and hands the others
-        back. When none has, the lower streams are read in a second round trip.
-        """
-        commands, n_acks, first_read = one_job_commands(self, consumer, acks)
-        fetched = self.one_job_replies(self.direct.pipeline(commands), n_acks, first_read)
-        if fetched.deliveries or first_read == len(commands) - len(self.streams):
-            return fetched
-        self._reach = len(self.streams) - 1
-        fetched = self._fetch_one(consumer, ())
-        if not fetched.deliveries:
-            self._reach = 0
-        return fetched
-
     def one_job_replies(self, replies: list[Any], n_acks: int, first_read: int) -> Fetched:
         """What :func:`one_job_commands` got back (the reach follows the job found)."""
         fetched = one_job_replies(self, replies, n_acks, first_read)
         if fetched is None:  # the stream or its group was deleted (FLUSHALL, DEL)
             self.ensure_groups()
             return Fetched([], -1)
-        if fetched.deliveries:
-            self._reach = self.stream_position[fetched.deliveries[0].stream]
-        return fetched
+        return follow(self, fetched, 1)
 
     def read_blocking(self, consumer: str, count: int, block_ms: int) -> list[Delivery]:
         """Wait up to ``block_ms`` for new entries on any stream (used only when all are empty).

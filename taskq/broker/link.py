@@ -225,10 +225,17 @@ class Direct:
 
     def pipeline(self, commands: Sequence[Command]) -> list[Any]:
         """Send ``commands`` in one write; an error reply comes back in its place as a
-        :class:`BrokerError` (not raised), for the caller to judge."""
+        :class:`BrokerError` (not raised), for the caller to judge. Scripts (EVALSHA) that
+        Redis does not know yet are loaded and sent again, after the others."""
+        replies = self._exchange(commands)
+        missing, loads = missing_scripts(commands, replies)
+        if missing:
+            again = self._exchange([*loads, *(commands[i] for i in missing)])
+            for i, reply in zip(missing, again[len(loads) :], strict=True):
+                replies[i] = reply
         return [
             as_broker_error(r, self.url) if isinstance(r, redis.ResponseError) else r
-            for r in self._exchange(commands)
+            for r in replies
         ]
 
     def script(self, name: str, keys: Sequence[Any], args: Sequence[Any]) -> Any:

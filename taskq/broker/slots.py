@@ -7,8 +7,8 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from taskq.broker.delivery import Delivery, Fetched
+from taskq.broker.fetching import fetch_script_args, fetch_script_replies, one_job_commands
 from taskq.broker.link import Link, script_command
-from taskq.broker.onejob import fetch_script_args, fetch_script_replies, one_job_commands
 from taskq.broker.partitioned import PartitionGroup
 from taskq.broker.resp import Command
 from taskq.errors import BrokerError

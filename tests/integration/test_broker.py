@@ -9,6 +9,7 @@ import redis
 
 import taskq
 from taskq import App
+from taskq.broker.link import script_sha
 from taskq.keys import GROUP
 from taskq.registry import SHARED
 from taskq.testing import drain
@@ -41,8 +42,62 @@ def test_one_fetch_takes_high_before_normal_before_low(
     broker = app.broker_for(["tasks"])
     broker.ensure_groups()
     got = broker.fetch("c1", 3).deliveries
-    assert [d.priority for d in got] == ["high", "high", "normal"]
-    assert [d.priority for d in broker.fetch("c1", 3).deliveries] == ["low", "low"]
+    # The first three are the batch; a lower stream read for the same batch may bring more,
+    # which a consumer hands back (XREADGROUP's COUNT is per stream).
+    assert [d.priority for d in got[:3]] == ["high", "high", "normal"]
+    rest = got[3:] + broker.fetch("c1", 3).deliveries
+    assert [d.priority for d in rest] == ["low", "low"]
+
+
+def test_a_batch_is_acked_read_and_trimmed_without_the_fetch_script(
+    make_app: Callable[..., App], r: redis.Redis
+) -> None:
+    # Given: 100 jobs waiting in one stream, and Redis knowing none of taskq's scripts.
+    app = make_app()
+    broker = app.broker_for(["tasks"])
+    broker.ensure_groups()
+    for i in range(100):
+        r.xadd("tasks:normal", {"task": "x", "body": str(i).encode()})
+    r.script_flush()
+    r.config_resetstat()
+    # When: a consumer takes them in batches of 40, acking each batch with the next fetch,
+    # and the last fetch trims.
+    first = broker.fetch("c1", 40).deliveries
+    second = broker.fetch("c1", 40, first, fence_acks=False).deliveries
+    third = broker.fetch("c1", 40, second, fence_acks=False).deliveries
+    last = broker.fetch("c1", 40, third, fence_acks=False, trim=True, dirty=["tasks:normal"])
+    # Then: every job came once, in order; all are acked, and the finished ones are gone.
+    bodies = [d.body for d in first + second + third]
+    assert bodies == [str(i).encode() for i in range(100)]
+    assert last.deliveries == []
+    assert r.xpending("tasks:normal", GROUP)["pending"] == 0
+    assert r.xlen("tasks:normal") == 0
+    # ... with no fetch script at all: the trim's script was loaded when Redis lacked it.
+    stats = r.info("commandstats")
+    assert stats["cmdstat_evalsha"]["calls"] == 2  # the trim: NOSCRIPT, then again
+    assert "cmdstat_eval" not in stats
+    assert r.script_exists(script_sha("trim")) == [True]
+    assert r.script_exists(script_sha("fetch")) == [False]
+
+
+def test_a_short_batch_is_filled_from_the_lower_streams(
+    make_app: Callable[..., App], r: redis.Redis
+) -> None:
+    # Given: a consumer whose last batch came from the high stream only.
+    app = make_app()
+    broker = app.broker_for(["tasks"])
+    broker.ensure_groups()
+    for _ in range(4):
+        r.xadd("tasks:high", {"task": "h", "body": b"\x80"})
+    assert len(broker.fetch("c1", 4).deliveries) == 4
+    # When: two high jobs and many normal ones wait, and it asks for five.
+    for priority in ("high", "high", *["normal"] * 10):
+        r.xadd(f"tasks:{priority}", {"task": priority, "body": b"\x80"})
+    got = broker.fetch("c1", 5).deliveries
+    # Then: the two high ones, then three normal ones, read in the same call.
+    assert [d.priority for d in got] == ["high", "high", "normal", "normal", "normal"]
+    # And the next batch reads from the stream the last one ended in.
+    assert [d.priority for d in broker.fetch("c1", 5).deliveries] == ["normal"] * 5
 
 
 def test_shared_task_enqueues_through_the_current_app_and_any_app_runs_it(

@@ -129,17 +129,18 @@ class BrokerModel(RuleBasedStateMachine):
         fence=st.booleans(),
     )
     def fetch(self, consumer: str, count: int, trim: bool, fence: bool) -> None:
-        """(One job, unfenced and untrimmed, takes the pipelined path without a script; the
-        consumer keeps the first delivery and hands the others back.)"""
+        """(Unfenced acks and no results take the pipelined path without a script, which can
+        bring more than ``count`` from several streams: the consumer keeps the first
+        ``count`` and hands the others back.)"""
         state = self.consumers[consumer]
         ready = self._ready()
         acks = [d for _, d in state.done]
         fetched = self.broker.fetch(consumer, count, acks, trim=trim, fence_acks=fence).deliveries
-        if count == 1 and len(fetched) > 1:
-            for extra in fetched[1:]:
+        if len(fetched) > count:
+            for extra in fetched[count:]:
                 body = extra.body or b""
                 assert self.broker.requeue(extra, task=TASK, body=body, owner=consumer)
-            fetched = fetched[:1]
+            fetched = fetched[:count]
         for job_id, _ in state.done:
             if self.jobs[job_id].place == f"pending:{consumer}":  # the fence: only if still ours
                 self.jobs[job_id].place = DONE
