@@ -24,7 +24,7 @@ from taskq.broker.fetching import (
     fetch_script_args,
     fetch_script_replies,
     follow,
-    one_job_replies,
+    pipelined_replies,
 )
 from taskq.broker.link import Direct, Link, script_command
 from taskq.broker.partitioned import units_of
@@ -186,9 +186,9 @@ class Broker:
         calls = [script_command("start", keys, args) for keys, args in by_queue.values()]
         return sum(as_int(n) for n in self.link.pipeline(calls)) if calls else 0
 
-    def one_job_replies(self, replies: list[Any], n_acks: int, first_read: int) -> Fetched:
-        """What :func:`one_job_commands` got back (the reach follows the job found)."""
-        fetched = one_job_replies(self, replies, n_acks, first_read)
+    def pipelined_replies(self, replies: list[Any], n_acks: int, first_read: int) -> Fetched:
+        """What :func:`pipelined_commands` got back (the reach follows the job found)."""
+        fetched = pipelined_replies(self, replies, n_acks, first_read)
         if fetched is None:  # the stream or its group was deleted (FLUSHALL, DEL)
             self.ensure_groups()
             return Fetched([], -1)

@@ -35,8 +35,8 @@ from taskq.broker.link import (
     Link,
     as_broker_error,
     exchange,
+    load_missing_scripts,
     map_errors,
-    missing_scripts,
     raise_as_broker_error,
     script_command,
 )
@@ -352,13 +352,8 @@ class ClusterLink(Link):
 
     def _replies(self, conn: Connection, commands: Sequence[Command]) -> list[Any]:
         replies = read_all(conn, len(commands), self.url)
-        missing, loads = missing_scripts(commands, replies)
-        if missing:  # NOSCRIPT: load them on this node, send those again
-            exchange(conn, loads, self.url)
-            again = exchange(conn, [commands[i] for i in missing], self.url)
-            for i, reply in zip(missing, again, strict=True):
-                replies[i] = reply
-        return replies
+        # NOSCRIPT: load them on this node, send those again
+        return load_missing_scripts(commands, replies, lambda cs: exchange(conn, cs, self.url))
 
     # -- for the consumer loop -------------------------------------------------------------
 

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from taskq.broker.broker import Broker
 
 
-def one_job_commands(
+def pipelined_commands(
     b: Broker,
     consumer: str,
     acks: Sequence[Delivery],
@@ -60,7 +60,7 @@ def fetch_pipelined(
     ``count`` entries from each stream down to the reach (from stream ``first``), in one
     write with the due keys and the clock (and ``trim.lua`` on the ``trim`` streams, after
     the acks). Redis spends what the commands cost, without a script's copies of every entry
-    it returns (at 64 jobs a fetch, the script cost Redis about three times the commands).
+    it returns (at 64 jobs a fetch, the script cost Redis several times its commands).
 
     The streams read are the ones that may hold the best jobs: the reach is the stream of the
     last job a full batch kept, every stream after a short one. A short batch from the
@@ -68,7 +68,7 @@ def fetch_pipelined(
     streams have jobs, more than ``count`` can come back: the caller keeps the first
     ``count`` (in priority order) and hands the others back.
     """
-    commands, n_acks, first_read = one_job_commands(
+    commands, n_acks, first_read = pipelined_commands(
         b, consumer, acks, read=count > 0, count=count, first=first
     )
     read_to = first + len(commands) - first_read  # the streams read end before this one
@@ -79,7 +79,7 @@ def fetch_pipelined(
         # Housekeeping only: a trim that failed (its stream deleted under it, which the reads
         # answer) is done by a later fetch.
         replies.pop()
-    found = one_job_replies(b, replies, n_acks, first_read)
+    found = pipelined_replies(b, replies, n_acks, first_read)
     if found is None:  # a stream or its group was deleted (FLUSHALL, DEL): read again
         b.ensure_groups()
         return fetch_pipelined(b, consumer, count, (), (), first)
@@ -106,7 +106,9 @@ def follow(b: Broker, fetched: Fetched, count: int) -> Fetched:
     return fetched
 
 
-def one_job_replies(b: Broker, replies: list[Any], n_acks: int, first_read: int) -> Fetched | None:
+def pipelined_replies(
+    b: Broker, replies: list[Any], n_acks: int, first_read: int
+) -> Fetched | None:
     """The deliveries and due time in those replies; None if a stream or group is gone."""
     for reply in replies:
         if isinstance(reply, BrokerError):

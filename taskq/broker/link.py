@@ -137,13 +137,7 @@ class Link:
                     raise_as_broker_error(reply, self.url)
             replies = list(replies[-1])
             return map_errors(replies, self.url, errors)
-        replies = self._send(commands)
-        missing, loads = missing_scripts(commands, replies)
-        if missing:
-            self._send(loads)
-            again = self._send([commands[i] for i in missing])
-            for i, reply in zip(missing, again, strict=True):
-                replies[i] = reply
+        replies = load_missing_scripts(commands, self._send(commands), self._send)
         return map_errors(replies, self.url, errors)
 
     def script(self, name: str, keys: Sequence[Any], args: Sequence[Any]) -> Any:
@@ -227,12 +221,7 @@ class Direct:
         """Send ``commands`` in one write; an error reply comes back in its place as a
         :class:`BrokerError` (not raised), for the caller to judge. Scripts (EVALSHA) that
         Redis does not know yet are loaded and sent again, after the others."""
-        replies = self._exchange(commands)
-        missing, loads = missing_scripts(commands, replies)
-        if missing:
-            again = self._exchange([*loads, *(commands[i] for i in missing)])
-            for i, reply in zip(missing, again[len(loads) :], strict=True):
-                replies[i] = reply
+        replies = load_missing_scripts(commands, self._exchange(commands), self._exchange)
         return [
             as_broker_error(r, self.url) if isinstance(r, redis.ResponseError) else r
             for r in replies
@@ -287,6 +276,22 @@ def missing_scripts(
         return missing, []
     shas = {str(commands[i][1]) for i in missing}
     return missing, [("SCRIPT", "LOAD", _SCRIPTS[sha]) for sha in shas]
+
+
+def load_missing_scripts(
+    commands: Sequence[Command],
+    replies: list[Any],
+    send: Callable[[Sequence[Command]], list[Any]],
+) -> list[Any]:
+    """``replies``, where those that said NOSCRIPT are replaced by the reply of their command
+    sent again (through ``send``) once its script is loaded."""
+    missing, loads = missing_scripts(commands, replies)
+    if missing:
+        send(loads)
+        again = send([commands[i] for i in missing])
+        for i, reply in zip(missing, again, strict=True):
+            replies[i] = reply
+    return replies
 
 
 def map_errors(replies: list[Any], url: str, errors: bool) -> list[Any]:

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from taskq.broker.delivery import Delivery, Fetched
-from taskq.broker.fetching import fetch_script_args, fetch_script_replies, one_job_commands
+from taskq.broker.fetching import fetch_script_args, fetch_script_replies, pipelined_commands
 from taskq.broker.link import Link, script_command
 from taskq.broker.partitioned import PartitionGroup
 from taskq.broker.resp import Command
@@ -117,14 +117,14 @@ def fetch_one_round(
         mine = [d for d in acks if d.queue in part.keys]
         if i > reach and not mine:
             continue
-        cmds, n_acks, first_read = one_job_commands(part, consumer, mine, read=i <= reach)
+        cmds, n_acks, first_read = pipelined_commands(part, consumer, mine, read=i <= reach)
         spans.append((part, len(commands), len(cmds), n_acks, first_read))
         commands += cmds
     replies = parts[0].direct.pipeline(commands)
     got: list[Delivery] = []
     dues: list[int] = []
     for part, at, n, n_acks, first_read in spans:
-        fetched = part.one_job_replies(replies[at : at + n], n_acks, first_read)
+        fetched = part.pipelined_replies(replies[at : at + n], n_acks, first_read)
         if fetched.deliveries:
             part.note_records(fetched.deliveries)
         elif first_read < n:  # read and empty: all its streams next time, in one go
