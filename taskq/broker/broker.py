@@ -213,7 +213,9 @@ class Broker:
         try:
             reply = self.direct.call("XREADGROUP", *args)
         except BrokerRefused as exc:
-            if "NOGROUP" not in str(exc):
+            # NOGROUP: the group is gone; UNBLOCKED: the stream was deleted (DEL, FLUSHALL)
+            # while this read waited on it.
+            if "NOGROUP" not in str(exc) and "UNBLOCKED" not in str(exc):
                 raise
             self.ensure_groups()
             return []
