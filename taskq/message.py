@@ -197,23 +197,10 @@ class Message(_MessageFields):
         _check_values(body, str(task), str(msg_id), kwargs, priority, retries, result_ttl_s)
         if headers and not all(type(k) is str and type(v) is str for k, v in headers.items()):
             raise DecodeError("body field 'headers' must map strings to strings", body)
-        return cls(
-            task,
-            tuple(args),
-            kwargs,
-            msg_id,
-            queue,
-            priority,
-            created_ms,
-            retries,
-            eta_ms,
-            result_ttl_s,
-            wf,
-            tick_ms,
-            expires_ms,
-            unique,
-            headers,
-        )
+        # Every field is set, so the tuple is built directly, without __new__'s defaults.
+        fields = (task, tuple(args), kwargs, msg_id, queue, priority, created_ms, retries)
+        optional = (eta_ms, result_ttl_s, wf, tick_ms, expires_ms, unique, headers)
+        return tuple.__new__(cls, fields + optional)
 
 
 _REQUIRED = object()

@@ -34,7 +34,7 @@ from taskq.worker.finish import Finisher
 from taskq.worker.lifeline import CANCEL_SIGNAL
 from taskq.worker.limiter import Limiter, same_task_next
 from taskq.worker.outage import OutageWaiter
-from taskq.worker.outcome import Outcome
+from taskq.worker.outcome import OK, Outcome
 from taskq.worker.scoreboard import MAX_BATCH, Slot
 
 logger = logging.getLogger(__name__)
@@ -317,7 +317,10 @@ class Consumer:
         return True
 
     def _record(self, outcome: Outcome) -> None:
-        self._outages.call(lambda: self.finisher.record(outcome, owner=self.name))
+        if outcome.kind == OK:  # queued for the next fetch: no Redis call to wait out
+            self.finisher.record(outcome, owner=self.name)
+        else:
+            self._outages.call(lambda: self.finisher.record(outcome, owner=self.name))
 
     def _limits_allow(self, p: Prepared, rest: Sequence[Delivery] = ()) -> bool:
         """A job of a limited task may start: it got its start slot and its running slot

@@ -22,6 +22,7 @@ from taskq.message import Message, with_retries
 from taskq.middleware import emit
 from taskq.results import Completion, FailedRun
 from taskq.signing import Signer
+from taskq.task import TaskOptions
 from taskq.worker.executor import Executor, Prepared
 from taskq.worker.limiter import release_ops
 from taskq.worker.outcome import CANCELLED, DEAD, EXPIRED, OK, RETRY, Outcome
@@ -44,6 +45,8 @@ class Finisher:
         """Successes whose ack waits for the next fetch."""
         self.completions: dict[Delivery, Completion] = {}
         """What some of them write with their acks: results, next workflow steps."""
+        self._options: dict[str, TaskOptions] = {}
+        """The options of the tasks seen, by name (looked up once per task, not per job)."""
 
     @property
     def _signer(self) -> Signer | None:
@@ -103,11 +106,13 @@ class Finisher:
         """The write that frees the job's concurrency slot, for a task that has the limit."""
         if o.msg is None:
             return None
-        try:
-            task = self.executor.app.get_task(o.msg.task)
-        except TaskNotFound:
-            return None
-        return release_ops(o.msg, task.options, o.delivery.queue)
+        options = self._options.get(o.msg.task)
+        if options is None:
+            try:
+                options = self._options[o.msg.task] = self.executor.app.get_task(o.msg.task).options
+            except TaskNotFound:
+                return None
+        return release_ops(o.msg, options, o.delivery.queue)
 
     def _ttl_ms(self, msg: Message | None) -> int:
         """How long the job's record lives after this change."""

@@ -262,11 +262,16 @@ class Slot:
         self._mem = mem
         self._base = base
         self._lock = lock
+        # The semaphore's own methods: ``with lock`` adds two Python calls per use, and a
+        # child takes the lock twice per job.
+        self._acquire, self._release = lock.acquire, lock.release
         self.jobs = jobs
         self._seq = 0
         self._batch_no = 0
         self._in_use = 0
         self.counts = [0, 0, 0, 0]
+        self._task_field: dict[str, bytes] = {}
+        """Task names as their slot field (clipped UTF-8): a child runs few distinct tasks."""
 
     def list_batch(self, entries: Sequence[tuple[int, str]]) -> None:
         """List the batch the child now holds (stream index, entry id), at most MAX_BATCH."""
@@ -307,8 +312,13 @@ class Slot:
 
         A job that is not in a listed batch (fixed prefetch, async, in-process) always starts.
         """
+        task_field = self._task_field.get(task)
+        if task_field is None:
+            task_field = self._task_field[task] = _clip(task, 160)
+        job_field = _clip(job_id, 64)
         mono = time.monotonic()
-        with self._lock:
+        self._acquire()
+        try:
             if not self._advance():
                 return False
             self._seq += 1
@@ -325,9 +335,11 @@ class Slot:
                 mono + hard_s if hard_s else 0.0,
                 RECORDED if recorded else 0,
                 entry_id.encode(),
-                _clip(task, 160),
-                _clip(job_id, 64),
+                task_field,
+                job_field,
             )
+        finally:
+            self._release()
         return True
 
     @property
@@ -360,13 +372,21 @@ class Slot:
 
     def finish(self, kind: str, *, at: int = 0) -> None:
         """Mark entry ``at`` idle and count the outcome (``ok``, ``retry`` or ``dead``)."""
-        for name in COUNTED[kind]:
-            self.counts[COUNTERS.index(name)] += 1
+        counts = self.counts
+        for i in _COUNTED_AT[kind]:
+            counts[i] += 1
         where = self._base + _JOBS_AT + at * _JOB.size
-        with self._lock:
+        self._acquire()
+        try:
             (seq,) = _SEQ.unpack_from(self._mem, where)
             _JOB.pack_into(self._mem, where, seq, 0.0, 0.0, -1, 0.0, 0, b"", b"", b"")
-            _COUNTS.pack_into(self._mem, self._base + _COUNTS_AT, *self.counts)
+            _COUNTS.pack_into(self._mem, self._base + _COUNTS_AT, *counts)
+        finally:
+            self._release()
+
+
+_COUNTED_AT = {kind: tuple(COUNTERS.index(n) for n in names) for kind, names in COUNTED.items()}
+"""The slot counters an outcome kind adds one to, by index."""
 
 
 def _entry(mem: mmap.mmap, base: int, i: int) -> tuple[int, str]:
@@ -376,6 +396,8 @@ def _entry(mem: mmap.mmap, base: int, i: int) -> tuple[int, str]:
 
 def _clip(text: str, size: int) -> bytes:
     """UTF-8 of ``text``, cut to ``size`` bytes at a character boundary (display fields)."""
+    if len(text) <= size and text.isascii():  # job ids and most names: one copy
+        return text.encode()
     raw = text.encode(errors="backslashreplace")
     if len(raw) <= size:
         return raw
