@@ -171,11 +171,14 @@ class Consumer:
                 self.slot.list_batch(
                     [(self.broker.stream_position[d.stream], d.entry_id) for d in batch]
                 )
+            # Decoded together: cheaper than one by one between jobs, after whose I/O the
+            # caches are cold. (Expiry is checked again at each job's turn.)
+            prepared = [self.executor.prepare(d) for d in batch]
             for i, d in enumerate(batch):
                 if self.stopping:
                     self._hand_back_rest(batch[i:])
                     break
-                if not self._process(d, batch[i + 1 :]):
+                if not self._process(d, batch[i + 1 :], prepared[i]):
                     break  # the master revoked the rest of the batch and hands it back
             self._ahead.clear()
             self._settled.clear()
@@ -293,6 +296,8 @@ class Consumer:
             return self.slot is None or self.slot.claim_next()
         if prepared is None:
             prepared = self._ahead.pop(where, None) or self.executor.prepare(d)
+        if not isinstance(prepared, Outcome):  # decoded ahead: it may have expired since
+            prepared = self.executor.still_current(prepared)
         if isinstance(prepared, Outcome):
             if self.slot is not None and not self.slot.claim_next():
                 return False
@@ -301,8 +306,7 @@ class Consumer:
             if not self._limits_allow(prepared, rest):
                 return self.slot is None or self.slot.claim_next()  # deferred, or lost
             if self.slot is not None:
-                index = self.broker.stream_position[d.stream]
-                msg = prepared.msg
+                index, msg = self.broker.stream_position[d.stream], prepared.msg
                 hard_s, recorded = prepared.hard_limit_s, d.record_id is not None
                 if not self.slot.start(
                     index, d.entry_id, msg.task, msg.id, hard_s, recorded=recorded

@@ -82,8 +82,7 @@ class Executor:
         except DecodeError as exc:
             return rejected(d, f"malformed job: {exc.reason}")
         if msg.expires_ms is not None and now_ms() >= msg.expires_ms:
-            error = f"not started before it expired (expires_ms {msg.expires_ms})"
-            return Outcome(EXPIRED, d, msg, msg.retries, error_type="JobExpired", error=error)
+            return _expired(d, msg)
         try:
             task = self.app.get_task(msg.task)
         except TaskNotFound as exc:
@@ -103,6 +102,14 @@ class Executor:
         hard = task.options.time_limit_s or self.time_limit_s
         soft = task.options.soft_time_limit_s or self.soft_time_limit_s
         return Prepared(d, msg, task, policy, attempt, soft, hard)
+
+    @staticmethod
+    def still_current(p: Prepared) -> Prepared | Outcome:
+        """A job decoded ahead of its turn, or its EXPIRED outcome if it expired since."""
+        expires_ms = p.msg.expires_ms
+        if expires_ms is not None and now_ms() >= expires_ms:
+            return _expired(p.delivery, p.msg)
+        return p
 
     def execute(self, p: Prepared) -> Outcome:
         """Run the task with its job context set; never raises for a task's exception."""
@@ -196,6 +203,11 @@ class Executor:
         if isinstance(exc, Retry) and exc.countdown is not None:
             return RETRY, int(exc.countdown * 1000)
         return RETRY, p.policy.delay_ms(p.attempt)
+
+
+def _expired(d: Delivery, msg: Message) -> Outcome:
+    error = f"not started before it expired (expires_ms {msg.expires_ms})"
+    return Outcome(EXPIRED, d, msg, msg.retries, error_type="JobExpired", error=error)
 
 
 MAX_ERROR_CHARS = 4_096

@@ -189,6 +189,21 @@ def test_a_job_not_started_before_it_expires_does_not_run(
     assert queue["expired"] == 2 and queue["cancelled"] == 0
 
 
+def test_a_job_that_expires_in_its_batch_behind_a_long_job_does_not_run(
+    task_app: App, r: redis.Redis, start_worker: StartWorker
+) -> None:
+    # One child takes both jobs in one fetch and decodes them together; the second expires
+    # while the first runs, and is checked again at its turn.
+    long = tasks.sleepy.delay(1.5, "long")
+    soon = datetime.now(timezone.utc) + timedelta(seconds=0.5)
+    late = tasks.add.apply_async((3, 3), expires=soon)
+    start_worker("-A", "tests.tasks", "-c", "1", "--prefetch", "2")
+    with pytest.raises(JobExpired):
+        late.result(timeout=20)
+    assert late.status().state == "expired"
+    assert _ran(r, long.id) and not _ran(r, late.id)
+
+
 def test_cancel_on_the_command_line(task_app: App, r: redis.Redis) -> None:
     job = tasks.add.delay(1, 2)
     result = CliRunner().invoke(main, ["-A", "tests.tasks", "job", "cancel", job.id])
