@@ -6,6 +6,11 @@
   COUNT 100 then one pipelined XACK+XDEL per batch.
 * ``consume_floor``: the drain's raw floor: ``consume_batched`` plus, per
   message, the benchmark task's one ``INCR`` round trip (:mod:`bench.job`).
+* ``consume_queue_floor``: ``consume_batched`` plus, per message, what any
+  queue's worker must do at the least: decode the message's msgpack job body
+  and call the benchmark task itself (:func:`bench.job.job`: its record and its
+  ``INCR`` on its own connection). The least a Python queue can do for the
+  same jobs, against which the raw floor's share is read.
 * ``consume_single``: the same as ``consume_batched`` with COUNT 1 and one
   XACK+XDEL round trip per message.
 
@@ -25,6 +30,9 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import os
+import shutil
+import tempfile
 import time
 from collections.abc import Callable
 from functools import partial
@@ -32,20 +40,29 @@ from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Barrier
 from typing import Any
 
+import msgpack
 from redis import Redis
 from redis.utils import HIREDIS_AVAILABLE
 
-from bench.job import COUNTER
+from bench.job import COUNTER, ENV_URL, job
 from bench.procs import confine_self, parse_cpus, pin_self, unpin_self
+from bench.record import ENV_DIR
 from bench.redistime import Window
 
 STREAM = "raw:stream"
 GROUP = "raw"
 FIELDS = {"job": b"x" * 64}  # about the size of a small job message
-CONSUMES = {  # consume ceiling -> (XREADGROUP COUNT, the task's INCR per message)
-    "consume_batched": (100, False),
-    "consume_floor": (100, True),
-    "consume_single": (1, False),
+JOB_BODY = msgpack.packb(
+    {"v": 1, "id": "0" * 32, "task": "bench.peers.taskq_app.noop", "args": [0, 0], "kwargs": {},
+     "queue": "tasks", "priority": "normal", "created_ms": 0, "retries": 0}
+)  # fmt: skip
+"""A job body as a queue would write it (taskq's shape), for the queue floor."""
+NOTHING, INCR, JOB = "nothing", "incr", "job"
+CONSUMES = {  # consume ceiling -> (XREADGROUP COUNT, what runs per message)
+    "consume_batched": (100, NOTHING),
+    "consume_floor": (100, INCR),
+    "consume_queue_floor": (100, JOB),
+    "consume_single": (1, NOTHING),
 }
 
 
@@ -65,7 +82,9 @@ def xadd_one(r: Redis, jobs: int, deadline_s: float) -> dict[str, Any]:
     return rate(done, time.perf_counter() - start)
 
 
-def xadd_pipelined(r: Redis, jobs: int, batch: int, deadline_s: float) -> dict[str, Any]:
+def xadd_pipelined(
+    r: Redis, jobs: int, batch: int, deadline_s: float, fields: dict[str, bytes] = FIELDS
+) -> dict[str, Any]:
     """XADD in non-transactional pipelines of ``batch`` messages."""
     done = 0
     start = time.perf_counter()
@@ -74,7 +93,7 @@ def xadd_pipelined(r: Redis, jobs: int, batch: int, deadline_s: float) -> dict[s
         pipe = r.pipeline(transaction=False)
         n = min(batch, jobs - done)
         for _ in range(n):
-            pipe.xadd(STREAM, FIELDS)
+            pipe.xadd(STREAM, fields)
         pipe.execute()
         done += n
     return rate(done, time.perf_counter() - start)
@@ -84,13 +103,13 @@ def _consumer(
     url: str,
     name: str,
     count: int,
-    incr: bool,
+    work: str,
     barrier: Barrier,
     out: Queue[tuple[int, int]],
     deadline_s: float,
     cpus: frozenset[int],
 ) -> None:
-    """Read/(INCR)/ack/delete until the stream has nothing new; report (n, end_ns).
+    """Read/(work)/ack/delete until the stream has nothing new; report (n, end_ns).
 
     Runs on ``cpus``, or, like workers, on every CPU when that is empty.
     """
@@ -109,9 +128,12 @@ def _consumer(
         if not resp:
             break
         ids = [msg_id for msg_id, _ in resp[0][1]]
-        if incr:
+        if work == INCR:
             for _ in ids:
                 r.execute_command("INCR", COUNTER)  # the benchmark task's one Redis call
+        elif work == JOB:
+            for _, fields in resp[0][1]:
+                job(msgpack.unpackb(fields[b"job"])["args"][0])
         pipe = r.pipeline(transaction=False)
         pipe.xack(STREAM, GROUP, *ids)
         pipe.xdel(STREAM, *ids)
@@ -126,20 +148,22 @@ def consume(
     window: Window,
     jobs: int,
     count: int,
-    incr: bool,
+    work: str,
     args: argparse.Namespace,
     cpus: frozenset[int] = frozenset(),
 ) -> dict[str, Any]:
     """``args.procs`` consumer processes (on ``cpus``, if any) drain ``jobs`` waiting messages."""
-    xadd_pipelined(r, jobs, 1000, args.deadline)
+    xadd_pipelined(r, jobs, 1000, args.deadline, {"job": JOB_BODY} if work == JOB else FIELDS)
     r.xgroup_create(STREAM, GROUP, id="0")
+    records = tempfile.mkdtemp(prefix="bench-raw-records-")
+    os.environ[ENV_DIR], os.environ[ENV_URL] = records, url  # for the forked consumers' job()
     ctx = mp.get_context("fork")
     barrier = ctx.Barrier(args.procs + 1)
     out: Queue[tuple[int, int]] = ctx.Queue()
     workers = [
         ctx.Process(
             target=_consumer,
-            args=(url, f"c{k}", count, incr, barrier, out, args.deadline, cpus),
+            args=(url, f"c{k}", count, work, barrier, out, args.deadline, cpus),
         )
         for k in range(args.procs)
     ]
@@ -152,6 +176,7 @@ def consume(
     results = [out.get(timeout=args.deadline + 30) for _ in workers]
     for w in workers:
         w.join(timeout=10)
+    shutil.rmtree(records, ignore_errors=True)
     done = sum(n for n, _ in results)
     seconds = (max(end for _, end in results) - t0) / 1e9
     return {**rate(done, seconds), "complete": done == jobs, "redis": window.stop(done)}
@@ -196,8 +221,8 @@ def main() -> None:
         res = loop()
         return {**res, "redis": window.stop(res["jobs"])}
 
-    def drain(count: int, incr: bool, cpus: frozenset[int]) -> dict[str, Any]:
-        return consume(url, r, window, args.jobs, count, incr, args, cpus)
+    def drain(count: int, work: str, cpus: frozenset[int]) -> dict[str, Any]:
+        return consume(url, r, window, args.jobs, count, work, args, cpus)
 
     steps: dict[str, Callable[[], dict[str, Any]]] = {
         "xadd_one": lambda: enqueue(lambda: xadd_one(r, args.enqueue_jobs, args.deadline)),

@@ -37,6 +37,8 @@ RAW_CEILINGS = [
     ("xadd_pipelined", "XADD, pipelined x1000"),
     ("consume_floor", "raw floor: 2 procs: XREADGROUP COUNT 100 + INCR per message + "
      "pipelined XACK+XDEL"),
+    ("consume_queue_floor", "queue floor: the raw floor, but per message a msgpack decode of "
+     "the job body and the bench task itself (its record + INCR on its own connection)"),
     ("consume_batched", "2 procs: XREADGROUP COUNT 100 + pipelined XACK+XDEL"),
     ("consume_single", "2 procs: XREADGROUP COUNT 1 + XACK+XDEL per message"),
 ]  # fmt: skip
@@ -239,6 +241,8 @@ def targets(
     floor = raw.get(floor_key)
     steady = _ratio(pf.get("drain_steady"), floor)
     steady_note = "n/a" if steady is None else f"{100 * steady:.0f} %"
+    least = _ratio(raw.get("consume_queue_floor"), floor) if floor_key == "consume_floor" else None
+    least_note = "" if least is None else f"; the queue floor: {100 * least:.0f} %"
     d, one, bulk = me.get("drain"), me.get("enqueue_one"), me.get("enqueue_bulk")
     rows: list[tuple[str, str, str, float, float | None, str]] = [
         ("drain, default settings, vs best peer", f">= {DRAIN_VS_BEST_PEER:g}x", "min",
@@ -247,7 +251,7 @@ def targets(
         (f"drain, --prefetch {FLOOR_PREFETCH}, vs raw floor", f">= {DRAIN_VS_FLOOR:.0%}", "min",
          DRAIN_VS_FLOOR, _ratio(pf.get("drain"), floor),
          f"{rate(pf.get('drain'))} vs {rate(floor)} jobs/s "
-         f"(after the 1st job: {rate(pf.get('drain_steady'))}, {steady_note})"),
+         f"(after the 1st job: {rate(pf.get('drain_steady'))}, {steady_note}{least_note})"),
         ("single-call enqueue vs raw XADD per call", f">= {ENQUEUE_ONE_VS_XADD:.0%}", "min",
          ENQUEUE_ONE_VS_XADD, _ratio(one, raw.get("xadd_one")),
          f"{rate(one)} vs {rate(raw.get('xadd_one'))} jobs/s"),
