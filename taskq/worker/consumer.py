@@ -171,9 +171,7 @@ class Consumer:
                 self.slot.list_batch(
                     [(self.broker.stream_position[d.stream], d.entry_id) for d in batch]
                 )
-            # Decoded together: cheaper than one by one between jobs, after whose I/O the
-            # caches are cold. (Expiry is checked again at each job's turn.)
-            prepared = [self.executor.prepare(d) for d in batch]
+            prepared = self.executor.prepare_ahead(batch)  # expiry: checked again at the turn
             for i, d in enumerate(batch):
                 if self.stopping:
                     self._hand_back_rest(batch[i:])

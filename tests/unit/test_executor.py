@@ -7,9 +7,9 @@ import pytest
 
 from taskq import App, Retry, current_job
 from taskq.broker import Delivery
-from taskq.message import Message
-from taskq.worker.executor import Executor, Prepared
-from taskq.worker.outcome import DEAD, OK, RETRY, Outcome
+from taskq.message import Message, now_ms
+from taskq.worker.executor import DECODE_AHEAD_BYTES, Executor, Prepared
+from taskq.worker.outcome import DEAD, EXPIRED, OK, RETRY, Outcome
 
 app = App("redis://127.0.0.1:1/0", queue="unit", retry_backoff_ms=1000, retry_jitter=False)
 seen: list[object] = []
@@ -173,3 +173,27 @@ def test_error_text_is_always_storable_and_bounded() -> None:
     huge = run(Message(raises_huge.name))
     assert len(huge.error) < 5_000 and huge.error.endswith("more characters)")
     assert len(huge.traceback) < 70_000 and huge.traceback.rstrip().endswith("x")
+
+
+def test_a_batch_is_decoded_ahead_up_to_a_byte_budget() -> None:
+    ex = Executor(app)
+    small = [delivery(Message(add.name, (i, i))) for i in range(3)]
+    big = delivery(Message(add.name, ("x" * DECODE_AHEAD_BYTES, 0)))
+    batch = [*small, big, *small]
+    ahead = ex.prepare_ahead(batch)
+    assert len(ahead) == len(batch)
+    assert all(isinstance(p, Prepared) for p in ahead[:3])
+    assert ahead[3:] == [None] * 4  # decoded at their turn: a large body stops the run
+    undecodable = delivery(b"\xc1")
+    [rejected] = ex.prepare_ahead([undecodable])
+    assert isinstance(rejected, Outcome) and rejected.kind == DEAD
+
+
+def test_a_job_decoded_ahead_that_expired_since_is_not_run() -> None:
+    ex = Executor(app)
+    prepared = ex.prepare(delivery(Message(add.name, (1, 1), expires_ms=now_ms() + 60_000)))
+    assert isinstance(prepared, Prepared)
+    assert ex.still_current(prepared) is prepared
+    stale = prepared._replace(msg=prepared.msg._replace(expires_ms=now_ms() - 1))
+    outcome = ex.still_current(stale)
+    assert isinstance(outcome, Outcome) and outcome.kind == EXPIRED
