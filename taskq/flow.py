@@ -19,6 +19,7 @@ header index once, so its body is enqueued exactly once.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -298,7 +299,11 @@ def _chord_ops(frag: dict[str, Any], parent: bytes | None, signer: Signer | None
     """``["chord_new", key, n, ttl ms, pre, post, immutable, body op]``: the chord's state,
     holding its body's job op with the body split around its first argument (the header's
     results, joined in by the script that counts the last one); then the header members.
-    A mutable body's signature leaves that joined value out (see :mod:`taskq.signing`)."""
+    A mutable body's signature leaves that joined value out (see :mod:`taskq.signing`).
+
+    Each member's reference to the chord carries the state's digest, so the script that
+    counts its result runs only the state this (signed) member was started with: the
+    state lives in Redis, where whoever may write the queue could change it."""
     body = frag["body"]
     template = _job_ops(body, None if body["imm"] else _MARK, signer)
     [op] = template.ops
@@ -307,11 +312,35 @@ def _chord_ops(frag: dict[str, Any], parent: bytes | None, signer: Signer | None
         post += signer.split_trailer(pre, post)
     op[3], op[9] = b"", op[9].replace(_MARK, NIL, 1)
     out = Ops()
-    chord_op = ["chord_new", frag["key"], frag["n"], frag["ttl"] * 1000, pre, post]
-    chord_op += [int(bool(body["imm"])), lua_pack(op)]
-    out.add(chord_op, frag["key"], *template.keys)
-    out.extend(spawn(frag["members"], parent, signer))
+    imm = b"1" if body["imm"] else b"0"
+    state = [b"%d" % frag["n"], b"%d" % (frag["ttl"] * 1000), pre, post, imm, lua_pack(op)]
+    out.add(["chord_new", frag["key"], *state], frag["key"], *template.keys)
+    members = [_with_digest(m, frag["key"], chord_digest(state)) for m in frag["members"]]
+    out.extend(spawn(members, parent, signer))
     return out
+
+
+def chord_digest(state: Sequence[bytes]) -> str:
+    """SHA-1 (hex) of a chord's stored state, each field preceded by its length: what
+    ``_flow.lua`` computes with ``redis.sha1hex`` before it runs the state."""
+    return hashlib.sha1(b"".join(b"%d:%s" % (len(v), v) for v in state)).hexdigest()
+
+
+def _with_digest(frag: dict[str, Any], key: str, digest: str) -> dict[str, Any]:
+    """``frag`` with its reference to chord ``key`` (on it, or on the step of its chain
+    that ends it) carrying ``digest``."""
+    if frag["t"] == "chord":  # a member ending in a chord: the reference is on its body
+        return {**frag, "body": _with_digest(frag["body"], key, digest)}
+    wf = frag.get("wf")
+    if not wf:
+        return frag
+    wf = dict(wf)
+    chord = wf.get("chord")
+    if chord and chord[0] == key:
+        wf["chord"] = [chord[0], chord[1], digest]
+    if wf.get("next"):
+        wf["next"] = [_with_digest(f, key, digest) for f in wf["next"]]
+    return {**frag, "wf": wf}
 
 
 def on_success(msg: Message, result: bytes | None, signer: Signer | None) -> Ops:
@@ -323,8 +352,8 @@ def on_success(msg: Message, result: bytes | None, signer: Signer | None) -> Ops
         return out
     out.extend(spawn(wf.get("next", ()), result, signer))
     chord = wf.get("chord")
-    if chord:
-        out.add(["chord_add", chord[0], chord[1], result], chord[0])
+    if chord:  # [key, index, digest of the chord's state] (no digest: an older producer)
+        out.add(["chord_add", chord[0], chord[1], result, *chord[2:]], chord[0])
     return out
 
 

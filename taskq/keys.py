@@ -28,8 +28,8 @@ MAX_JOB_ID_CHARS = 200
 
 
 def check_job_id(job_id: str) -> None:
-    """A job id names keys: it must be non-empty, short, and free of spaces and control
-    characters.
+    """A job id names keys and appears in URLs: it must be non-empty, short, and free of
+    spaces, control characters, slashes and ``..`` (so that no id reads as a path).
 
     Raises:
         ConfigError: it is not.
@@ -39,11 +39,13 @@ def check_job_id(job_id: str) -> None:
         or not job_id
         or len(job_id) > MAX_JOB_ID_CHARS
         or not job_id.isprintable()
-        or any(c.isspace() for c in job_id)
+        or any(c.isspace() or c in "/\\" for c in job_id)
+        or ".." in job_id
     ):
         raise ConfigError(
-            f"invalid job id {job_id!r}: expected up to {MAX_JOB_ID_CHARS} printable "
-            "characters without spaces (taskq's own ids are 32 hex digits)"
+            f"invalid job id {job_id!r:.{MAX_JOB_ID_CHARS + 10}}: expected up to "
+            f"{MAX_JOB_ID_CHARS} printable characters without spaces, '/', '\\' or '..' "
+            "(taskq's own ids are 32 hex digits)"
         )
 
 

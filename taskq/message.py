@@ -9,13 +9,15 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import time
 from typing import Any, NamedTuple
 
 import msgpack
 
-from taskq.errors import DecodeError, EnqueueError, PayloadTooLarge
-from taskq.keys import PRIORITIES
+from taskq.errors import ConfigError, DecodeError, EnqueueError, PayloadTooLarge
+from taskq.flowcheck import MAX_RETRIES, MAX_TIME_MS, MAX_TTL_S, check_unique, check_wf
+from taskq.keys import PRIORITIES, check_job_id
 from taskq.signing import Signer
 
 logger = logging.getLogger(__name__)
@@ -195,8 +197,10 @@ class Message(_MessageFields):
             task, msg_id, args, kwargs, queue, priority, created_ms, retries, eta_ms = values[:9]
             result_ttl_s, wf, tick_ms, expires_ms, unique, headers = values[9:]
         _check_values(body, str(task), str(msg_id), kwargs, priority, retries, result_ttl_s)
-        if headers and not all(type(k) is str and type(v) is str for k, v in headers.items()):
-            raise DecodeError("body field 'headers' must map strings to strings", body)
+        if not 0 <= created_ms <= MAX_TIME_MS or not (eta_ms is tick_ms is expires_ms is None):
+            _check_numbers(body, created_ms, eta_ms, tick_ms, expires_ms)
+        if headers or wf is not None or unique is not None:
+            _check_maps(body, headers, wf, unique, queue, digests=signer is not None)
         # Every field is set, so the tuple is built directly, without __new__'s defaults.
         fields = (task, tuple(args), kwargs, msg_id, queue, priority, created_ms, retries)
         optional = (eta_ms, result_ttl_s, wf, tick_ms, expires_ms, unique, headers)
@@ -253,17 +257,54 @@ def _check_values(
     retries: int,
     result_ttl_s: int | None,
 ) -> None:
-    """The checks on well-typed fields' values."""
+    """The checks on well-typed fields' values: every number in range (a negative
+    ``retries`` would buy runs past max_retries; a TTL past Lua's exact integers breaks the
+    scripts that store the result), the id one that names keys safely."""
     if priority not in PRIORITIES:
         raise DecodeError(f"unknown priority {priority!r}", body)
-    if retries < 0:  # a negative count would buy runs past max_retries
-        raise DecodeError(f"body field 'retries' must be >= 0, not {retries}", body)
-    if not msg_id or not task:
-        raise DecodeError(f"body field {'id' if not msg_id else 'task'!r} is empty", body)
+    if not 0 <= retries <= MAX_RETRIES:
+        raise DecodeError(f"body field 'retries' must be in [0, {MAX_RETRIES}]", body)
+    if not task:
+        raise DecodeError("body field 'task' is empty", body)
+    if not _TASKQ_ID(msg_id):
+        try:
+            check_job_id(msg_id)
+        except ConfigError as exc:
+            raise DecodeError(f"body field 'id': {exc}", body) from None
     if any(type(k) is not str for k in kwargs):
         raise DecodeError("body field 'kwargs' must have string keys", body)
-    if result_ttl_s is not None and result_ttl_s <= 0:
-        raise DecodeError(f"body field 'result_ttl_s' must be > 0, not {result_ttl_s}", body)
+    if result_ttl_s is not None and not 0 < result_ttl_s <= MAX_TTL_S:
+        raise DecodeError(f"body field 'result_ttl_s' must be in [1, {MAX_TTL_S}]", body)
+
+
+def _check_maps(
+    body: bytes,
+    headers: dict[Any, Any] | None,
+    wf: dict[Any, Any] | None,
+    unique: str | None,
+    queue: str,
+    *,
+    digests: bool,
+) -> None:
+    """The checks on the fields that carry maps or name keys (see :mod:`taskq.flowcheck`)."""
+    if headers and not all(type(k) is str and type(v) is str for k, v in headers.items()):
+        raise DecodeError("body field 'headers' must map strings to strings", body)
+    if wf is not None:
+        check_wf(wf, body, digests=digests)
+    if unique is not None:
+        check_unique(unique, queue, body)
+
+
+_TASKQ_ID = re.compile("[0-9a-f]{32}").fullmatch
+"""The ids taskq makes, which pass :func:`check_job_id` (checked faster)."""
+
+
+def _check_numbers(body: bytes, *times_ms: int | None) -> None:
+    """Times a body carries are ms since the epoch, within what Lua holds exactly."""
+    names = ("created_ms", "eta_ms", "tick_ms", "expires_ms")
+    for name, value in zip(names, times_ms, strict=True):
+        if value is not None and not 0 <= value <= MAX_TIME_MS:
+            raise DecodeError(f"body field {name!r} must be in [0, {MAX_TIME_MS}]", body)
 
 
 def _field(data: dict[Any, Any], key: str, kind: type, default: Any, body: bytes) -> Any:

@@ -14,6 +14,7 @@ import redis
 from taskq import App, chord, group
 from taskq.ops.deadletters import Deadletters
 from taskq.signing import key_id
+from taskq.testing import drain
 from tests import tasks
 from tests.conftest import WorkerProcess, runs, wait_until
 
@@ -164,3 +165,22 @@ def _wait_for_more(sent: list[int], message: str) -> None:
 
 def _done(r: redis.Redis) -> int:
     return len({x.get("value", x.get("retry_of")) for x in runs(r)})
+
+
+def test_a_signed_chord_runs_only_the_state_its_header_was_signed_with(
+    keys: Callable[..., None], task_app: App, r: redis.Redis
+) -> None:
+    # given a signed chord whose stored body op is rewritten to a well-formed op of another
+    # task (the chord's state lives in Redis, where the producer role may write it)
+    keys(K1)
+    c = chord(group(tasks.square.s(i) for i in range(2)), tasks.collect.s()).apply_async()
+    [key] = r.keys("tasks:chord:*")
+    op = msgpack.unpackb(r.hget(key, "op"), raw=True)  # packed for Lua: strings as raw
+    op[2] = b"tests.tasks.echo"
+    r.hset(key, "op", msgpack.packb(op))
+    # when the header runs, then the rewritten state is not run, and nothing is dead
+    result = drain(task_app, timeout_s=20)
+    assert len(result.of_task("tests.tasks.square")) == 2
+    assert r.exists(key) and not r.xlen("tasks:deadletter")
+    assert not [x for x in runs(r) if x.get("tag") == "collect"]
+    assert c.status().state == "pending"

@@ -15,6 +15,7 @@ from click.testing import CliRunner
 from taskq import App, ConfigError, TaskFailed, chain, chord, group
 from taskq.cli import main
 from taskq.testing import drain
+from taskq.worker.outcome import OK
 from tests import tasks
 from tests.conftest import WorkerProcess, runs, wait_until
 
@@ -244,3 +245,44 @@ def test_a_chord_of_10000_runs_its_body_once_and_leaves_no_state(
     after = int(r.info("memory")["used_memory"])
     assert peak - baseline > 1_000_000  # the waiting header jobs were real data
     assert after - baseline < 64 * 1024, (baseline, peak, after)
+
+
+def _chord_key(r: redis.Redis) -> bytes:
+    [key] = r.keys("tasks:chord:*")
+    return bytes(key)
+
+
+def test_a_rewritten_chord_state_runs_nothing_it_names(task_app: App, r: redis.Redis) -> None:
+    # given a chord under way, and its stored body op rewritten by whoever may write the
+    # queue into an op that would delete the schedule
+    r.zadd("tasks:schedule", {"a delayed job": 2**45})
+    c = chord(group(tasks.square.s(i) for i in range(2)), tasks.collect.s()).apply_async()
+    key = _chord_key(r)
+    r.hset(key, "op", msgpack.packb(["chord_fail", "tasks:schedule", []]))
+    # when the header runs
+    result = drain(task_app, timeout_s=20)
+    # then the header jobs succeed, and the rewritten state runs nothing
+    assert [o.kind for o in result.of_task("tests.tasks.square")] == [OK] * 2
+    assert r.zcard("tasks:schedule") == 1
+    assert not _tags(r, "collect") and r.exists(key)
+    assert c.status().state == "pending"
+
+
+def test_a_body_naming_a_foreign_key_is_dead_lettered_untouched(
+    task_app: App, r: redis.Redis
+) -> None:
+    # given a job that would end a chord named 'tasks:schedule' and fail a record
+    # 'tasks:workers' when it fails
+    r.zadd("tasks:schedule", {"a delayed job": 2**45})
+    r.zadd("tasks:workers", {"w": 1})
+    ref = ["tasks:workers", "tasks:done:x", 1000]
+    wf = {"abort": [{"key": "tasks:schedule", "fail": [ref], "errback": []}]}
+    body = {"v": 1, "id": "hostile", "task": "tests.tasks.fails_stored", "args": ["x"], "wf": wf}
+    r.xadd("tasks:normal", {"task": "tests.tasks.fails_stored", "body": msgpack.packb(body)})
+    # when a worker takes it
+    drain(task_app, timeout_s=10)
+    # then it never runs: it is dead-lettered with the reason, and nothing it named changed
+    [(_, dead)] = r.xrange("tasks:deadletter")
+    assert b"is not a chord key" in dead[b"error"]
+    assert r.zcard("tasks:schedule") == 1 and r.zrange("tasks:workers", 0, -1) == [b"w"]
+    assert not _tags(r, "fails_stored")

@@ -93,3 +93,86 @@ def test_oversize_payload_is_refused_with_sizes() -> None:
     msg = Message("t", ("x" * 2000,), {})
     with pytest.raises(PayloadTooLarge, match="over the 1000-byte limit"):
         msg.encode(max_bytes=1000)
+
+
+# -- untrusted bodies: every key a body names and every number it carries is checked --------
+
+_REF = ["tasks:job:b", "tasks:done:b", 60_000]
+_FRAG = {
+    "t": "job",
+    "id": "b",
+    "task": "t",
+    "args": [],
+    "kwargs": {},
+    "queue": "tasks",
+    "priority": "normal",
+    "ttl": 60,
+    "imm": False,
+    "countdown_ms": 0,
+    "wf": None,
+}
+
+
+def _body(**fields: object) -> bytes:
+    return bytes(msgpack.packb({"v": 1, "id": "a", "task": "t", **fields}))
+
+
+def test_a_well_formed_workflow_map_decodes() -> None:
+    chord = {"t": "chord", "key": "tasks:chord:c", "n": 1, "ttl": 60, "body": _FRAG}
+    wf = {
+        "next": [_FRAG, {**chord, "members": [_FRAG]}],
+        "fail": [_REF],
+        "chord": ["tasks:chord:c", 0, "0" * 40],
+        "abort": [{"key": "tasks:chord:c", "fail": [_REF], "errback": [_FRAG]}],
+        "errback": [_FRAG],
+    }
+    assert Message.decode(_body(wf=wf, unique="tasks:unique:k")).wf == wf
+
+
+@pytest.mark.parametrize(
+    ("fields", "reason"),
+    [
+        ({"wf": {"fail": 5}}, "fail must be an array"),
+        ({"wf": {"abort": [7]}}, "an abort entry must be a map"),
+        ({"wf": {"next": 5}}, "next must be an array"),
+        ({"wf": {"chord": ["tasks:chord:c", "0"]}}, "a chord index must be an integer"),
+        ({"wf": {"chord": ["tasks:schedule", 0]}}, "is not a chord key"),
+        ({"wf": {"fail": [["tasks:schedule", "tasks:done:b", 1]]}}, "is not a job key"),
+        ({"wf": {"fail": [["tasks:job:b", "tasks:schedule", 1]]}}, "is not the done list"),
+        ({"wf": {"fail": [["tasks:job:b", "tasks:done:b", 0.5]]}}, "ttl ms must be an integer"),
+        (
+            {"wf": {"abort": [{"key": "tasks:schedule", "fail": [], "errback": []}]}},
+            "is not a chord key",
+        ),
+        ({"wf": {"next": [{**_FRAG, "queue": "a:b"}]}}, "invalid queue name"),
+        ({"wf": {"next": [{**_FRAG, "id": "../x"}]}}, "invalid job id"),
+        ({"wf": {"next": [{**_FRAG, "priority": "urgent"}]}}, "known priority"),
+        ({"wf": {"next": [{**_FRAG, "ttl": 2**62}]}}, "a fragment's ttl must be"),
+        ({"wf": {"next": [{**_FRAG, "countdown_ms": -1}]}}, "countdown_ms must be"),
+        ({"wf": {"next": [{**_FRAG, "wf": {"fail": "x"}}]}}, "fail must be an array"),
+        ({"wf": {"run": []}}, "unknown key"),
+        ({"unique": "tasks:normal"}, "body field 'unique' must be a key tasks:unique:"),
+        ({"unique": "other:unique:k"}, "body field 'unique' must be a key tasks:unique:"),
+        ({"result_ttl_s": 2**62}, "'result_ttl_s' must be in"),
+        ({"retries": 2**40}, "'retries' must be in"),
+        ({"created_ms": -1}, "'created_ms' must be in"),
+        ({"expires_ms": 2**63}, "'expires_ms' must be in"),
+        ({"id": "a/../b"}, "invalid job id"),
+        ({"id": "has space"}, "invalid job id"),
+        ({"id": "x" * 100_000}, "invalid job id"),
+    ],
+)
+def test_a_body_naming_foreign_keys_or_wild_numbers_is_refused(
+    fields: dict[str, object], reason: str
+) -> None:
+    with pytest.raises(DecodeError, match=reason):
+        Message.decode(_body(**fields))
+
+
+def test_a_chain_nested_past_the_limit_is_refused_not_a_recursion_error() -> None:
+    wf: dict[str, object] = {}
+    for _ in range(300):
+        wf = {"next": [{**_FRAG, "wf": wf or None}]}
+    body = msgpack.packb({"v": 1, "id": "a", "task": "t", "wf": wf})
+    with pytest.raises(DecodeError, match="nested deeper"):
+        Message.decode(body)

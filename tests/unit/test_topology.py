@@ -74,6 +74,13 @@ def test_queues_are_cut_into_runs_that_share_a_slot() -> None:
     assert slot_runs(connect("redis://127.0.0.1:1"), ["a", "b"]) == [("a", "b")]
 
 
+_CHECKS = (
+    "return queue ~= nil and ref[2] == queue .. ':done:' .. id and whole(ref[3])",
+    "if job[2] ~= queue .. ':' .. priority or job[8] ~= queue or type(job[3]) ~= 'string' then",
+    "if record ~= '' and (record ~= queue .. ':job:' .. id or not whole(job[7])) then",
+)
+
+
 def test_scripts_declare_their_keys() -> None:
     """Every script names its KEYS in its header, and the only key names built inside Lua are
     derived from a declared key of the same queue (same prefix, so same hash tag and slot)."""
@@ -89,11 +96,15 @@ def test_scripts_declare_their_keys() -> None:
             if re.search(r"\.\. *'[:]", line) and not line.strip().startswith("--")
         ]
     # Each is the queue's own prefix (`prefix`/ARGV[8]: the queue whose declared streams the
-    # script also got) or a declared stream's prefix, so it carries the queue's hash tag.
+    # script also got) or a declared stream's prefix, so it carries the queue's hash tag; the
+    # chord checks build names only to compare a stored key with the one it must be.
     assert built == [
         ("_flow.lua", "redis.call('HINCRBY', prefix .. ':counts', 'held', -1)"),
         ("_flow.lua", "local stream = prefix .. ':' .. PRIORITY_NAMES[p + 1]"),
         ("_flow.lua", "local rec = prefix .. ':job:' .. job"),
+        ("_flow.lua", _CHECKS[0]),
+        ("_flow.lua", _CHECKS[1]),
+        ("_flow.lua", _CHECKS[2]),
         ("_record.lua", "return string.match(stream, '^(.*):[^:]*$') .. ':job:' .. job_id"),
         ("_record.lua", "return string.match(stream, '^(.*):[^:]*$') .. ':done:' .. job_id"),
     ]

@@ -78,35 +78,99 @@ local function op_schedule(op, now)
   end
 end
 
--- ["chord_add", key, index, result]: one header result, counted once per index; the last
--- one enqueues the body with every result in order, and the chord's state goes.
+-- A positive whole number that Lua holds exactly (what a count or a TTL must be).
+local function whole(x)
+  return type(x) == 'number' and x >= 1 and x == math.floor(x) and x < 2 ^ 53
+end
+
+-- Whether `ref` is {record, done, ttl ms} of one job: '<queue>:job:<id>' and its done list.
+local function record_ref(ref)
+  if type(ref) ~= 'table' or type(ref[1]) ~= 'string' then return false end
+  local queue, id = string.match(ref[1], '^([^:]+):job:(.+)$')
+  return queue ~= nil and ref[2] == queue .. ':done:' .. id and whole(ref[3])
+end
+
+-- Whether `job` is the op of a chord body that enqueues into the chord's own queue and
+-- names only that job's own keys (the chord's state lives in Redis, where whoever may write
+-- the queue could change it: nothing in it is run as given).
+local PRIORITY_INDEX = {high = 0, normal = 1, low = 2}
+local function chord_body_op(job, key)
+  local queue = string.match(key, '^([^:]+):chord:')
+  if type(job) ~= 'table' or job[1] ~= 'job' or not queue then return false end
+  local id, record, priority = job[5], job[6], job[9]
+  if type(id) ~= 'string' or id == '' or not PRIORITY_INDEX[priority] then return false end
+  if job[2] ~= queue .. ':' .. priority or job[8] ~= queue or type(job[3]) ~= 'string' then
+    return false
+  end
+  if record ~= '' and (record ~= queue .. ':job:' .. id or not whole(job[7])) then
+    return false
+  end
+  if type(job[10]) ~= 'string' or (job[11] ~= nil and type(job[11]) ~= 'table') then
+    return false
+  end
+  for _, ref in ipairs(job[11] or {}) do
+    if not record_ref(ref) then return false end
+  end
+  return true
+end
+
+-- A chord's state, checked before anything is written (scripts do not roll back): nil
+-- unless every field is well formed, its digest is `digest` when the header's (signed)
+-- body names one (SHA-1 of each field's length, ':' and text), and its body op passes
+-- chord_body_op.
+local function chord_state(key, index, digest)
+  local c = redis.call('HMGET', key, 'n', 'ttl', 'pre', 'post', 'imm', 'op', 'done')
+  for i = 1, 7 do
+    if not c[i] then return nil end
+  end
+  if digest then
+    local text = {}
+    for i = 1, 6 do
+      text[#text + 1] = #c[i]
+      text[#text + 1] = ':'
+      text[#text + 1] = c[i]
+    end
+    if redis.sha1hex(table.concat(text)) ~= digest then return nil end
+  end
+  local n, ttl, done = tonumber(c[1]), tonumber(c[2]), tonumber(c[7])
+  if not (whole(n) and whole(ttl) and (done == 0 or whole(done))) then return nil end
+  if type(index) ~= 'number' or index < 0 or index >= n or (c[5] ~= '0' and c[5] ~= '1') then
+    return nil
+  end
+  local ok, job = pcall(cmsgpack.unpack, c[6])
+  if not ok or not chord_body_op(job, key) then return nil end
+  return {n = n, ttl = ttl, pre = c[3], post = c[4], imm = c[5], job = job}
+end
+
+-- ["chord_add", key, index, result, digest]: one header result, counted once per index; the
+-- last one enqueues the body with every result in order, and the chord's state goes. A
+-- state that ended (or failed) already, or fails chord_state, takes nothing.
 local function op_chord_add(op, now)
-  if redis.call('EXISTS', op[2]) == 0 then return end  -- ended (or failed) already
+  local c = chord_state(op[2], op[3], op[5])
+  if not c then return end
   if redis.call('HSETNX', op[2], 'r:' .. op[3], op[4]) == 0 then return end
   local done = redis.call('HINCRBY', op[2], 'done', 1)
-  local c = redis.call('HMGET', op[2], 'n', 'ttl', 'pre', 'post', 'imm', 'op')
-  local n = tonumber(c[1])
+  local n = c.n
   if done < n then
-    redis.call('PEXPIRE', op[2], c[2])
+    redis.call('PEXPIRE', op[2], c.ttl)
     return
   end
-  local body = c[3]
-  if c[5] ~= '1' then
+  local body = c.pre
+  if c.imm ~= '1' then
     local names = {}
     for i = 0, n - 1 do names[#names + 1] = 'r:' .. i end
-    local parts = {c[3], array_header(n)}
+    local parts = {c.pre, array_header(n)}
     for start = 1, n, 1000 do  -- HMGET in slices: unpack has a stack limit
       local slice = {}
       for i = start, math.min(n, start + 999) do slice[#slice + 1] = names[i] end
       for _, r in ipairs(redis.call('HMGET', op[2], unpack(slice))) do parts[#parts + 1] = r end
     end
-    parts[#parts + 1] = c[4]
+    parts[#parts + 1] = c.post
     body = table.concat(parts)
   end
   redis.call('DEL', op[2])
-  local job = cmsgpack.unpack(c[6])
-  job[4] = body
-  run_ops({job}, now)
+  c.job[4] = body
+  run_ops({c.job}, now)
 end
 
 -- ["fail", record, done, ttl ms, cause id, cause task, cause type, cause error]: a later step
@@ -127,7 +191,8 @@ local OPS = {
       'priority', op[6])
     redis.call('PEXPIRE', op[2], op[3])
   end,
-  -- ["chord_new", key, n, ttl ms, pre, post, immutable, body op]: a chord's state.
+  -- ["chord_new", key, n, ttl ms, pre, post, immutable, body op]: a chord's state (n, ttl
+  -- ms and immutable as decimal text, as chord_state reads them back for its digest).
   chord_new = function(op, now)
     redis.call('HSET', op[2], 'n', op[3], 'done', 0, 'ttl', op[4], 'pre', op[5], 'post', op[6],
       'imm', op[7], 'op', op[8])
