@@ -162,8 +162,8 @@ class Layout:
         errback = [*ctx.errback, *(self._callback(e) for e in c.link_error)]
         laid = self.lay(steps[-1], Context(ctx.next, ctx.fail, ctx.chord, ctx.abort, errback))
         all_steps, terminal = list(laid.steps), laid.terminal
-        for step in reversed(steps[:-1]):
-            downstream = [_record_ref(f) for f in laid.steps if f["ttl"] is not None]
+        for step in reversed(steps[:-1]):  # every step after this one ends if it fails
+            downstream = [_record_ref(f) for f in all_steps if f["ttl"] is not None]
             inner = Context(laid.fragments, [*downstream, *ctx.fail], None, ctx.abort, errback)
             laid = self.lay(step, inner)
             all_steps = [*laid.steps, *all_steps]

@@ -24,10 +24,28 @@ from taskq.broker.link import Link, script_command
 from taskq.broker.replies import as_int, flat_pairs, info_records, pending_rows, redis_ms, text
 from taskq.broker.steps import Pause, Steps, run
 from taskq.errors import BrokerRefused, BrokerUnavailable
+from taskq.flowcheck import Refusal, record_ref
 from taskq.keys import GROUP, PRIORITIES, QueueKeys
 from taskq.results import FINAL, RUNNING, SUCCEEDED, UNKNOWN, WAITING, FlowView, JobStatus
 
 WAIT_SLICE_S = 5.0
+
+
+def later_steps(packed: bytes | None) -> list[list[Any]]:
+    """The records of the workflow steps after a job (its record's ``later`` field:
+    ``[record key, done key, ttl ms]`` each), which end with it if it is cancelled before it
+    runs; none unless every one is a well-formed reference (the field is untrusted)."""
+    if not packed:
+        return []
+    try:
+        refs = msgpack.unpackb(packed, raw=False)
+        for ref in refs:
+            record_ref(ref)
+    except (Refusal, TypeError, ValueError, msgpack.UnpackException):
+        return []
+    return refs  # type: ignore[no-any-return]
+
+
 """Longest single block of a waiter; it then re-reads the record (and finds a dead link)."""
 RECONNECT_BACKOFF_S = (0.05, 1.0)
 """First and longest pause between a waiter's attempts while Redis is unreachable."""
@@ -94,8 +112,10 @@ class Records:
         k = QueueKeys(queue)
         keys = [k.job(job_id), k.done(job_id), *k.streams, k.schedule]
         keys += [*(k.retry(p) for p in PRIORITIES), k.cancel(job_id), k.counts]
-        reply = self.link.script("cancel", keys, [job_id, GROUP, ttl_ms, int(terminate)])
-        return text(reply)
+        later = later_steps(self.link.call("HGET", k.job(job_id), "later"))
+        keys += [key for ref in later for key in ref[:2]]
+        args = [job_id, GROUP, ttl_ms, int(terminate), *(ref[2] for ref in later)]
+        return text(self.link.script("cancel", keys, args))
 
     def cancel_requested(self, jobs: Sequence[tuple[str, str]]) -> set[str]:
         """Which of these running jobs (queue, job id) were asked to stop."""

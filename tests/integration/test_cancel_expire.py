@@ -165,6 +165,18 @@ def test_a_later_step_cancelled_alone_stops_the_chain_there(
     assert task_app.job(steps[2][0]).status().state == "cancelled"  # ended with the second
 
 
+def test_a_waiting_first_step_cancelled_alone_ends_the_whole_chain(task_app: App) -> None:
+    # given a chain of three whose first step waits in its stream
+    flow = chain(tasks.add.s(1, 2), tasks.square.s(), tasks.tsum.si([1])).apply_async()
+    first, second, third = (s[0] for s in task_app.records.flow_steps(flow.queue, flow.id))
+    # when only that step is cancelled
+    assert task_app.job(first).cancel() == "cancelled"
+    # then the steps after it end with it, and the workflow's result answers at once
+    assert [task_app.job(j).status().state for j in (second, third)] == ["cancelled"] * 2
+    with pytest.raises(JobCancelled):
+        flow.result(timeout=1)
+
+
 def test_a_job_not_started_before_it_expires_does_not_run(
     task_app: App, r: redis.Redis, start_worker: StartWorker
 ) -> None:

@@ -51,6 +51,18 @@ def test_a_failing_middle_step_stops_the_chain(task_app: App, r: redis.Redis) ->
     assert last.cause is not None and last.cause.task == "tests.tasks.fails_stored"
 
 
+def test_a_step_failing_for_good_ends_every_later_step(task_app: App, r: redis.Redis) -> None:
+    # given a chain of five whose second step fails for good
+    steps = [tasks.tag.s("c"), tasks.tag.s("d"), tasks.tag.s("e")]
+    flow = chain(tasks.add.s(1, 1), tasks.fails_stored.s(), *steps).apply_async()
+    drain(task_app, timeout_s=20)
+    # then every step after it ends failed, and the workflow's result answers at once
+    view = task_app.records.flow_view(flow.queue, flow.id)
+    assert [s.state for s in view.steps] == ["succeeded", "failed", "failed", "failed", "failed"]
+    with pytest.raises(TaskFailed):
+        flow.result(timeout=1)
+
+
 def test_group_results_in_order(task_app: App, start_worker: StartWorker) -> None:
     # given members that finish in the reverse of their order
     g = group(tasks.slow_add.s(i, 0, 0.05 * (5 - i)) for i in range(6)).apply_async()

@@ -60,6 +60,7 @@ local function op_job(op, now)
   if op[6] ~= '' then
     redis.call('HSET', op[6], 'state', 'waiting', 'task', op[3], 'queue', op[8],
       'priority', op[9], 'args', op[10], 'enqueued_ms', now, 'entry', id)
+    if op[11] and #op[11] > 0 then redis.call('HSET', op[6], 'later', cmsgpack.pack(op[11])) end
     redis.call('PEXPIRE', op[6], op[7])
   end
 end
@@ -74,6 +75,7 @@ local function op_schedule(op, now)
   if op[6] ~= '' then
     redis.call('HSET', op[6], 'state', 'scheduled', 'task', op[8], 'queue', op[9],
       'priority', op[10], 'args', op[11], 'enqueued_ms', now, 'due_ms', due)
+    if op[12] and #op[12] > 0 then redis.call('HSET', op[6], 'later', cmsgpack.pack(op[12])) end
     redis.call('PEXPIRE', op[6], op[4] + op[7])
   end
 end

@@ -3,8 +3,9 @@
 -- is removed and its record ends as cancelled: it never runs. A delivered job (running, or
 -- in a worker's prefetched batch) gets a tombstone that its worker's master acts on.
 -- KEYS: record, done list, streams high/normal/low, schedule, retry sets high/normal/low,
---       tombstone, counts hash.
--- ARGV: job id, group, ttl ms, terminate ('1' or '0').
+--       tombstone, counts hash, then record and done list of each later workflow step (the
+--       record's 'later' field, read and checked by the caller).
+-- ARGV: job id, group, ttl ms, terminate ('1' or '0'), then each later step's ttl ms.
 -- Returns the outcome: 'cancelled', 'running' (not interrupted), 'terminating', 'unknown',
 -- or the final state the job had already reached.
 local rec, id = KEYS[1], ARGV[1]
@@ -74,6 +75,9 @@ if removed then
   local lock = redis.call('HGET', rec, 'unique')  -- a unique job's lock goes with it
   if lock and redis.call('GET', lock) == id then redis.call('DEL', lock) end
   finish_record(rec, KEYS[2], 'cancelled', tonumber(ARGV[3]), now)
+  for j = 1, (#KEYS - 11) / 2 do  -- the steps after it will never start either
+    finish_record(KEYS[10 + 2 * j], KEYS[11 + 2 * j], 'cancelled', tonumber(ARGV[4 + j]), now)
+  end
   redis.call('HINCRBY', KEYS[11], 'cancelled', 1)
   return 'cancelled'
 end
