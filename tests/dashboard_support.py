@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import signal
 import subprocess
 import sys
@@ -22,18 +21,26 @@ from tests.redis_server import free_port
 
 
 class DashboardProcess:
-    """``taskq dashboard`` as a real subprocess on a free port."""
+    """``taskq dashboard`` as a real subprocess on a free port; ``main_args`` go before the
+    subcommand (``--redis-url``), ``env`` adds variables."""
 
-    def __init__(self, redis_url: str, *args: str, log_path: Path) -> None:
+    def __init__(
+        self,
+        redis_url: str,
+        *args: str,
+        log_path: Path,
+        main_args: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
         self.log_path = log_path
-        cmd = [sys.executable, "-m", "taskq", "-A", "tests.dashboard_tasks", "dashboard"]
+        cmd = [sys.executable, "-m", "taskq", "-A", "tests.dashboard_tasks", *main_args]
         self.proc = subprocess.Popen(
-            [*cmd, "--port", str(self.port), *args],
+            [*cmd, "dashboard", "--port", str(self.port), *args],
             cwd=ROOT,
-            env=worker_env(redis_url),
+            env=worker_env(redis_url, **(env or {})),
             stdout=self.log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -45,9 +52,13 @@ class DashboardProcess:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"dashboard exited: {self.log_path.read_text()}")
-            with contextlib.suppress(OSError):
+            try:
                 urllib.request.urlopen(self.url + "/static/dashboard.css", timeout=1).close()
                 return
+            except urllib.error.HTTPError:
+                return  # up, asking for credentials
+            except OSError:
+                pass
             time.sleep(0.05)
         raise RuntimeError(f"dashboard did not start: {self.log_path.read_text()}")
 

@@ -36,6 +36,7 @@ def asgi(
     auth: AuthHook | None = None,
     token: str | None = None,
     basic_auth: str | None = None,
+    secret: str | bytes | None = None,
 ) -> ASGIApp:
     """The dashboard of ``app``, to serve or to mount in an existing ASGI app.
 
@@ -48,16 +49,20 @@ def asgi(
             be async).
         token: a shared secret: ``Authorization: Bearer <token>``, or ``?token=<token>``
             once, which sets a login cookie.
-        basic_auth: ``user:password`` for HTTP basic auth.
+        basic_auth: ``user:password`` for HTTP basic auth (both non-empty).
+        secret: the key of the pages' CSRF tokens and notices; by default a random one per
+            process. Give the same one to every process that serves the dashboard behind one
+            address (a page from one must be accepted by another).
 
     Raises:
-        ConfigError: the ``dashboard`` extra is not installed.
+        ConfigError: the ``dashboard`` extra is not installed, or ``basic_auth`` is malformed.
     """
     require_extra()
     from taskq.dashboard.app import build
-    from taskq.dashboard.security import Access
+    from taskq.dashboard.security import Access, new_secret
 
-    access = Access(token=token or None, basic=basic_auth or None, hook=auth)
+    key = secret.encode() if isinstance(secret, str) else secret
+    access = Access(token or None, basic_auth or None, auth, key or new_secret())
     return build(app, prefix=prefix, read_only=read_only, access=access)
 
 

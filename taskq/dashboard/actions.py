@@ -1,8 +1,9 @@
 """The dashboard's actions (POST): retry and purge dead letters, cancel a job.
 
-Each is refused with 403 in read-only mode and without the page's CSRF token, then runs the
-same operator move as the CLI (:mod:`taskq.ops.deadletters`, ``Job.cancel``) in a thread
-pool, and redirects back with a one-line notice.
+Each is refused with 403 in read-only mode, from another origin, or without a CSRF token
+made for the request's session (:mod:`taskq.dashboard.security`), then runs the same operator
+move as the CLI (:mod:`taskq.ops.deadletters`, ``Job.cancel``) in a thread pool, and
+redirects back with a signed one-line notice.
 """
 
 from __future__ import annotations
@@ -14,24 +15,39 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from taskq.dashboard.pages import Settings, base_path
-from taskq.dashboard.security import CSRF_FIELD, csrf_ok
+from taskq.dashboard.pages import Settings, base_path, notice_query, segment
+from taskq.dashboard.security import CSRF_FIELD, csrf_ok, same_origin
 
 MAX_FORM_BYTES = 1_000_000
 
 
 async def _form(request: Request) -> dict[str, list[str]]:
-    """The POST's fields, after the read-only and CSRF checks (urlencoded forms only)."""
+    """The POST's fields, after the read-only, origin and CSRF checks (urlencoded forms only)."""
     settings: Settings = request.app.state.dashboard
     if settings.read_only:
         raise HTTPException(403, "the dashboard is read-only: actions are turned off")
-    body = await request.body()
-    if len(body) > MAX_FORM_BYTES:
-        raise HTTPException(413, "form too large")
+    if not same_origin(request):
+        raise HTTPException(403, "cross-origin request refused: use the dashboard's own pages")
+    body = await _body(request)
     fields = parse_qs(body.decode("utf-8", errors="replace"), keep_blank_values=True)
-    if not csrf_ok(request, (fields.get(CSRF_FIELD) or [""])[0]):
+    if not csrf_ok(settings.access, request, (fields.get(CSRF_FIELD) or [""])[0]):
         raise HTTPException(403, "missing or wrong CSRF token: reload the page and try again")
     return fields
+
+
+async def _body(request: Request) -> bytes:
+    """The body, refused (413) by its ``Content-Length`` before reading, or once more than
+    :data:`MAX_FORM_BYTES` have come, so an endless body costs at most that much memory."""
+    declared = request.headers.get("content-length", "0")
+    if not declared.isdigit() or int(declared) > MAX_FORM_BYTES:
+        raise HTTPException(413, "form too large")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_FORM_BYTES:
+            raise HTTPException(413, "form too large")
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _one(fields: dict[str, list[str]], name: str) -> str:
@@ -39,7 +55,7 @@ def _one(fields: dict[str, list[str]], name: str) -> str:
 
 
 def _back(request: Request, path: str, notice: str, **params: str) -> Response:
-    query = urlencode({**{k: v for k, v in params.items() if v}, "notice": notice})
+    query = urlencode({**{k: v for k, v in params.items() if v}, **notice_query(request, notice)})
     return RedirectResponse(f"{base_path(request)}{path}?{query}", status_code=303)
 
 
@@ -77,4 +93,4 @@ async def cancel_job(request: Request) -> Response:
     source = request.app.state.dashboard.source
     outcomes = await run_in_threadpool(lambda: source.cancel(job_id, queue, terminate=terminate))
     notice = "; ".join(f"{step}: {outcome}" for step, outcome in outcomes.items())
-    return _back(request, f"/jobs/{job_id}", notice, queue=queue or "")
+    return _back(request, f"/jobs/{segment(job_id)}", notice, queue=queue or "")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from starlette.applications import Starlette
 from starlette.datastructures import MutableHeaders
@@ -68,9 +68,12 @@ class Guard:
             await self._refuse()(scope, receive, send_headers)
 
     def _login(self, request: Request) -> Response:
-        """Back to the same page without the token in its address, logged in by cookie."""
+        """Back to the same page without the token in its address, logged in by cookie. The
+        path is re-quoted with one leading slash: ``//host/`` or ``/\\host/`` would send the
+        browser to another site."""
         rest = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
-        url = request.url.path + ("?" + urlencode(rest) if rest else "")
+        url = "/" + quote(request.url.path.lstrip("/"), safe="/")
+        url += ("?" + urlencode(rest)) if rest else ""
         response = RedirectResponse(url, status_code=303)
         response.set_cookie(
             LOGIN_COOKIE,
@@ -159,5 +162,5 @@ def build(app: App, *, prefix: str = "", read_only: bool = False, access: Access
         exception_handlers=handlers,
     )
     templates = Jinja2Templates(env=pages.environment())
-    web.state.dashboard = Settings(Source(app), templates, read_only)
+    web.state.dashboard = Settings(Source(app), templates, read_only, access)
     return web

@@ -19,7 +19,7 @@ from starlette.templating import Jinja2Templates
 
 from taskq.dashboard.charts import failure_chart, throughput_chart
 from taskq.dashboard.format import FILTERS
-from taskq.dashboard.security import CSRF_COOKIE, csrf_token
+from taskq.dashboard.security import SESSION_COOKIE, Access, csrf_token, session_of
 from taskq.dashboard.views import Source, queue_rows, timeline
 from taskq.ops.inspect import to_json
 
@@ -27,11 +27,16 @@ LIVE = frozenset({"overview", "workers", "job", "periodic"})
 """The pages with a live block (``<name>_live.html``)."""
 
 
+NOTICE, NOTICE_SIGNATURE = "notice", "sig"
+"""The query parameters of an action's one-line answer and of its signature."""
+
+
 @dataclass(frozen=True)
 class Settings:
     source: Source
     templates: Jinja2Templates
     read_only: bool
+    access: Access
 
 
 def base_path(request: Request) -> str:
@@ -39,29 +44,46 @@ def base_path(request: Request) -> str:
     return str(request.scope.get("root_path", "")).rstrip("/")
 
 
+def notice_query(request: Request, notice: str) -> dict[str, str]:
+    """The query parameters that make the next page show ``notice``: signed, so that only
+    the dashboard's own redirects, not any link, can put text on its pages."""
+    settings: Settings = request.app.state.dashboard
+    return {NOTICE: notice, NOTICE_SIGNATURE: settings.access.sign(NOTICE, notice)}
+
+
+def _notice(request: Request, access: Access) -> str | None:
+    q = request.query_params
+    notice, signature = q.get(NOTICE), q.get(NOTICE_SIGNATURE, "")
+    return notice if notice is not None and access.signed(NOTICE, notice, signature) else None
+
+
 def render(
     request: Request, name: str, context: dict[str, Any], *, status_code: int = 200
 ) -> Response:
-    """A page (or its live block), with the CSRF cookie its forms need."""
+    """A page (or its live block, marked by the ``x-taskq-live`` header the page's script
+    checks), with the session cookie its forms' CSRF token is bound to."""
     settings: Settings = request.app.state.dashboard
-    token = csrf_token(request)
+    session = session_of(request)
     base = base_path(request)
     live = request.query_params.get("part") == "live" and name in LIVE
     context = {
         **context,
         "base": base,
         "read_only": settings.read_only,
-        "csrf": token,
+        "csrf": csrf_token(settings.access, request, session),
+        "notice": _notice(request, settings.access),
         "nav": name,
     }
     template = f"{name}_live.html" if live else f"{name}.html"
     response = settings.templates.TemplateResponse(
         request, template, context, status_code=status_code
     )
-    if request.cookies.get(CSRF_COOKIE) != token:
+    if live:
+        response.headers["x-taskq-live"] = name
+    if request.cookies.get(SESSION_COOKIE) != session:
         response.set_cookie(
-            CSRF_COOKIE,
-            token,
+            SESSION_COOKIE,
+            session,
             path=base or "/",
             httponly=True,
             samesite="strict",
@@ -175,4 +197,12 @@ def environment() -> Environment:
     """Templates from the package, every value escaped unless a template says otherwise."""
     env = Environment(loader=PackageLoader("taskq.dashboard", "templates"), autoescape=True)
     env.filters.update(FILTERS)
+    env.filters["segment"] = segment
     return env
+
+
+def segment(value: object) -> str:
+    """A value quoted as one path segment: its ``/``, ``?`` and ``#`` cannot leave it. (A
+    whole segment ``..`` still climbs, whatever its spelling: the page's script therefore
+    takes only the live block it asked for.)"""
+    return quote(str(value), safe="")

@@ -5,10 +5,19 @@ Access: with a token set (``TASKQ_DASHBOARD_TOKEN``), a request passes with
 basic-auth pair, with those credentials; an embedding app's ``auth`` callable must also say
 yes. Nothing set: everyone who can reach the port (which is why it binds to 127.0.0.1).
 
-CSRF: a double-submit cookie. Every page sets a random ``taskq_csrf`` cookie (SameSite=Strict)
-and puts the same value in each form; a POST passes only when both are there and equal. A
-page on another site can make the browser send the cookie, but cannot read it to fill in
-the form.
+CSRF, two checks on every POST:
+
+- the form's token must be the HMAC, under this dashboard's secret, of the browser's random
+  ``taskq_session`` cookie and the credentials the request carries. A page on another port
+  of the same host can set cookies (cookies do not tell ports apart) but cannot compute the
+  token, nor read it from a page;
+- a browser must say the request comes from the dashboard's own origin: ``Sec-Fetch-Site:
+  same-origin``, or without that header, an ``Origin`` equal to the request's host. A
+  request with neither header is not a browser's (browsers send ``Origin`` with every POST):
+  the token alone decides.
+
+The same secret signs the one-line notices an action redirects to, so a link cannot make a
+page show text of its author's choosing.
 """
 
 from __future__ import annotations
@@ -20,21 +29,36 @@ import hmac
 import inspect
 import secrets
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from starlette.requests import Request
+
+from taskq.errors import ConfigError
 
 AuthHook = Callable[[Request], "bool | Awaitable[bool]"]
 """An embedding app's check: True lets the request in (it may be a coroutine function)."""
 
 LOGIN_COOKIE = "taskq_login"
-CSRF_COOKIE = "taskq_csrf"
+SESSION_COOKIE = "taskq_session"
 CSRF_FIELD = "csrf"
+SESSION_CHARS = 43
+"""A session id: 32 random bytes, URL-safe base64 without padding."""
 
 
 def _digest(secret: str) -> str:
     """What the login cookie holds: never the token itself."""
     return hashlib.sha256(b"taskq-dashboard\0" + secret.encode()).hexdigest()
+
+
+def check_basic_auth(pair: str) -> None:
+    """Raises ConfigError unless ``pair`` is ``user:password`` with both parts non-empty."""
+    user, sep, password = pair.partition(":")
+    if not (sep and user and password):
+        raise ConfigError("basic auth: expected USER:PASSWORD, both non-empty")
+
+
+def new_secret() -> bytes:
+    return secrets.token_bytes(32)
 
 
 @dataclass(frozen=True)
@@ -45,11 +69,18 @@ class Access:
         token: a shared secret (bearer header, ``?token=`` login, cookie); None: not used.
         basic: ``user:password`` for HTTP basic auth; None: not used.
         hook: an embedding app's own check, on top of the others.
+        secret: the key of the CSRF tokens and signed notices; random per process unless
+            given (several processes serving one dashboard must share it).
     """
 
     token: str | None = None
     basic: str | None = None
     hook: AuthHook | None = None
+    secret: bytes = field(default_factory=new_secret, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.basic is not None:
+            check_basic_auth(self.basic)
 
     @property
     def login_value(self) -> str:
@@ -86,14 +117,48 @@ class Access:
             return hmac.compare_digest(given.encode(), self.basic.encode())
         return False
 
+    def sign(self, purpose: str, text: str) -> str:
+        """An HMAC of ``text`` for one ``purpose`` (so a signature made for one use is
+        worthless for another)."""
+        message = purpose.encode() + b"\0" + text.encode("utf-8", "surrogatepass")
+        mac = hmac.new(self.secret, message, hashlib.sha256).digest()
+        return base64.urlsafe_b64encode(mac).rstrip(b"=").decode()
 
-def csrf_token(request: Request) -> str:
-    """The page's CSRF token: the cookie's, or a new one (the response must set it)."""
-    token = request.cookies.get(CSRF_COOKIE, "")
-    return token if len(token) == 43 else secrets.token_urlsafe(32)
+    def signed(self, purpose: str, text: str, signature: str) -> bool:
+        return hmac.compare_digest(self.sign(purpose, text).encode(), signature.encode())
 
 
-def csrf_ok(request: Request, submitted: str) -> bool:
-    """Whether a POST's form field matches its cookie (both present)."""
-    cookie = request.cookies.get(CSRF_COOKIE, "")
-    return bool(cookie) and hmac.compare_digest(cookie.encode(), submitted.encode())
+def session_of(request: Request) -> str:
+    """The browser's session id: its cookie's, or a new one (the response must set it)."""
+    session = request.cookies.get(SESSION_COOKIE, "")
+    return session if len(session) == SESSION_CHARS else secrets.token_urlsafe(32)
+
+
+def _bound_to(request: Request, session: str) -> str:
+    """What a CSRF token is bound to: the session and the credentials the request carries."""
+    credentials = request.headers.get("authorization") or request.cookies.get(LOGIN_COOKIE, "")
+    return session + "\0" + hashlib.sha256(credentials.encode()).hexdigest()
+
+
+def csrf_token(access: Access, request: Request, session: str) -> str:
+    """The token the forms of a page for ``session`` carry."""
+    return access.sign("csrf", _bound_to(request, session))
+
+
+def csrf_ok(access: Access, request: Request, submitted: str) -> bool:
+    """Whether a POST's form token was made for its session cookie and credentials."""
+    session = request.cookies.get(SESSION_COOKIE, "")
+    return bool(session) and access.signed("csrf", _bound_to(request, session), submitted)
+
+
+def same_origin(request: Request) -> bool:
+    """Whether the browser that sent ``request`` says it comes from the dashboard's origin
+    (see the module's docstring); True for a client that sends neither header."""
+    site = request.headers.get("sec-fetch-site")
+    if site is not None:
+        return site == "same-origin"
+    origin = request.headers.get("origin")
+    if origin is None:
+        return True
+    host = request.headers.get("host", "").lower()
+    return bool(host) and origin.lower() in (f"http://{host}", f"https://{host}")

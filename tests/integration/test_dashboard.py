@@ -22,6 +22,7 @@ from starlette.testclient import TestClient
 from taskq import App
 from taskq.broker.series import MINUTE_MS, Series, minute_of
 from taskq.dashboard import asgi
+from taskq.errors import ConfigError
 from taskq.ops.throughput import last_hour
 from taskq.worker.outcome import JobCounts
 from taskq.worker.throughput import ThroughputWriter
@@ -249,6 +250,67 @@ def test_retry_and_purge_need_the_csrf_token(
     assert purged.status_code == 303 and r.xlen("tasks:deadletter") == 0
 
 
+def test_a_forged_csrf_pair_is_refused(client: TestClient, dash_app: App, r: redis.Redis) -> None:
+    """A page on another port of the host can set cookies, so a cookie equal to the form
+    field proves nothing: the token must be made, under the dashboard's secret, for the
+    session cookie the request carries."""
+    add_deadletter(r, dash_app, "fragile")
+    forged = "f" * 43
+    for name in ("taskq_csrf", "taskq_session"):
+        client.cookies.set(name, forged)
+    purge = "/deadletters/tasks/purge"
+    assert client.post(purge, data={"csrf": forged}).status_code == 403
+    # A real token is worthless with another session, or for another dashboard.
+    token = csrf_of(client.get("/deadletters").text)  # for the session "fff...f"
+    client.cookies.set("taskq_session", "g" * 43)
+    assert client.post(purge, data={"csrf": token}).status_code == 403
+    client.cookies.set("taskq_session", forged)
+    with TestClient(asgi(dash_app), cookies={"taskq_session": forged}) as other:
+        assert other.post(purge, data={"csrf": token}).status_code == 403
+    assert r.xlen("tasks:deadletter") == 1
+    assert client.post(purge, data={"csrf": token}, follow_redirects=False).status_code == 303
+    assert r.xlen("tasks:deadletter") == 0
+
+
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [
+        ({"origin": "http://127.0.0.1:1"}, 403),
+        ({"origin": "null"}, 403),
+        ({"sec-fetch-site": "same-site"}, 403),
+        ({"sec-fetch-site": "cross-site"}, 403),
+        ({"sec-fetch-site": "same-site", "origin": "http://testserver"}, 403),
+        ({"origin": "http://testserver"}, 303),
+        ({"sec-fetch-site": "same-origin", "origin": "http://testserver"}, 303),
+        ({}, 303),  # not a browser: the token decides
+    ],
+)
+def test_posts_must_come_from_the_dashboards_origin(
+    client: TestClient, dash_app: App, r: redis.Redis, headers: dict[str, str], status: int
+) -> None:
+    add_deadletter(r, dash_app, "fragile")
+    token = csrf_of(client.get("/deadletters").text)
+    response = client.post(
+        "/deadletters/tasks/purge", data={"csrf": token}, headers=headers, follow_redirects=False
+    )
+    assert response.status_code == status, response.text
+    assert r.xlen("tasks:deadletter") == (1 if status == 403 else 0)
+
+
+def test_only_the_dashboards_own_notices_are_shown(
+    client: TestClient, dash_app: App, r: redis.Redis
+) -> None:
+    lure = "Session expired: log in again at evil.example"
+    for path in ("/", "/workers", "/deadletters", "/periodic"):
+        page = client.get(path, params={"notice": lure, "sig": "x"})
+        assert page.status_code == 200 and "evil.example" not in page.text, path
+    # An action's own notice is shown.
+    add_deadletter(r, dash_app, "fragile")
+    token = csrf_of(client.get("/deadletters").text)
+    done = client.post("/deadletters/tasks/purge", data={"csrf": token})
+    assert '<p class="notice" id="notice">deleted 1 dead-lettered job(s)</p>' in done.text
+
+
 def test_retry_all_matching(client: TestClient, dash_app: App, r: redis.Redis) -> None:
     for n in range(4):
         add_deadletter(r, dash_app, "fragile", error="timeout" if n % 2 else "refused")
@@ -292,12 +354,27 @@ def test_token_login(dash_app: App) -> None:
         assert c.get("/workers").status_code == 200  # the cookie
 
 
+@pytest.mark.parametrize("path", ["//evil.example/", "/\\evil.example/", "///evil.example/x"])
+def test_token_login_stays_on_the_dashboard(dash_app: App, path: str) -> None:
+    with TestClient(asgi(dash_app, token="s3cret")) as c:
+        login = c.get(f"http://testserver{path}?token=s3cret&a=1", follow_redirects=False)
+        assert login.status_code == 303
+        location = login.headers["location"]
+        assert location.startswith("/") and location[1:2] not in ("/", "\\"), location
+
+
 def test_basic_auth(dash_app: App) -> None:
     with TestClient(asgi(dash_app, basic_auth="ops:pw")) as c:
         refused = c.get("/")
         assert refused.status_code == 401 and "Basic" in refused.headers["www-authenticate"]
         assert c.get("/", auth=("ops", "nope")).status_code == 401
         assert c.get("/", auth=("ops", "pw")).status_code == 200
+
+
+@pytest.mark.parametrize("pair", ["ops:", ":pw", "ops"])
+def test_basic_auth_needs_a_user_and_a_password(dash_app: App, pair: str) -> None:
+    with pytest.raises(ConfigError, match="USER:PASSWORD"):
+        asgi(dash_app, basic_auth=pair)
 
 
 def test_auth_callable_and_prefix_mount(dash_app: App) -> None:
@@ -363,8 +440,9 @@ def after_navigation(browser: Any, by: str, selector: str) -> Any:
 def start_dashboard(redis_url: str, tmp_path: Path) -> Iterator[Callable[..., DashboardProcess]]:
     started: list[DashboardProcess] = []
 
-    def start(*args: str) -> DashboardProcess:
-        d = DashboardProcess(redis_url, *args, log_path=tmp_path / f"dash-{len(started)}.log")
+    def start(*args: str, **options: Any) -> DashboardProcess:
+        log_path = tmp_path / f"dash-{len(started)}.log"
+        d = DashboardProcess(redis_url, *args, log_path=log_path, **options)
         started.append(d)
         return d
 
@@ -522,12 +600,175 @@ def test_browser_read_only_and_csrf(
         browser.get(ro.url + path)
         assert browser.find_elements(By.CSS_SELECTOR, "form[method=post]") == [], path
     assert browser.find_element(By.CSS_SELECTOR, ".mode").text == "read-only"
-    cookie = browser.get_cookie("taskq_csrf")
+    cookie = browser.get_cookie("taskq_session")
     assert cookie is not None
-    headers = {"Cookie": f"taskq_csrf={cookie['value']}"}
+    headers = {"Cookie": f"taskq_session={cookie['value']}"}
     body = f"ids={dead_id}&csrf={cookie['value']}".encode()
     assert post(f"{ro.url}/deadletters/tasks/retry", body, headers) == 403
     assert r.xlen("tasks:deadletter") == 1
+
+
+ATTACK_PAGE = """<!doctype html><meta charset="utf-8"><title>prize</title>
+<form id="f" method="post" action="{action}"><input name="csrf" value="{token}"></form>
+<script>
+document.cookie = "taskq_session={session}; path=/";
+document.cookie = "taskq_csrf={token}; path=/";
+document.getElementById("f").submit();
+</script>"""
+
+
+@pytest.fixture
+def other_port_page() -> Iterator[Callable[[str], str]]:
+    """Serves one page from another port of 127.0.0.1 (the same site as the dashboard, not
+    the same origin); returns a function that sets the page and gives its URL."""
+    import http.server
+    import threading
+
+    page = {"html": ""}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = page["html"].encode()
+            self.send_response(200)
+            self.send_header("content-type", "text/html; charset=utf-8")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+
+    def serve(html: str) -> str:
+        page["html"] = html
+        return f"http://127.0.0.1:{server.server_address[1]}/?n={os.urandom(4).hex()}"
+
+    yield serve
+    server.shutdown()
+    server.server_close()
+    thread.join(5)
+
+
+def session_and_token(url: str) -> tuple[str, str]:
+    """What a client that reaches the dashboard gets from a page: its session cookie and
+    the token made for it."""
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=5) as response:
+        html = response.read().decode()
+        cookies = response.headers.get_all("set-cookie") or []
+    token = csrf_of(html)
+    found = [c.split(";")[0].split("=", 1)[1] for c in cookies if c.startswith("taskq_session=")]
+    return (found[0] if found else token), token
+
+
+def test_browser_post_from_another_port_is_refused(
+    browser: Any,
+    start_dashboard: Callable[..., DashboardProcess],
+    other_port_page: Callable[[str], str],
+    dash_app: App,
+    r: redis.Redis,
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    # Given: dead letters, and a page on another port of 127.0.0.1 that sets the dashboard's
+    # cookies and posts its purge form, first with a made-up token, then with a session and
+    # token it fetched from the dashboard itself.
+    for n in range(3):
+        add_deadletter(r, dash_app, "fragile", args=(n,))
+    dash = start_dashboard()
+    action = f"{dash.url}/deadletters/tasks/purge"
+    forged = ("f" * 43, "f" * 43)
+    for session, token in (forged, session_and_token(f"{dash.url}/deadletters")):
+        # When: the operator's browser opens it.
+        html = ATTACK_PAGE.format(action=action, token=token, session=session)
+        browser.get(other_port_page(html))
+        wait_until(
+            lambda: (
+                browser.current_url.startswith(dash.url)
+                and browser.find_elements(By.TAG_NAME, "main")
+            ),
+            message="the form's answer",
+        )
+        # Then: refused, and nothing purged.
+        assert "Forbidden" in browser.find_element(By.TAG_NAME, "main").text
+        assert r.xlen("tasks:deadletter") == 3
+
+
+def test_browser_job_id_cannot_inject_markup(
+    browser: Any,
+    start_dashboard: Callable[..., DashboardProcess],
+    dash_app: App,
+    r: redis.Redis,
+) -> None:
+    from urllib.parse import quote
+
+    from selenium.webdriver.common.by import By
+
+    # Given: a job whose argument is a link, and stored jobs (written before ids were
+    # checked) whose ids climb out of their page's address to that job's JSON, or are markup.
+    lure = "<a id=injected href=https://evil.example/login>log in</a>"
+    target = dashboard_tasks.show.apply_async((lure,), countdown=3600)
+    dash = start_dashboard()
+    for job_id in (f"x/../../api/jobs/{target.id}", "x/../../api/jobs", "<b>pwn</b>"):
+        carrier = dashboard_tasks.show.apply_async((1,), countdown=3600)
+        r.rename(f"tasks:job:{carrier.id}", f"tasks:job:{job_id}")
+        # When: their page is open long enough to refresh its live block.
+        browser.get(f"{dash.url}/jobs/{quote(job_id, safe='')}")
+        wait_until(
+            lambda: (
+                not browser.find_elements(By.ID, "live")
+                or browser.find_element(By.ID, "live-status").text.startswith(("live ·", "offline"))
+            ),
+            message="a refresh",
+        )
+        # Then: no markup of the job's or its id's.
+        assert browser.find_elements(By.ID, "injected") == [], job_id
+        assert not browser.execute_script(
+            "return [...document.querySelectorAll('b')].some(e => e.textContent === 'pwn')"
+        )
+        assert "evil.example" not in browser.find_element(By.TAG_NAME, "main").text, job_id
+
+
+def test_secrets_leave_the_command_line(
+    start_dashboard: Callable[..., DashboardProcess], redis_url: str, tmp_path: Path
+) -> None:
+    """``ps`` shows every user a process's arguments: the dashboard replaces its title, and
+    says where the secrets should come from instead."""
+    import urllib.error
+    import urllib.request
+
+    with_password = redis_url.replace("redis://", "redis://:hunter2-redis@", 1)
+    dash = start_dashboard(
+        "--token",
+        "s3cret-token",
+        "--basic-auth",
+        "ops:pa55-basic",
+        main_args=("--redis-url", with_password),
+    )
+    cmdline = Path(f"/proc/{dash.proc.pid}/cmdline").read_bytes()
+    assert cmdline.startswith(b"taskq: dashboard 127.0.0.1:"), cmdline
+    for secret in (b"s3cret-token", b"pa55-basic", b"hunter2-redis"):
+        assert secret not in cmdline
+    log = dash.log_path.read_text()
+    for flag in ("--token", "--basic-auth", "--redis-url"):
+        assert f"{flag} on the command line" in log or f"{flag} holds a password" in log, log
+    # From a file (or the environment), nothing is said and the secret works.
+    path = tmp_path / "token"
+    path.write_text("from-a-file\n")
+    quiet = start_dashboard("--token-file", str(path))
+    css = f"{quiet.url}/static/dashboard.css"
+    for bearer, status in (("nope", 401), ("from-a-file", 200)):
+        request = urllib.request.Request(css, headers={"Authorization": f"Bearer {bearer}"})
+        try:
+            with urllib.request.urlopen(request, timeout=5) as response:
+                assert response.status == status
+        except urllib.error.HTTPError as exc:
+            assert exc.code == status
+    assert "deprecated" not in quiet.log_path.read_text()
 
 
 def _text(value: object) -> str:

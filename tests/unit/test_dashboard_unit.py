@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -102,5 +103,71 @@ def test_dashboard_help() -> None:
 
     result = CliRunner().invoke(main, ["dashboard", "--help"])
     assert result.exit_code == 0
-    for flag in ("--host", "--port", "--read-only", "--prefix", "--token", "--basic-auth"):
+    for flag in ("--read-only", "--prefix", "--token-file", "--basic-auth-file"):
         assert flag in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (["--basic-auth", "ops:"], "USER:PASSWORD, both non-empty"),
+        (["--basic-auth-file", "{file}"], "USER:PASSWORD, both non-empty"),
+        (["--token", "t", "--token-file", "{file}"], "give --token or --token-file, not both"),
+    ],
+)
+def test_dashboard_refuses_bad_secrets(tmp_path: Path, args: list[str], error: str) -> None:
+    from taskq.cli import main
+
+    secret = tmp_path / "secret"
+    secret.write_text(":pw\n")
+    args = [a.format(file=secret) for a in args]
+    result = CliRunner().invoke(main, ["dashboard", "--port", "1", *args])
+    assert result.exit_code != 0 and error in result.output, result.output
+
+
+def _post_endless_body(headers: list[tuple[bytes, bytes]]) -> tuple[int, int]:
+    """POST a purge with a body of 64 KiB chunks that goes on for 64 MiB, straight through
+    ASGI (no Redis is reached: the form is refused first); returns the status and how many
+    body bytes the dashboard took."""
+    import asyncio
+
+    from taskq import App
+    from taskq.dashboard import asgi
+
+    chunk, taken, status = b"a" * 65_536, [0], [0]
+
+    async def receive() -> dict[str, object]:
+        taken[0] += len(chunk)
+        return {"type": "http.request", "body": chunk, "more_body": taken[0] < 64 << 20}
+
+    async def send(message: dict[str, object]) -> None:
+        if message["type"] == "http.response.start":
+            status[0] = int(message["status"])  # type: ignore[call-overload]
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/deadletters/tasks/purge",
+        "raw_path": b"/deadletters/tasks/purge",
+        "root_path": "",
+        "query_string": b"",
+        "headers": [(b"host", b"testserver"), *headers],
+        "server": ("testserver", 80),
+        "client": ("127.0.0.1", 1),
+    }
+    asyncio.run(asgi(App("redis://127.0.0.1:1/0"))(scope, receive, send))  # type: ignore[arg-type]
+    return status[0], taken[0]
+
+
+def test_a_form_past_the_limit_is_refused_before_it_is_read() -> None:
+    from taskq.dashboard.actions import MAX_FORM_BYTES
+
+    # Declared too large: refused unread.
+    status, taken = _post_endless_body([(b"content-length", b"%d" % (64 << 20))])
+    assert (status, taken) == (413, 0)
+    # Not declared (chunked): refused once the limit is passed.
+    status, taken = _post_endless_body([])
+    assert status == 413 and taken <= MAX_FORM_BYTES + 65_536

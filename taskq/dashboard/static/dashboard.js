@@ -1,6 +1,10 @@
 // taskq dashboard: live blocks and confirmations. No framework, no build step.
-// An element with data-live="URL" is refreshed every 2 s from URL?part=live (server-rendered,
-// escaped HTML); a button with data-confirm="..." asks before its form is sent.
+// An element with data-live="URL" data-live-block="NAME" is refreshed every 2 s from
+// URL?part=live: server-rendered, escaped HTML that the server marks with the header
+// "x-taskq-live: NAME". Any other answer (a JSON endpoint, another page's block, another
+// origin's) is refused, and fetched text never goes through innerHTML: the block is parsed
+// into an inert document and its nodes moved in. A button with data-confirm="..." asks
+// before its form is sent.
 (function () {
   "use strict";
   var PERIOD_MS = 2000;
@@ -12,17 +16,30 @@
     status.className = "live-status " + (ok ? "ok" : "down");
   }
 
+  function liveBlock(r, name) {
+    if (!r.ok) throw new Error("HTTP " + r.status);
+    var type = r.headers.get("content-type") || "";
+    if (new URL(r.url).origin !== location.origin || r.headers.get("x-taskq-live") !== name ||
+        type.indexOf("text/html") !== 0) {
+      throw new Error("not this page's live block");
+    }
+    return r.text();
+  }
+
+  function swap(el, html) {
+    var parsed = new DOMParser().parseFromString(html, "text/html");
+    el.replaceChildren.apply(el, Array.from(parsed.body.childNodes));
+  }
+
   function refresh(el) {
     if (document.hidden) return;
-    var url = el.getAttribute("data-live");
-    url += (url.indexOf("?") < 0 ? "?" : "&") + "part=live";
-    fetch(url, { credentials: "same-origin", headers: { "Accept": "text/html" } })
-      .then(function (r) {
-        if (!r.ok) throw new Error("HTTP " + r.status);
-        return r.text();
-      })
+    var name = el.getAttribute("data-live-block");
+    var url = new URL(el.getAttribute("data-live"), location.href);
+    url.searchParams.set("part", "live");
+    fetch(url, { credentials: "same-origin", redirect: "error", headers: { "Accept": "text/html" } })
+      .then(function (r) { return liveBlock(r, name); })
       .then(function (html) {
-        el.innerHTML = html;
+        swap(el, html);
         show("live · " + new Date().toLocaleTimeString(), true);
       })
       .catch(function (err) { show("offline (" + err.message + ")", false); });
