@@ -229,10 +229,10 @@ def spawn(fragments: Sequence[dict[str, Any]], parent: bytes | None, signer: Sig
 
 
 def _job_ops(frag: dict[str, Any], parent: bytes | None, signer: Signer | None) -> Ops:
-    """``["job", stream, task, body, id, record, ttl ms, queue, priority, args, later]``, or
-    for a step with a countdown ``["schedule", schedule, due, delay ms, member, record, ttl ms,
-    task, queue, priority, args, later]`` (record '' when the step keeps none; ``later``: the
-    records of the steps after it)."""
+    """``["job", stream, task, body, id, record, ttl ms, queue, priority, args, later, done]``,
+    or for a step with a countdown ``["schedule", schedule, due, delay ms, member, record, ttl
+    ms, task, queue, priority, args, later, done]`` (record and done '' when the step keeps
+    none; ``later``: the records of the steps after it)."""
     spliced = parent is not None and not frag["imm"]
     first = (_MARK_VALUE,) if spliced else ()
     msg = Message(
@@ -266,23 +266,31 @@ def enqueue_ops(msg: Message, body: bytes, delay_ms: int = 0) -> Ops:
 
 def _schedule_op(msg: Message, body: bytes, args: bytes, delay_ms: int) -> Ops:
     k = QueueKeys(msg.queue)
-    record = k.job(msg.id) if msg.result_ttl_s is not None else ""
+    record, done = _record_keys(msg)
     member = b"%d\n%s\n%s" % (PRIORITIES.index(msg.priority), msg.task.encode(), body)
-    info = [msg.task, msg.queue, msg.priority, args, _later(msg)]
+    info = [msg.task, msg.queue, msg.priority, args, _later(msg), done]
     op = ["schedule", k.schedule, k.due, delay_ms, member, record, (msg.result_ttl_s or 0) * 1000]
     out = Ops()
-    out.add([*op, *info], k.schedule, k.due, record, *_later_keys(msg))
+    out.add([*op, *info], k.schedule, k.due, record, done, *_later_keys(msg))
     return out
 
 
 def _stream_op(msg: Message, body: bytes, args: bytes) -> Ops:
     k = QueueKeys(msg.queue)
-    record = k.job(msg.id) if msg.result_ttl_s is not None else ""
+    record, done = _record_keys(msg)
     stream, ttl_ms = k.stream(msg.priority), (msg.result_ttl_s or 0) * 1000
     op = ["job", stream, msg.task, body, msg.id, record, ttl_ms, msg.queue, msg.priority, args]
     out = Ops()
-    out.add([*op, _later(msg)], stream, record, *_later_keys(msg))
+    out.add([*op, _later(msg), done], stream, record, done, *_later_keys(msg))
     return out
+
+
+def _record_keys(msg: Message) -> tuple[str, str]:
+    """The job's record and done list, or two '' when it keeps no record."""
+    if msg.result_ttl_s is None:
+        return "", ""
+    k = QueueKeys(msg.queue)
+    return k.job(msg.id), k.done(msg.id)
 
 
 def _later(msg: Message) -> list[Any]:

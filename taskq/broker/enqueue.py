@@ -15,7 +15,7 @@ def publish_command(msg: Message, body: bytes) -> Command:
     if msg.result_ttl_s is None:
         return ("XADD", stream_key(msg.queue, msg.priority), "*", "task", msg.task, "body", body)
     k = QueueKeys(msg.queue)
-    keys = [k.stream(msg.priority), k.job(msg.id)]
+    keys = [k.stream(msg.priority), k.job(msg.id), k.done(msg.id)]
     args = [msg.task, body, msg.id, msg.result_ttl_s * 1000, msg.queue, msg.priority]
     return script_command("enqueue", keys, [*args, encode_args(msg.args, msg.kwargs)])
 
@@ -28,7 +28,7 @@ def schedule_command(msg: Message, body: bytes, in_ms: int | None) -> Command:
     k = QueueKeys(msg.queue)
     keys, args = [k.schedule, k.due], [at, in_ms or 0, member]
     if msg.result_ttl_s is not None:
-        keys.append(k.job(msg.id))
+        keys += [k.job(msg.id), k.done(msg.id)]
         args += [msg.result_ttl_s * 1000, msg.task, msg.queue, msg.priority]
         args.append(encode_args(msg.args, msg.kwargs))
     return script_command("schedule", keys, args)

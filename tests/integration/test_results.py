@@ -202,6 +202,30 @@ def test_a_job_that_ran_twice_leaves_one_result(task_app: App) -> None:
         assert c.lrange(f"tasks:done:{job.id}", 0, -1) == [b"succeeded"]
 
 
+@pytest.mark.parametrize("countdown_s", [None, 0.05])
+def test_a_caller_chosen_id_enqueued_again_starts_a_fresh_record(
+    task_app: App, r: redis.Redis, countdown_s: float | None
+) -> None:
+    # given a job with a chosen id that ended, with a waiter's done list
+    first = tasks.fails_stored.apply_async(("boom",), job_id="nightly")
+    with pytest.raises(ResultTimeout):
+        first.result(timeout=0.01)  # registers as a waiter: the end writes the done list
+    drain(task_app, timeout_s=10)
+    with pytest.raises(TaskFailed):
+        first.result(timeout=1)
+    assert r.exists("tasks:done:nightly")
+    # when a new job is enqueued with that id (now, or with a countdown)
+    again = tasks.add.apply_async((2, 3), job_id="nightly", countdown=countdown_s)
+    # then it has a record of its own: no old attempts, no old end for waiters to wake on
+    status = again.status()
+    assert status.state in ("waiting", "scheduled") and status.attempts == 0
+    assert not r.exists("tasks:done:nightly")
+    with pytest.raises(ResultTimeout):
+        again.result(timeout=0.2)
+    drain(task_app, timeout_s=10, wait_for_retries=True)
+    assert again.result(timeout=1) == 5
+
+
 @pytest.mark.slow
 def test_a_job_rerun_after_its_worker_froze_leaves_one_result(
     task_app: App, start_worker: StartWorker, r: redis.Redis

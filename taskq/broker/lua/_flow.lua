@@ -50,10 +50,12 @@ local function cancelled_step(record, later, now)
   return true
 end
 
--- ["job", stream, task, body, id, record, ttl ms, queue, priority, args, later]: a step
--- enters its stream; its record (if it keeps one) says waiting.
+-- ["job", stream, task, body, id, record, ttl ms, queue, priority, args, later, done]: a
+-- step enters its stream; its record (if it keeps one) says waiting, a fresh one if a job
+-- with its id ended before (fresh_record).
 local function op_job(op, now)
   if cancelled_step(op[6], op[11], now) then return end
+  if op[6] ~= '' and op[12] then fresh_record(op[6], op[12]) end
   local fields = {'task', op[3], 'body', op[4]}
   if op[6] ~= '' then fields[5], fields[6] = 'job', op[5] end
   local id = redis.call('XADD', op[2], '*', unpack(fields))
@@ -66,9 +68,10 @@ local function op_job(op, now)
 end
 
 -- ["schedule", schedule, due key, delay ms, member, record, ttl ms, task, queue, priority,
--- args, later]: a step with a countdown waits in the schedule.
+-- args, later, done]: a step with a countdown waits in the schedule.
 local function op_schedule(op, now)
   if cancelled_step(op[6], op[12], now) then return end
+  if op[6] ~= '' and op[13] then fresh_record(op[6], op[13]) end
   local due = now + op[4]
   redis.call('ZADD', op[2], due, op[5])
   lower_due(op[3], due)
@@ -171,7 +174,7 @@ local function op_chord_add(op, now)
     body = table.concat(parts)
   end
   redis.call('DEL', op[2])
-  c.job[4] = body
+  c.job[4], c.job[12] = body, nil  -- (its done list: not taken from the stored state)
   run_ops({c.job}, now)
 end
 

@@ -40,11 +40,20 @@ local function record_attempt(rec, n, error_type, error, traceback, worker, now)
     finished_ms = now}))
 end
 
+local FINAL_STATES = {succeeded = true, failed = true, cancelled = true, expired = true}
+
+-- A job with a caller-chosen id enqueued again after the last one with that id ended starts
+-- a record of its own: the ended record and its done list go, so the new job shows none of
+-- the old one's attempts, errors or result, and its waiters do not wake on the old end.
+local function fresh_record(rec, done)
+  if FINAL_STATES[redis.call('HGET', rec, 'state')] then redis.call('DEL', rec, done) end
+end
+
 -- End the job's record: the final state and its fields, the record's TTL, and, if a waiter
 -- registered (watch.lua), the done list that wakes every waiter (most jobs have none: their
 -- end writes no list). A record already final keeps its first outcome, so a job that ran
 -- twice leaves one result. Returns 1 if this call ended it.
-local FINAL = {succeeded = true, failed = true, cancelled = true, expired = true}
+local FINAL = FINAL_STATES
 local function finish_record(rec, done, state, ttl, now, ...)
   local was = redis.call('HMGET', rec, 'state', 'waited')
   if FINAL[was[1]] then return 0 end
