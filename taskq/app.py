@@ -34,7 +34,7 @@ from taskq.periodic import Periodic, PeriodicArgs, periodic_of
 from taskq.registry import SHARED, Registry
 from taskq.results import decode_value, encode_result
 from taskq.sending import handle, send_many_steps, send_steps
-from taskq.task import Task, TaskOptionArgs, build_options
+from taskq.task import Task, TaskOptionArgs, build_options, renamed_options
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack is 3.11+; only mypy reads this
@@ -403,10 +403,11 @@ def decorator(
 ) -> Any:
     """The body of ``@app.task`` and ``@taskq.task``: build, register, return the Task (an
     instance of ``cls``: integrations add methods in a subclass)."""
-    name, opts = build_options({**options, "bind": bind} if bind else options)
+    given = renamed_options({**options, "bind": bind} if bind else options)
 
     def wrap(f: Callable[..., Any]) -> Task[..., Any]:
-        t = cls(f, name=name or f"{f.__module__}.{f.__qualname__}", options=opts, app=app)
+        name, opts = build_options(given, f"{f.__module__}.{f.__qualname__}")
+        t = cls(f, name=name, options=opts, app=app)
         register(t)
         return t
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, TypedDict
 
@@ -121,9 +121,10 @@ class Settings:
         return "Settings(" + ", ".join(f"{k}={v!r}" for k, v in shown.items()) + ")"
 
     def __post_init__(self) -> None:
+        for field in fields(self):
+            _check_type(field.name, field.type, getattr(self, field.name))
+        check_url_options(self.redis_url)
         check_queue_name(self.queue)
-        if isinstance(self.signing_keys, str):
-            raise ConfigError("signing_keys must be a list of keys, not one string")
         object.__setattr__(self, "signing_keys", tuple(self.signing_keys))
         if self.max_retries < 0:
             raise ConfigError("max_retries must be >= 0")
@@ -181,6 +182,52 @@ class Settings:
     @classmethod
     def _field_type(cls, name: str) -> type:
         return type(getattr(cls(), name))
+
+
+_KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "str": (lambda v: isinstance(v, str), "a string"),
+    "int": (lambda v: isinstance(v, int) and not isinstance(v, bool), "a whole number"),
+    "float": (lambda v: isinstance(v, int | float) and not isinstance(v, bool), "a number"),
+    "bool": (lambda v: isinstance(v, bool), "True or False"),
+    "tuple[str, ...]": (
+        lambda v: (
+            isinstance(v, Sequence)
+            and not isinstance(v, str | bytes)
+            and all(isinstance(k, str) for k in v)
+        ),
+        "a list of strings (a list, not one string)",
+    ),
+    "Mapping[str, int]": (lambda v: isinstance(v, Mapping), 'a mapping such as {"tasks": 4}'),
+}
+"""What each annotation of :class:`Settings` accepts, and how the error says it."""
+
+
+def _check_type(name: str, annotation: object, value: Any) -> None:
+    accepts, wanted = _KINDS[str(annotation)]
+    if not accepts(value):
+        raise ConfigError(f"setting {name} must be {wanted}, not {value!r}")
+
+
+TLS_SCHEMES = ("rediss", "rediss+cluster", "rediss+sentinel")
+
+
+def check_url_options(url: str) -> None:
+    """Refuse ``ssl_*`` options on a URL without TLS: redis-py would pass them to a plain
+    connection, which fails with a TypeError at the first command.
+
+    Raises:
+        ConfigError: naming the option and the scheme that takes it.
+    """
+    scheme, _, rest = url.partition("://")
+    if scheme.lower() in TLS_SCHEMES:
+        return
+    for param in rest.partition("?")[2].split("&"):
+        name = param.partition("=")[0]
+        if name.lower().startswith("ssl_"):
+            raise ConfigError(
+                f"Redis URL {redact(url)!r}: {name}= is a TLS option; use a rediss:// URL "
+                "(rediss+cluster://, rediss+sentinel://) or leave it out"
+            )
 
 
 def _checked_partitions(partitions: Mapping[str, int]) -> dict[str, int]:

@@ -9,6 +9,7 @@ queue. Values are msgpack, like job arguments.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -25,6 +26,8 @@ STATES = (
     UNKNOWN,
 )  # fmt: skip
 """What ``job.status().state`` can be."""
+MAX_MS = 2**53
+"""Above this, a time in ms is not exact in a Lua (double) number: no script writes one."""
 FINAL = frozenset({SUCCEEDED, FAILED, CANCELLED, EXPIRED})
 """The states a job ends in: its record then holds a result, its failure, or why it never
 ran to an end (cancelled; expired before it started)."""
@@ -88,6 +91,23 @@ class FailedRun(NamedTuple):
     error_type: str
     error: str
     traceback: str
+
+
+def read_ms(raw: Any) -> int | None:
+    """A time in ms as Redis holds it (a due key, a record's ``due_ms``), rounded up to a
+    whole ms; None for anything else (not a number, NaN, infinity, negative, absurdly large).
+    Such values are untrusted: a script of an older version, or a hand, may have written a
+    fraction. Rounded up because a due time read early would start a job before it is due.
+    """
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        return raw if 0 <= raw < MAX_MS else None
+    if not isinstance(raw, bytes | str) or len(raw) > 32:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        return None
+    return math.ceil(value) if 0 <= value < MAX_MS else None  # False for NaN
 
 
 @dataclass(frozen=True)
@@ -172,7 +192,7 @@ class JobStatus:
             return int(value) if value.isdigit() else None
 
         state = text("state") or UNKNOWN
-        due = ms("due_ms")
+        due = read_ms(raw.get(b"due_ms"))
         if state in (SCHEDULED, RETRYING) and due is not None and due <= now_ms:
             state = WAITING
         attempts = ms("attempts") or 0

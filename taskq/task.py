@@ -110,6 +110,8 @@ class TaskOptions:
             check_queue_name(self.queue)
         if self.max_retries is not None and self.max_retries < 0:
             raise ConfigError("max_retries must be >= 0")
+        for name in ("time_limit_s", "soft_time_limit_s"):
+            check_seconds(name, getattr(self, name))
         if self.rate_limit is not None:
             Rate.parse(self.rate_limit)
         c = self.concurrency_limit
@@ -133,6 +135,24 @@ class TaskOptions:
             raise ConfigError(
                 f"result_ttl_s must be a whole number of seconds > 0, not {self.result_ttl_s!r}"
             )
+
+
+MAX_TIME_LIMIT_S = 366 * 86_400.0
+"""The longest time limit (a year): a limit is kept in ms on monotonic clocks and in records."""
+
+
+def check_seconds(name: str, value: float | None) -> None:
+    """A time limit: None (the app's), else a finite number of seconds > 0, at most a year.
+
+    Raises:
+        ConfigError: 0, a negative number, NaN, infinity, or anything but a number.
+    """
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"{name} must be a number of seconds, not {value!r}")
+    if not 0 < value <= MAX_TIME_LIMIT_S:  # False for NaN too
+        raise ConfigError(f"{name} must be > 0 and at most {MAX_TIME_LIMIT_S:.0f}, not {value!r}")
 
 
 class Task(Generic[P, R]):
@@ -336,23 +356,31 @@ class Task(Generic[P, R]):
         return (o.result_ttl_s or app_ttl_s) if stores else None
 
 
-def build_options(options: Mapping[str, Any]) -> tuple[str | None, TaskOptions]:
-    """The task's name (None: from the function) and options, with old spellings renamed.
-
-    Raises:
-        ConfigError: an unknown option, or an invalid value.
-    """
+def renamed_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The options with old spellings renamed (a DeprecationWarning at the decorator)."""
     opts: dict[str, Any] = dict(options)
-    name = opts.pop("name", None)
     for old, new in DEPRECATED_OPTIONS.items():
         if old in opts:
             warnings.warn(
                 f"task option {old!r} is deprecated: use {new!r}", DeprecationWarning, stacklevel=4
             )
             opts[new] = opts.pop(old)
+    return opts
+
+
+def build_options(options: Mapping[str, Any], default_name: str) -> tuple[str, TaskOptions]:
+    """The task's name (``name=``, else ``default_name``: from the function) and options.
+
+    Raises:
+        ConfigError: an unknown option, or an invalid value; the message names the task.
+    """
+    opts: dict[str, Any] = dict(options)
+    name = opts.pop("name", None) or default_name
     if "dont_autoretry_for" in opts:
         opts["dont_autoretry_for"] = tuple(opts["dont_autoretry_for"])
     try:
         return name, TaskOptions(**opts)
     except TypeError as exc:
-        raise ConfigError(f"unknown task option: {exc}") from None
+        raise ConfigError(f"task {name!r}: unknown task option: {exc}") from None
+    except ConfigError as exc:
+        raise ConfigError(f"task {name!r}: {exc}") from None

@@ -338,6 +338,13 @@ def limited(n: int) -> None:
     record(tag="limited", n=n)
 
 
+@app.task(rate_limit="3/s", store_result=True)
+def thirds(n: int) -> int:
+    """3 starts a second (a spacing of 333.3 ms), with a status record."""
+    record(tag="thirds", n=n)
+    return n
+
+
 @app.task(rate_limit="2/s", limit_key=lambda customer, n: customer)
 def per_customer(customer: str, n: int) -> None:
     """2 starts a second per customer."""

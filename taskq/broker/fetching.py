@@ -16,7 +16,7 @@ from taskq.broker.replies import as_int, entries, flat_pairs, redis_ms, text
 from taskq.broker.resp import Command
 from taskq.errors import BrokerError
 from taskq.keys import GROUP
-from taskq.results import Completion
+from taskq.results import Completion, read_ms
 
 if TYPE_CHECKING:
     from taskq.broker.broker import Broker
@@ -116,14 +116,22 @@ def pipelined_replies(
                 raise reply
             return None
     now = redis_ms(replies[n_acks])
-    due = [as_int(r) for r in replies[n_acks + 1 : first_read] if r is not None]
     got = [
         delivery(b._where[b.stream_position[text(stream)]], eid, fields)
         for reply in replies[first_read:]
         for stream, rows in reply or ()
         for eid, fields in entries(rows)
     ]
-    return Fetched(got, max(0, min(due) - now) if due else -1)
+    return Fetched(got, due_in_ms(now, replies[n_acks + 1 : first_read]))
+
+
+def due_in_ms(now_ms: int, due_keys: Sequence[Any]) -> int:
+    """Ms until the earliest of the queues' due keys (GET replies) is due; -1: none is set.
+    A due key is untrusted: a fraction is rounded up, and one that is not a time at all is
+    passed over (not read as 0, which would promote in a tight loop): the master's forced
+    promote, every few seconds, rewrites it from the sets."""
+    dues = [ms for ms in map(read_ms, due_keys) if ms is not None]
+    return max(0, min(dues) - now_ms) if dues else -1
 
 
 def fetch_script_args(

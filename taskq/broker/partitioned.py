@@ -22,7 +22,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from taskq.broker.delivery import Delivery, Fetched, delivery
-from taskq.broker.replies import as_int, entries, info_records, redis_ms, text
+from taskq.broker.fetching import due_in_ms
+from taskq.broker.replies import entries, info_records, redis_ms, text
 from taskq.broker.resp import Command
 from taskq.errors import BrokerError
 from taskq.keys import GROUP, PRIORITIES
@@ -107,15 +108,15 @@ class PartitionGroup:
         at = len(by_stream)
         now, at = redis_ms(replies[at]), at + 1
         waiting: list[list[int]] = [[] for _ in PRIORITIES]
-        dues: list[int] = []
+        dues: list[Any] = []
         for i, part in enumerate(self.parts):
-            dues += [as_int(r) for r in replies[at : at + len(part.keys)] if r is not None]
+            dues += replies[at : at + len(part.keys)]
             at += len(part.keys)
             for p in range(len(PRIORITIES)):
                 if _waits(replies[at], replies[at + 1]):
                     waiting[p].append(i)
                 at += 2
-        return waiting, max(0, min(dues) - now) if dues else -1
+        return waiting, due_in_ms(now, dues)
 
     def _take(self, consumer: str, count: int, waiting: list[list[int]]) -> list[Delivery]:
         level = next((p for p, ids in enumerate(waiting) if ids), None)

@@ -152,7 +152,10 @@ def worker(
         wait_for_redis(lambda: app.reader.ping_ms(), connect_timeout)
         if metrics_port is not None:
             url = app.settings.redis_url
-            app.add_middleware(Metrics(port=metrics_port, host=metrics_host, redis_url=url))
+            metrics = Metrics(
+                port=metrics_port, host=metrics_host, redis_url=url, tasks=app.registry
+            )
+            app.add_middleware(metrics)
     except BaseException:
         if metrics_port is not None:
             remove_created_dir()  # nothing else will

@@ -24,7 +24,7 @@ DATABASE = ("select",)
 """redis-py sends SELECT for a URL's database number above 0 (ACLs do not limit databases)."""
 
 PRODUCER_COMMANDS = (
-    "xadd",  # a job without a status record goes straight to its stream
+    "xadd",  # a job without a record goes to its stream (and MAXLEN 0 trims it: docs/security.md)
     *SCRIPTS,  # a job with a record, a delayed job, a unique job, a workflow: one script each
     "hset",  # in those scripts: the job's status record
     "pexpire",  # ... which expires after result_ttl_s

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
-from taskq.errors import BrokerError, ConfigError
+from taskq.errors import BrokerError, ConfigError, TaskNotFound
 from taskq.middleware import Middleware
 from taskq.worker.outcome import COUNTED
 
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
     from taskq.broker import Link
     from taskq.ops.inspect import QueueStats, StreamStats
+    from taskq.registry import Registry
     from taskq.worker.outcome import Outcome
 
 logger = logging.getLogger(__name__)
@@ -42,6 +43,11 @@ logger = logging.getLogger(__name__)
 ENV = "PROMETHEUS_MULTIPROC_DIR"
 INSTALL_HINT = "--metrics-port needs prometheus-client: pip install 'taskq[metrics]'"
 DURATION_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900)
+
+UNKNOWN_TASK = "unknown"
+"""The task label of jobs whose task the worker does not have."""
+UNDECODABLE = "(undecodable)"
+"""The task label of jobs whose body could not be read."""
 
 _created_dir: Path | None = None
 
@@ -76,11 +82,17 @@ class Metrics(Middleware):
 
     Binds the port at once, so a busy port fails the worker's start, not its first scrape.
 
+    Args:
+        tasks: the worker's tasks. Only these are labelled by name; a job of any other task
+            (its name comes from the job body: anyone who can enqueue can make one up) is
+            labelled ``unknown``, so made-up names cannot grow the number of series.
+
     Raises:
         ConfigError: see :func:`enable_multiprocess`, or the port cannot be bound.
     """
 
-    def __init__(self, *, port: int, redis_url: str, host: str = "") -> None:
+    def __init__(self, *, port: int, redis_url: str, tasks: Registry, host: str = "") -> None:
+        self.tasks = tasks
         self.path = enable_multiprocess()
         self.depth = QueueDepth(redis_url)
         self._jobs = _job_metrics()
@@ -129,12 +141,19 @@ class Metrics(Middleware):
             os.close(self._lifeline)
 
     def after_job(self, outcome: Outcome) -> None:
-        task = outcome.msg.task if outcome.msg else "(undecodable)"
-        labels = (outcome.delivery.queue, task)
+        labels = (outcome.delivery.queue, self._task_label(outcome))
         for name in COUNTED[outcome.kind] or (outcome.kind,):  # expired, cancelled
             self._jobs[name].labels(*labels).inc()
         if outcome.duration_s > 0:
             self._jobs["duration"].labels(*labels).observe(outcome.duration_s)
+
+    def _task_label(self, outcome: Outcome) -> str:
+        if outcome.msg is None:
+            return UNDECODABLE
+        try:
+            return self.tasks.get(outcome.msg.task).name
+        except TaskNotFound:
+            return UNKNOWN_TASK
 
     def worker_stop(self) -> None:
         """Stop the server process and remove the directory if this process made it."""

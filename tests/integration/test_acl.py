@@ -155,6 +155,8 @@ def test_an_async_producer_needs_no_more(
         ("XREADGROUP", "GROUP", "taskq", "intruder", "STREAMS", "tasks:normal", ">"),
         ("FLUSHALL",),
         ("XADD", "tasks:deadletter", "*", "task", "x"),  # XADD, but not to that key
+        ("XTRIM", "tasks:normal", "MAXLEN", "0"),
+        ("DEL", "tasks:normal"),
     ],
     ids=" ".join,
 )
@@ -167,6 +169,59 @@ def test_a_producer_can_do_nothing_else(
     ):
         client.execute_command(*command)
     assert [d[0] for d in denials(admin)] == ["taskq-producer"]
+
+
+STREAM = "acl:low"
+"""A stream the producer may write and no worker of this module reads."""
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("XADD", STREAM, "MAXLEN", "0", "*", "task", "x"),
+        ("XADD", STREAM, "MINID", "99999999999999", "*", "task", "x"),
+        ("PEXPIRE", STREAM, "1"),
+        ("SET", STREAM, "x"),
+    ],
+    ids=" ".join,
+)
+def test_a_producer_can_still_delete_waiting_jobs(
+    server: RedisServer, admin: redis.Redis, command: tuple[str, ...]
+) -> None:
+    """What docs/security.md says Redis ACLs cannot forbid: an argument (MAXLEN, MINID) of a
+    command the role needs, or a command on a key it needs for another reason."""
+    # Given: three waiting jobs
+    for n in range(3):
+        admin.xadd(STREAM, {"task": "t", "n": n})
+    try:
+        # When: the producer user sends the command
+        with redis.Redis.from_url(url(server, "producer")) as client:
+            client.execute_command(*command)
+        # Then: none of the three is left
+        wait_until(lambda: admin.type(STREAM) != b"stream" or admin.xlen(STREAM) <= 1)
+        kept = admin.xrange(STREAM) if admin.type(STREAM) == b"stream" else []
+        assert [f for _id, f in kept if f.get(b"n") is not None] == []
+        assert denials(admin) == []
+    finally:
+        admin.delete(STREAM)
+
+
+def test_an_enqueue_script_needs_xadd_for_its_caller(
+    server: RedisServer, admin: redis.Redis
+) -> None:
+    """Why the producer keeps +xadd: Redis checks a script's commands against the caller's
+    rights, so a user allowed only to run scripts cannot enqueue through one either."""
+    admin.execute_command(
+        "ACL", "SETUSER", "scripts-only", "reset", "on", ">pw", "~acl:*", "-@all", "+eval"
+    )
+    try:
+        client = redis.Redis.from_url(f"redis://scripts-only:pw@127.0.0.1:{server.port}/0")
+        xadd = "return redis.call('XADD', KEYS[1], '*', 'task', 'x')"
+        with client, pytest.raises(redis.exceptions.ResponseError, match="user executing"):
+            client.eval(xadd, 1, STREAM)
+        assert admin.exists(STREAM) == 0
+    finally:
+        admin.execute_command("ACL", "DELUSER", "scripts-only")
 
 
 def test_a_worker_runs_retries_dead_letters_delayed_jobs_and_workflows(

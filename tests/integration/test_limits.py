@@ -12,9 +12,12 @@ import pytest
 import redis
 
 from taskq import App, JobCancelled
-from taskq.errors import ConfigError
+from taskq.broker import Delivery
+from taskq.broker.limits import ADMITTED, DEFERRED, admit
+from taskq.errors import BrokerError, ConfigError
 from taskq.limits import Rate
 from taskq.ops.inspect import Inspector
+from taskq.results import JobStatus
 from tests import tasks
 from tests.conftest import WorkerProcess, runs, wait_until
 
@@ -109,11 +112,20 @@ def test_rates_parse(text: str, expected: tuple[int, int]) -> None:
     assert tuple(Rate.parse(text)) == expected
 
 
-@pytest.mark.parametrize("text", ["5/fortnight", "0/s", "abc", "5/0s", "-1/s", "5/ms", ""])
+@pytest.mark.parametrize(
+    "text",
+    ["5/fortnight", "0/s", "abc", "5/0s", "-1/s", "5/ms", "", "1/1000000000000d",
+     "1000001/s", "1/367d", "1/" + "9" * 5000 + "s"],
+)  # fmt: skip
 def test_bad_rates_fail_at_decoration(make_app: Callable[..., App], text: str) -> None:
     app = make_app()
     with pytest.raises(ConfigError, match="rate_limit"):
         app.task(rate_limit=text)(lambda: None)
+
+
+def test_an_out_of_range_rate_names_the_task_and_the_bound(make_app: Callable[..., App]) -> None:
+    with pytest.raises(ConfigError, match=r"task 'sync'.*at most 1,000,000 starts.*366 days"):
+        make_app().task(name="sync", rate_limit="1/1000000000000d")(lambda: None)
 
 
 def test_limit_key_needs_a_rate(make_app: Callable[..., App]) -> None:
@@ -188,3 +200,109 @@ def test_a_job_waiting_for_a_slot_can_be_cancelled(
     with pytest.raises(JobCancelled):
         second.result(timeout=1)
     assert [x["n"] for x in _tagged(r, "exclusive_stored")] == [1]
+
+
+@pytest.mark.slow
+def test_a_rate_whose_spacing_is_not_a_whole_ms_runs_each_job_once(
+    task_app: App, r: redis.Redis, start_worker: StartWorker
+) -> None:
+    # Given: 6 jobs of a task limited to 3/s (333.3 ms apart) that keeps a status record
+    jobs = tasks.thirds.map(range(6))
+    w = _worker(start_worker)
+    # When: the worker admits and defers them
+    wait_until(
+        lambda: all(j.status().state == "succeeded" for j in jobs), 30, message="all 6 succeed"
+    )
+    # Then: each ran once, at most 3 in any second, and no child crashed
+    assert sorted(x["n"] for x in _tagged(r, "thirds")) == list(range(6))
+    assert _most_in_a_window([x["t"] for x in _tagged(r, "thirds")]) <= 3
+    assert "died" not in w.output() and "Traceback" not in w.output()
+    assert r.xlen("tasks:deadletter") == 0
+
+
+def _pending(app: App, n: int) -> list[Delivery]:
+    got = app.broker.fetch("c1", n).deliveries
+    assert len(got) == n
+    return got
+
+
+def _admit(app: App, got: list[Delivery], *, starts: int = 3, window_ms: int = 1000) -> list[int]:
+    jobs = [(d, f"{d.record_id}:1", d.body or b"") for d in got]
+    return admit(
+        app.broker.link,
+        jobs,
+        task=tasks.thirds.name,
+        owner="c1",
+        limit_key="tasks:limit:thirds",
+        starts=starts,
+        window_ms=window_ms,
+        record_ttl_ms=60_000,
+    )
+
+
+def _whole(value: Any) -> bool:
+    return float(value) == int(float(value)) and "." not in str(value)
+
+
+def test_deferred_slots_due_times_and_expiries_are_whole_ms(task_app: App, r: redis.Redis) -> None:
+    # Given: 5 pending jobs of a 3/s task that keeps records
+    got = _pending(task_app, len(tasks.thirds.map(range(5))))
+    # When: they are admitted at once
+    verdicts = _admit(task_app, got)
+    # Then: the first runs, the others wait in the schedule at whole-ms slots
+    assert verdicts == [ADMITTED, DEFERRED, DEFERRED, DEFERRED, DEFERRED]
+    slots = [s for _m, s in r.zrange("tasks:limit:thirds", 0, -1, withscores=True)]
+    assert [b - a for a, b in itertools.pairwise(slots)] == [333, 333, 334, 333]
+    assert all(s == int(s) for _m, s in r.zrange("tasks:schedule", 0, -1, withscores=True))
+    assert _whole(r.get("tasks:due").decode())
+    for d in got[1:]:
+        record = r.hgetall(f"tasks:job:{d.record_id}")
+        assert record[b"state"] == b"scheduled" and _whole(record[b"due_ms"].decode())
+    assert r.xlen("tasks:normal") == 1  # the deferred ones left their stream
+
+
+@pytest.mark.parametrize(
+    ("starts", "window_ms"), [(0, 1000), (3, 0), (3, 1.5), (10**7, 1000), (3, 10**15)]
+)
+def test_the_limit_script_refuses_bad_numbers_before_any_write(
+    task_app: App, r: redis.Redis, starts: int, window_ms: int
+) -> None:
+    got = _pending(task_app, len(tasks.thirds.map(range(2))))
+    before = {k: r.dump(k) for k in r.keys("*")}
+    with pytest.raises(BrokerError, match="refused: limit: "):
+        _admit(task_app, got, starts=starts, window_ms=window_ms)
+    assert {k: r.dump(k) for k in r.keys("*")} == before
+
+
+def test_the_limit_script_refuses_a_key_of_the_wrong_type_before_any_write(
+    task_app: App, r: redis.Redis
+) -> None:
+    got = _pending(task_app, len(tasks.thirds.map(range(2))))
+    r.set(f"tasks:job:{got[1].record_id}", "not a hash")
+    before = {k: r.dump(k) for k in r.keys("*")}
+    with pytest.raises(BrokerError, match="WRONGTYPE"):
+        _admit(task_app, got, starts=1)
+    assert {k: r.dump(k) for k in r.keys("*")} == before
+
+
+@pytest.mark.parametrize(
+    ("due", "expected_ms"), [(b"%d.25", 1), (b"%d", 0), (b"soon", -1), (b"nan", -1)]
+)
+def test_a_due_key_is_read_as_untrusted(
+    task_app: App, r: redis.Redis, due: bytes, expected_ms: int
+) -> None:
+    seconds, micros = r.time()
+    now_ms = seconds * 1000 + micros // 1000 + 60_000
+    r.set("tasks:due", due.replace(b"%d", b"%d" % now_ms) if b"%d" in due else due)
+    due_in_ms = task_app.broker.fetch("c1", 1).due_in_ms
+    if expected_ms < 0:
+        assert due_in_ms == -1  # not 0, which would promote in a tight loop
+    else:
+        assert 59_000 <= due_in_ms <= 60_001 + expected_ms
+
+
+def test_a_fractional_due_ms_in_a_record_reads_rounded_up() -> None:
+    raw = {b"state": b"scheduled", b"due_ms": b"2000.4"}
+    assert JobStatus.from_record("j", raw, now_ms=1000).due_ms == 2001
+    garbage = {b"state": b"scheduled", b"due_ms": b"1e400"}
+    assert JobStatus.from_record("j", garbage, now_ms=1000).due_ms is None

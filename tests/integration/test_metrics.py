@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
 from taskq import App
+from taskq.message import Message, new_job_id
 from tests import tasks
 from tests.conftest import WorkerProcess, wait_until
 from tests.redis_server import free_port
@@ -150,3 +151,33 @@ def _answers(port: int) -> bool:
     except (OSError, urllib.error.URLError):
         return False
     return True
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_made_up_task_names_share_one_unknown_label(
+    start_worker: StartWorker, task_app: App, r: redis.Redis
+) -> None:
+    # Given: a worker with metrics, and 300 jobs of task names nobody registered
+    port = free_port()
+    start_worker("-A", "tests.tasks", "-c", "1", "--metrics-port", str(port))
+    wait_until(lambda: scraped(port), message="the metrics endpoint")
+    task_app.enqueue_many(
+        Message(f"made.up.{n}", (), {}, new_job_id(), "tasks") for n in range(300)
+    )
+    tasks.echo.delay(1)
+    # When: the worker dead-letters them all
+    wait_until(lambda: r.xlen("tasks:deadletter") == 300, timeout_s=30, message="300 dead")
+    unknown = {"queue": "tasks", "task": "unknown"}
+
+    def counted() -> Samples | None:
+        m = scrape(port)
+        dead = value(m, "taskq_jobs_dead_lettered_total", **unknown)
+        done = value(m, "taskq_jobs_processed_total", **job("echo"))
+        return m if dead == 300 and done == 1 else None
+
+    m = wait_until(counted, message="300 dead letters and the echo job counted")
+    # Then: they share one label; the registered task keeps its own
+    labels = {dict(k[1]).get("task") for k in m if k[0].startswith("taskq_job")}
+    assert labels == {"unknown", "tests.tasks.echo"}
+    assert len([k for k in m if k[0].startswith("taskq_job")]) < 60

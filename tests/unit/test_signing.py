@@ -120,7 +120,7 @@ def test_signing_keys_from_the_environment() -> None:
 
 
 def test_no_secret_in_reprs() -> None:
-    url = "redis://user:hunter2-secret@127.0.0.1:6390/0?password=hunter2-secret&ssl_password=hunter2-secret"
+    url = "rediss://user:hunter2-secret@127.0.0.1:6390/0?password=hunter2-secret&ssl_password=hunter2-secret"
     settings = Settings(redis_url=url, signing_keys=(K1, K2))
     app = App(url, signing_keys=[K1, K2])
     shown = " ".join([repr(settings), str(settings), repr(app), str(app), redact(url)])

@@ -7,6 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from taskq import App
 from taskq.apply import due_time
 from taskq.errors import ConfigError
 
@@ -45,3 +46,16 @@ def test_countdown_is_relative() -> None:
 def test_bad_countdown_or_eta_is_refused(countdown: object, eta: object) -> None:
     with pytest.raises(ConfigError):
         due_time(countdown, eta)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("option", ["time_limit_s", "soft_time_limit_s"])
+@pytest.mark.parametrize("value", [0, -1, float("nan"), float("inf"), 10**9, "5", True])
+def test_a_time_limit_out_of_range_is_refused_at_declaration(option: str, value: object) -> None:
+    app = App(eager=True)
+    with pytest.raises(ConfigError, match=rf"task 'job': {option} must be"):
+        app.task(name="job", **{option: value})(lambda: None)
+
+
+def test_a_time_limit_in_range_is_kept() -> None:
+    t = App(eager=True).task(time_limit_s=0.5, soft_time_limit_s=86_400)(lambda: None)
+    assert (t.options.time_limit_s, t.options.soft_time_limit_s) == (0.5, 86_400)
