@@ -146,3 +146,40 @@ def test_a_mutated_body_is_run_or_dead_lettered_and_touches_no_other_key(
     assert all(fields[b"error"] for _, fields in r.xrange("tasks:deadletter"))
     assert any(x.get("tag") == "good" for x in runs(r))
     assert _snapshot(r) == before
+
+
+ENTRY_FIELDS = st.dictionaries(
+    st.sampled_from([b"task", b"body", b"job", b"ff", b"extra"]),
+    st.one_of(
+        st.binary(max_size=30),
+        st.sampled_from([b"\xff\xfe", b"abc", b"1.5", b"-1", b"99999999999999999999999", b""]),
+    ),
+    max_size=4,
+)
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(fields=ENTRY_FIELDS)
+def test_a_mutated_stream_entry_is_dead_lettered_alone(
+    task_app: App, r: redis.Redis, fields: dict[bytes, bytes]
+) -> None:
+    # given an entry whose fields are anything, between two good jobs
+    r.flushdb()
+    tag = task_app.get_task("tests.tasks.tag")
+    tag.delay("good", "before")
+    good = bytes(
+        msgpack.packb({"v": 1, "id": "fine1", "task": "tests.tasks.tag", "args": [1, "x"]})
+    )
+    entry = {b"task": b"tests.tasks.tag", b"body": good, **fields}
+    r.xadd("tasks:normal", entry)
+    tag.delay("good", "after")
+    # when a worker's consumer takes them
+    drain(task_app, timeout_s=20)
+    # then nothing is pending, every dead letter says why, and both good jobs ran
+    assert r.xpending("tasks:normal", GROUP)["pending"] == 0
+    assert all(f[b"error"] for _, f in r.xrange("tasks:deadletter"))
+    assert {"before", "after"} <= {x.get("tag") for x in runs(r)}
