@@ -111,7 +111,7 @@ class Executor:
         if d.malformed is not None or d.body is None:
             return rejected(d, f"malformed entry: {d.malformed or 'no body'}")
         try:
-            return Message.decode(d.body, self.app.settings.signer)
+            msg = Message.decode(d.body, self.app.settings.signer)
         except SignatureError as exc:
             return rejected(d, f"refused: {exc.reason}")
         except DecodeError as exc:
@@ -119,6 +119,11 @@ class Executor:
         except Exception as exc:  # a decoder bug: this job is dead-lettered, the child lives on
             logger.error("entry %s of %s: decoding failed", d.entry_id, d.stream, exc_info=True)
             return rejected(d, f"malformed job: {type(exc).__name__}: {_text_of(exc)}")
+        if d.record_id is not None and d.record_id != msg.id:
+            # Another job's record: its dead letter must not end that one (record_id dropped).
+            reason = "malformed entry: its 'job' field names another job than its body"
+            return rejected(d._replace(record_id=None), reason, msg)
+        return msg
 
     def prepare_ahead(self, batch: Sequence[Delivery]) -> list[Prepared | Outcome | None]:
         """The batch decoded before its first job runs (one tight loop costs less than

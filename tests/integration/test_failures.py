@@ -311,3 +311,27 @@ def test_entries_with_a_bad_field_are_dead_lettered_alone_in_a_batch_of_good_job
     assert sorted(x["value"] for x in runs(r)) == sorted(good)
     wait_until(lambda: r.xlen("tasks:normal") == 0, message="the stream to drain")
     assert "crashed" not in w.output() and "died" not in w.output(), w.output()
+
+
+def test_an_entry_whose_job_field_names_another_job_leaves_that_record_alone(
+    make_app: Callable[..., App], r: redis.Redis
+) -> None:
+    app = make_app()
+    ran: list[str] = []
+
+    @app.task(name="tests.tasks.echo", result_ttl_s=60)
+    def echo(value: str) -> str:
+        ran.append(value)
+        return value
+
+    # Given: another job's status record, and an entry whose `job` field names it.
+    r.hset("tasks:job:victim-1", mapping={"state": "waiting", "task": "tests.tasks.echo"})
+    body = app.encode(echo.message(("forged",), {}))
+    r.xadd("tasks:normal", {"task": "tests.tasks.echo", "body": body, "job": "victim-1"})
+    # When: a worker takes the entry.
+    drain(app)
+    # Then: it is dead-lettered, and the other job's record is as it was.
+    [dead] = dead_entries(r)
+    assert dead["error"] == "malformed entry: its 'job' field names another job than its body"
+    assert ran == []
+    assert r.hgetall("tasks:job:victim-1") == {b"state": b"waiting", b"task": b"tests.tasks.echo"}
