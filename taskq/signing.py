@@ -9,7 +9,11 @@ sets byte for byte, and a worker without keys simply ignores the trailer.
 A chord's body is the one job whose bytes are completed inside Redis: the script that counts
 the last header result joins the results into its first argument. Its trailer is
 ``[key id, hex HMAC, len(pre), len(post)]`` and the HMAC covers the body without that joined
-value (``pre + post``); the worker checks that exactly one msgpack value sits between them.
+value, then where it goes: ``pre + post + len(pre)`` (8 bytes, big-endian), so a holder of
+the body cannot move the joined value elsewhere (``pre + post`` split at another point). The
+worker checks that exactly one msgpack value sits between ``pre`` and ``post``.
+
+A MAC is 64 lowercase hex digits; a trailer of any other shape is refused, never compared.
 See docs/protocol.md (Signed bodies) for producers in other languages.
 """
 
@@ -19,6 +23,8 @@ import binascii
 import functools
 import hashlib
 import hmac
+import logging
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,7 +32,13 @@ import msgpack
 
 from taskq.errors import ConfigError, DecodeError
 
+logger = logging.getLogger(__name__)
+
 KEY_ID_PREFIX = b"taskq key id\x00"
+KEY_ID = re.compile(r"[0-9a-f]{8}")
+MAC = re.compile(r"[0-9a-f]{64}")
+"""The shapes of a trailer's key id and MAC (lowercase hex, as :func:`key_id` and
+:meth:`KeyedMac.hex` write them)."""
 
 
 class SignatureError(DecodeError):
@@ -120,8 +132,8 @@ class Signer:
 
     def split_trailer(self, pre: bytes, post: bytes) -> bytes:
         """The trailer of a body that Redis completes as ``pre + value + post``."""
-        trailer = [self._sign_id, self._sign_key.hex(pre + post), len(pre), len(post)]
-        return bytes(msgpack.packb(trailer))
+        mac = self._sign_key.hex(_split_payload(pre, post))
+        return bytes(msgpack.packb([self._sign_id, mac, len(pre), len(post)]))
 
     def verify(self, body: bytes, trailer: bytes | None) -> None:
         """Check the signature of ``body``, whose last ``len(trailer)`` bytes are its
@@ -138,15 +150,16 @@ class Signer:
         kid, mac = parts[0], parts[1]
         key = self._keys.get(kid)
         if key is None:
-            known = ", ".join(self._keys)
-            raise SignatureError(f"signed with unknown key id {kid!r} (known: {known})", body)
+            # The known ids go to the worker's log only: the reason reaches dead letters.
+            logger.warning("a job signed with unknown key id %r; known: %s", kid, self.key_ids)
+            raise SignatureError(f"signed with unknown key id {kid!r}", body)
         payload = body[: len(body) - len(trailer)]
         if len(parts) == 4:
             signed = _without_joined_value(payload, parts[2], parts[3])
             if signed is None:
                 raise SignatureError("malformed signature trailer (joined value)", body)
             payload = signed
-        if not hmac.compare_digest(key.hex(payload), mac):
+        if not hmac.compare_digest(key.digest(payload), bytes.fromhex(mac)):
             raise SignatureError(f"bad signature (key id {kid}): the body was changed", body)
 
 
@@ -163,20 +176,28 @@ def _parts(trailer: bytes) -> list[Any] | None:
         return None
     if not isinstance(parts, list) or len(parts) not in (2, 4):
         return None
-    if not all(type(p) is str for p in parts[:2]):
+    kid, mac = parts[0], parts[1]
+    if not (type(kid) is str and KEY_ID.fullmatch(kid) and type(mac) is str and MAC.fullmatch(mac)):
         return None
     if len(parts) == 4 and not all(type(n) is int and n >= 0 for n in parts[2:]):
         return None
     return parts
 
 
+def _split_payload(pre: bytes, post: bytes) -> bytes:
+    """What the MAC of a split body covers: ``pre + post``, then ``len(pre)`` (8 bytes,
+    big-endian), which pins where the joined value goes."""
+    return pre + post + len(pre).to_bytes(8, "big")
+
+
 def _without_joined_value(payload: bytes, pre_len: int, post_len: int) -> bytes | None:
-    """``pre + post`` if exactly one msgpack value sits between them, else None (anything
-    else could change how the rest of the body parses)."""
+    """What the MAC of ``payload`` split as ``pre + value + post`` covers, if exactly one
+    msgpack value sits between them, else None (anything else could change how the rest of
+    the body parses)."""
     if pre_len + post_len > len(payload):
         return None
     try:
         msgpack.unpackb(payload[pre_len : len(payload) - post_len], raw=False, strict_map_key=False)
     except Exception:  # not one whole value: more, fewer, or garbage
         return None
-    return payload[:pre_len] + payload[len(payload) - post_len :]
+    return _split_payload(payload[:pre_len], payload[len(payload) - post_len :])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import logging
 import time
 import traceback
 from collections.abc import Sequence
@@ -25,6 +26,7 @@ from taskq.worker.retry import RetryPolicy
 if TYPE_CHECKING:
     from taskq.app import App
 
+logger = logging.getLogger(__name__)
 
 DECODE_AHEAD_BYTES = 1 << 20
 """Bodies of a batch decoded ahead of their turn, at most (see Executor.prepare_ahead)."""
@@ -78,14 +80,9 @@ class Executor:
 
     def prepare(self, d: Delivery) -> Prepared | Outcome:
         """Decode and look up; bad input becomes a DEAD outcome with the reason."""
-        if d.body is None:
-            return rejected(d, "entry has no 'body' field")
-        try:
-            msg = Message.decode(d.body, self.app.settings.signer)
-        except SignatureError as exc:
-            return rejected(d, f"refused: {exc.reason}")
-        except DecodeError as exc:
-            return rejected(d, f"malformed job: {exc.reason}")
+        msg = self._decode(d)
+        if isinstance(msg, Outcome):
+            return msg
         if msg.expires_ms is not None and now_ms() >= msg.expires_ms:
             return _expired(d, msg)
         try:
@@ -107,6 +104,26 @@ class Executor:
         hard = task.options.time_limit_s or self.time_limit_s
         soft = task.options.soft_time_limit_s or self.soft_time_limit_s
         return Prepared(d, msg, task, policy, attempt, soft, hard)
+
+    def _decode(self, d: Delivery) -> Message | Outcome:
+        """The delivery's job, or its rejection: a bad entry or body is the job's failure,
+        never the child's, whatever the decoder raises."""
+        if d.malformed is not None or d.body is None:
+            return rejected(d, f"malformed entry: {d.malformed or 'no body'}")
+        try:
+            msg = Message.decode(d.body, self.app.settings.signer)
+        except SignatureError as exc:
+            return rejected(d, f"refused: {exc.reason}")
+        except DecodeError as exc:
+            return rejected(d, f"malformed job: {exc.reason}")
+        except Exception as exc:  # a decoder bug: this job is dead-lettered, the child lives on
+            logger.error("entry %s of %s: decoding failed", d.entry_id, d.stream, exc_info=True)
+            return rejected(d, f"malformed job: {type(exc).__name__}: {_text_of(exc)}")
+        if d.record_id is not None and d.record_id != msg.id:
+            # Another job's record: its dead letter must not end that one (record_id dropped).
+            reason = "malformed entry: its 'job' field names another job than its body"
+            return rejected(d._replace(record_id=None), reason, msg)
+        return msg
 
     def prepare_ahead(self, batch: Sequence[Delivery]) -> list[Prepared | Outcome | None]:
         """The batch decoded before its first job runs (one tight loop costs less than

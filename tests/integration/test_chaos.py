@@ -12,8 +12,15 @@ from pathlib import Path
 import pytest
 import redis
 
+from taskq.keys import GROUP, RECOVER_CONSUMER
 from tests import tasks
-from tests.conftest import WorkerProcess, wait_until
+from tests.conftest import WorkerProcess, runs, wait_until
+from tests.integration.test_failures import (
+    BAD_FIELDS,
+    add_bad_entries,
+    assert_bad_entries_dead_lettered,
+    dead_entries,
+)
 from tests.redis_server import RedisServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -190,3 +197,58 @@ def test_no_job_stream_is_trimmed_and_no_consumer_with_pending_is_deleted(
             for c in r.xinfo_consumers(f"tasks:{p}", "taskq"):
                 assert c["pending"] > 0 or c["name"] == b"taskq:recover"
     assert os.listdir(mark_dir)
+
+
+def _good_and_bad_entries(
+    r: redis.Redis, first: Callable[[], object]
+) -> tuple[set[str], list[str]]:
+    """``first()`` (the job the child runs when it dies), then the bad entries of
+    :data:`BAD_FIELDS` between good jobs; returns the good values and the bad entry ids."""
+    first()
+    ids = []
+    for i, entry_id in enumerate(add_bad_entries(r)):
+        ids.append(entry_id)
+        tasks.echo.delay(f"good {i}")
+    return {f"good {i}" for i in range(len(BAD_FIELDS))}, ids
+
+
+def _all_pending(r: redis.Redis) -> bool:
+    return r.xpending("tasks:normal", GROUP)["pending"] == 1 + 2 * len(BAD_FIELDS)
+
+
+def _settled(r: redis.Redis, good: set[str]) -> bool:
+    ran = {x.get("value") for x in runs(r)}
+    return len(dead_entries(r)) >= len(BAD_FIELDS) and ran >= good and r.xlen("tasks:normal") == 0
+
+
+def test_the_sweep_recovers_good_jobs_and_dead_letters_bad_entries_of_a_killed_worker(
+    task_app: object, start_worker: StartWorker, r: redis.Redis
+) -> None:
+    # Given: a worker whose child took a batch of good jobs and bad entries, SIGKILLed
+    # (master and child) while the batch's first job runs.
+    env = {"TASKQ_VISIBILITY_TIMEOUT_MS": "1000", "TASKQ_SWEEP_INTERVAL_MS": "200"}
+    good, ids = _good_and_bad_entries(r, lambda: tasks.sleepy.delay(3.0, "hold"))
+    w = start_worker("-A", "tests.tasks", "-c", "1", "--prefetch", "64", **env)
+    wait_until(lambda: r.lrange("started", 0, -1) == [b"hold"], 20, message="the first job")
+    wait_until(lambda: _all_pending(r), message="the whole batch taken")
+    w.kill_all()
+    # When: another worker's sweep recovers them.
+    after = start_worker("-A", "tests.tasks", "-c", "1", **env)
+    # Then: the good jobs run, each bad entry is dead-lettered alone, nothing stays claimed.
+    wait_until(lambda: _settled(r, good), 30, message="every entry settled")
+    assert_bad_entries_dead_lettered(r, ids)
+    assert sorted(x["value"] for x in runs(r) if "value" in x) == sorted(good)
+    assert r.xpending_range("tasks:normal", GROUP, "-", "+", 10, RECOVER_CONSUMER) == []
+    assert "failed; carrying on" not in after.output(), after.output()
+
+
+def test_the_master_settles_bad_entries_of_a_child_that_died(
+    task_app: object, start_worker: StartWorker, r: redis.Redis
+) -> None:
+    # Given: a child that took a batch of good jobs and bad entries dies on the first job.
+    good, ids = _good_and_bad_entries(r, lambda: tasks.crash.delay("first"))
+    w = start_worker("-A", "tests.tasks", "-c", "1", "--prefetch", "64")
+    # Then: its master dead-letters each bad entry alone and hands the good jobs back.
+    wait_until(lambda: _settled(r, good), 30, message="every entry settled")
+    assert_bad_entries_dead_lettered(r, ids)
+    assert "failed; carrying on" not in w.output(), w.output()

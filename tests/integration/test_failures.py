@@ -251,3 +251,87 @@ def test_forgetting_consumers_never_drops_pending_entries(
     names = {c["name"].decode() for c in r.xinfo_consumers("tasks:normal", GROUP)}
     assert names == {"holder"}
     assert r.xinfo_groups("tasks:normal")[0]["pending"] == 1
+
+
+BAD_FIELDS: list[tuple[dict[str, bytes], str]] = [
+    ({"job": b"\xff\xfejob"}, "entry field 'job' is not a job id: b'\\xff\\xfejob'"),
+    ({"job": b"two words"}, "entry field 'job' is not a job id: b'two words'"),
+    ({"job": b"j" * 300}, "entry field 'job' is not a job id: b'" + "j" * 40 + "'... (300 bytes)"),
+    ({"ff": b"soon"}, "entry field 'ff' is not a time in ms: b'soon'"),
+    ({"ff": b"-5"}, "entry field 'ff' is not a time in ms: b'-5'"),
+    ({"ff": b"1.5"}, "entry field 'ff' is not a time in ms: b'1.5'"),
+    ({"ff": b"1e12"}, "entry field 'ff' is not a time in ms: b'1e12'"),
+    ({"ff": b"9" * 30}, "entry field 'ff' is not a time in ms: b'" + "9" * 30 + "'"),
+    ({"ff": b"\xd9\x00"}, "entry field 'ff' is not a time in ms: b'\\xd9\\x00'"),
+    ({"body": None}, "entry has no 'body' field"),  # (None: the field is left out)
+]
+"""Stream entries with one bad field each (their body a good job), and the reason each is
+dead-lettered with (after ``malformed entry: ``)."""
+
+
+def add_bad_entries(r: redis.Redis, stream: str = "tasks:normal") -> list[str]:
+    """XADD every entry of :data:`BAD_FIELDS`, each with a good ``tests.tasks.echo`` body
+    (the value ``bad <i>``); returns their entry ids."""
+    ids = []
+    for i, (bad, _reason) in enumerate(BAD_FIELDS):
+        body = tasks.app.encode(tasks.echo.message((f"bad {i}",), {}))
+        fields = {"task": b"tests.tasks.echo", "body": body, **bad}
+        ids.append(r.xadd(stream, {k: v for k, v in fields.items() if v is not None}).decode())
+    return ids
+
+
+def assert_bad_entries_dead_lettered(r: redis.Redis, ids: list[str]) -> None:
+    """Each entry of ``ids`` (added by :func:`add_bad_entries`) is dead-lettered once, with
+    its reason, and never ran."""
+    dead = {d["entry_id"]: d for d in dead_entries(r) if d["entry_id"] in ids}
+    assert sorted(dead) == sorted(ids)
+    for entry_id, (_bad, reason) in zip(ids, BAD_FIELDS, strict=True):
+        got = dead[entry_id]
+        assert (got["error_type"], got["error"]) == ("Rejected", f"malformed entry: {reason}")
+        assert got["attempts"] == "0" and got["stream"] == "tasks:normal"
+    assert not [x for x in runs(r) if str(x.get("value", "")).startswith("bad ")]
+
+
+def test_entries_with_a_bad_field_are_dead_lettered_alone_in_a_batch_of_good_jobs(
+    task_app: App, start_worker: StartWorker, r: redis.Redis
+) -> None:
+    # Given: bad entries between good jobs, so that every fetched batch mixes them.
+    tasks.echo.delay("good -1")
+    ids = []
+    for i, entry_id in enumerate(add_bad_entries(r)):
+        ids.append(entry_id)
+        tasks.echo.delay(f"good {i}")
+    # When: one child fetches them in batches.
+    w = start_worker("-A", "tests.tasks", "-c", "1", "--prefetch", "4")
+    # Then: every good job runs, every bad entry is dead-lettered with its reason.
+    good = {f"good {i}" for i in range(-1, len(BAD_FIELDS))}
+    wait_until(lambda: len(dead_entries(r)) == len(BAD_FIELDS), 20, message="the bad entries")
+    wait_until(lambda: {x.get("value") for x in runs(r)} >= good, 20, message="the good jobs")
+    assert_bad_entries_dead_lettered(r, ids)
+    assert sorted(x["value"] for x in runs(r)) == sorted(good)
+    wait_until(lambda: r.xlen("tasks:normal") == 0, message="the stream to drain")
+    assert "crashed" not in w.output() and "died" not in w.output(), w.output()
+
+
+def test_an_entry_whose_job_field_names_another_job_leaves_that_record_alone(
+    make_app: Callable[..., App], r: redis.Redis
+) -> None:
+    app = make_app()
+    ran: list[str] = []
+
+    @app.task(name="tests.tasks.echo", result_ttl_s=60)
+    def echo(value: str) -> str:
+        ran.append(value)
+        return value
+
+    # Given: another job's status record, and an entry whose `job` field names it.
+    r.hset("tasks:job:victim-1", mapping={"state": "waiting", "task": "tests.tasks.echo"})
+    body = app.encode(echo.message(("forged",), {}))
+    r.xadd("tasks:normal", {"task": "tests.tasks.echo", "body": body, "job": "victim-1"})
+    # When: a worker takes the entry.
+    drain(app)
+    # Then: it is dead-lettered, and the other job's record is as it was.
+    [dead] = dead_entries(r)
+    assert dead["error"] == "malformed entry: its 'job' field names another job than its body"
+    assert ran == []
+    assert r.hgetall("tasks:job:victim-1") == {b"state": b"waiting", b"task": b"tests.tasks.echo"}

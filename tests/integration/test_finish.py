@@ -11,6 +11,7 @@ import redis
 
 from taskq import App
 from taskq.broker import Broker, Delivery
+from taskq.keys import GROUP, RECOVER_CONSUMER
 from taskq.message import Message
 from taskq.worker.executor import Executor, Prepared
 from taskq.worker.finish import Finisher
@@ -107,3 +108,48 @@ def test_an_exited_child_is_settled_its_running_job_counting_as_an_attempt(
 def test_prepared_type_is_what_recover_uses(setup: tuple[App, Broker, Finisher]) -> None:
     app, broker, finisher = setup
     assert isinstance(finisher.executor.prepare(deliver(app, broker)), Prepared)
+
+
+GONE = "gone:1:a:0:1"
+BAD_REASONS = [
+    b"malformed entry: entry field 'ff' is not a time in ms: b'soon'",
+    b"malformed entry: entry field 'job' is not a job id: b'\\xff'",
+]
+
+
+def _held_by_a_vanished_consumer(app: App, r: redis.Redis) -> None:
+    """A good job between two entries with a bad field each, all pending under ``GONE``."""
+    body = Message("finish.t", id="j-bad").encode()
+    r.xadd("tasks:normal", {"task": "finish.t", "body": body, "ff": b"soon"})
+    app.enqueue(Message("finish.t"))
+    r.xadd("tasks:normal", {"task": "finish.t", "body": body, "job": b"\xff"})
+    r.xreadgroup(GROUP, GONE, {"tasks:normal": ">"})
+
+
+def _dead_reasons(r: redis.Redis) -> list[bytes]:
+    return [fields[b"error"] for _, fields in r.xrange("tasks:deadletter")]
+
+
+def test_the_sweep_settles_each_claimed_entry_alone_whatever_its_fields(
+    setup: tuple[App, Broker, Finisher], r: redis.Redis
+) -> None:
+    app, broker, finisher = setup
+    _held_by_a_vanished_consumer(app, r)
+    claimed = broker.recover("tasks", min_idle_ms=0)  # one XAUTOCLAIM: all three
+    kinds = [finisher.recover(d, owner=RECOVER_CONSUMER) for d in claimed]
+    assert kinds == [DEAD, RETRY, DEAD]  # the good job's lost run counts: retried
+    assert _dead_reasons(r) == BAD_REASONS
+    assert r.zcard("tasks:retry:normal") == 1
+    assert r.xpending("tasks:normal", GROUP)["pending"] == 0  # nothing left under the sweep
+
+
+def test_an_exited_consumer_is_settled_entry_by_entry_whatever_its_fields(
+    setup: tuple[App, Broker, Finisher], r: redis.Redis
+) -> None:
+    app, _, finisher = setup
+    _held_by_a_vanished_consumer(app, r)
+    assert finisher.recover_exited(GONE, set(), "killed by SIGKILL") == []
+    assert _dead_reasons(r) == BAD_REASONS
+    [(_, handed_back)] = r.xrange("tasks:normal")  # the good job, back in its stream
+    assert Message.decode(handed_back[b"body"]).task == "finish.t"
+    assert r.xpending("tasks:normal", GROUP)["pending"] == 0

@@ -7,6 +7,7 @@ import pytest
 
 from taskq import App, Retry, current_job
 from taskq.broker import Delivery
+from taskq.broker.delivery import delivery as entry_delivery
 from taskq.message import Message, now_ms
 from taskq.worker.executor import DECODE_AHEAD_BYTES, Executor, Prepared
 from taskq.worker.outcome import DEAD, EXPIRED, OK, RETRY, Outcome
@@ -43,8 +44,11 @@ def fatal() -> None:
 
 
 def delivery(msg: Message | bytes | None, deliveries: int = 1) -> Delivery:
+    """The delivery of an entry whose ``body`` field is ``msg`` (None: it has none)."""
     body = msg.encode() if isinstance(msg, Message) else msg
-    return Delivery("unit:normal", "unit", "normal", "1-0", deliveries, body)
+    fields = {} if body is None else {b"body": body}
+    fresh = entry_delivery(("unit:normal", "unit", "normal"), "1-0", fields)
+    return fresh._replace(deliveries=deliveries)
 
 
 def run(msg: Message | bytes | None, deliveries: int = 1) -> Outcome:
@@ -96,7 +100,7 @@ def test_type_error_inside_a_task_is_an_ordinary_failure() -> None:
 @pytest.mark.parametrize(
     ("body", "reason"),
     [
-        (None, "no 'body' field"),
+        (None, "malformed entry: entry has no 'body' field"),
         (b"\xc1garbage", "malformed job"),
         (msgpack.packb({"v": 9, "id": "a", "task": "t"}), "newer than this worker"),
         (Message("nope.missing").encode(), "no task named 'nope.missing'"),
@@ -106,6 +110,47 @@ def test_bad_input_is_dead_lettered_with_a_reason(body: bytes | None, reason: st
     outcome = run(body)
     assert outcome.kind == DEAD
     assert reason in outcome.error
+
+
+@pytest.mark.parametrize(
+    ("fields", "reason"),
+    [
+        ({b"body": b"x", b"ff": b"soon"}, "entry field 'ff' is not a time in ms: b'soon'"),
+        ({b"body": b"x", b"job": b"\xff\xfe"}, "entry field 'job' is not a job id: b'\\xff\\xfe'"),
+        ({b"body": 7}, "entry field 'body' is not a string"),
+    ],
+)
+def test_a_malformed_entry_is_dead_lettered_with_its_reason(
+    fields: dict[bytes, object], reason: str
+) -> None:
+    d = entry_delivery(("unit:normal", "unit", "normal"), "1-0", fields)
+    outcome = Executor(app).prepare(d)
+    assert isinstance(outcome, Outcome) and outcome.kind == DEAD
+    assert (outcome.error_type, outcome.error) == ("Rejected", f"malformed entry: {reason}")
+
+
+def test_a_non_ascii_mac_is_a_refusal_not_a_crash() -> None:
+    signed = App("redis://127.0.0.1:1/0", queue="unit", signing_keys=["k-0123456789abcdef"])
+    signed.task(name=add.name)(add.fn)
+    head = Message(add.name, (1, 2)).encode()
+    body = head + msgpack.packb([signed.settings.signer.key_ids[0], "é" * 64])  # type: ignore[union-attr]
+    outcome = Executor(signed).prepare(delivery(body))
+    assert isinstance(outcome, Outcome) and outcome.kind == DEAD
+    assert outcome.error == "refused: malformed signature trailer"
+
+
+def test_any_error_while_decoding_dead_letters_the_job_and_is_logged(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(body: bytes, signer: object = None) -> Message:
+        raise LookupError("a bug in the decoder")
+
+    monkeypatch.setattr(Message, "decode", broken)
+    outcome = Executor(app).prepare(delivery(b"anything"))
+    assert isinstance(outcome, Outcome) and outcome.kind == DEAD
+    assert outcome.error == "malformed job: LookupError: a bug in the decoder"
+    [logged] = [r for r in caplog.records if "decoding failed" in r.getMessage()]
+    assert logged.exc_info is not None and logged.exc_info[0] is LookupError
 
 
 def test_a_job_lost_more_often_than_allowed_is_dead_lettered_without_running() -> None:

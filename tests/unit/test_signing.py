@@ -7,6 +7,8 @@ import hmac
 
 import msgpack
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from taskq import App
 from taskq.config import Settings, redact
@@ -88,11 +90,18 @@ def test_a_retry_is_signed_again() -> None:
     assert not is_signed(unsigned) and Message.decode(unsigned).retries == 1
 
 
+def _chord_template(*later_args: object) -> tuple[bytes, bytes]:
+    """A chord body's ``pre`` and ``post``: the bytes around its first argument, which Redis
+    fills in with the header's results."""
+    mark = msgpack.ExtType(71, b"mark")
+    template = Message("t", (mark, *later_args), id="c").encode()
+    pre, _, post = template.partition(msgpack.packb(mark))
+    return pre, post
+
+
 def test_a_chord_body_joined_in_redis_verifies_with_its_split_trailer() -> None:
     signer = Signer([K1])
-    mark = msgpack.packb(msgpack.ExtType(71, b"mark"))  # where Redis joins the results
-    template = Message("t", (msgpack.ExtType(71, b"mark"), "x"), id="c").encode()
-    pre, _, post = template.partition(mark)
+    pre, post = _chord_template("x")
     post += signer.split_trailer(pre, post)
     joined = pre + msgpack.packb([1, 2, 3]) + post
     assert Message.decode(joined, signer).args == ([1, 2, 3], "x")
@@ -150,3 +159,129 @@ def test_a_body_that_only_ends_like_a_trailer_is_decoded_the_general_way() -> No
     signed = Message("t", (1,), id="b").encode(signer=signer)
     assert signer.plain_trailer(signed) == signed[-76:]
     assert Message.decode(signed, signer).args == (1,)
+
+
+def test_a_chord_body_cannot_be_split_again_elsewhere() -> None:
+    """The trailer's lengths are under the MAC: moving the split point (``pre + post`` still
+    the same bytes) to put a value at another place is refused."""
+    signer = Signer([K1])
+    pre, post = _chord_template(5, 6)
+    honest = signer.split_trailer(pre, post)
+    assert post.startswith(b"\x05")  # the second argument, a fixint
+    kid, mac, _, _ = msgpack.unpackb(honest)
+    # Given: the split moved one byte on: the 5 becomes the first argument, "evil" the second.
+    forged = pre + b"\x05" + msgpack.packb("evil") + post[1:]
+    forged += msgpack.packb([kid, mac, len(pre) + 1, len(post) - 1])
+    assert Message.decode(forged).args == (5, "evil", 6)
+    # Then: refused.
+    with pytest.raises(SignatureError, match="bad signature"):
+        Message.decode(forged, signer)
+
+
+def test_a_split_trailer_whose_mac_leaves_out_the_split_point_is_refused() -> None:
+    """A trailer made before the MAC covered ``len(pre)`` (MAC over ``pre + post`` only)."""
+    signer = Signer([K1])
+    pre, post = _chord_template("x")
+    old_mac = hmac.new(K1.encode(), pre + post, hashlib.sha256).hexdigest()
+    trailer = msgpack.packb([key_id(K1), old_mac, len(pre), len(post)])
+    body = pre + msgpack.packb([1]) + post + trailer
+    with pytest.raises(SignatureError, match="bad signature"):
+        Message.decode(body, signer)
+
+
+@pytest.mark.parametrize(
+    "mac",
+    ["é" * 64, "é" + "0" * 63, "0" * 63, "0" * 65, "A" * 64, " " + "0" * 63, "0" * 63 + "\n"],
+)
+def test_a_mac_that_is_not_64_lowercase_hex_digits_is_a_malformed_trailer(mac: str) -> None:
+    signer = Signer([K1])
+    body = _body() + msgpack.packb([key_id(K1), mac])
+    with pytest.raises(SignatureError, match="malformed signature trailer"):
+        Message.decode(body, signer)
+
+
+def test_the_refusal_of_an_unknown_key_id_does_not_name_the_known_ones() -> None:
+    signer = Signer([K1, K2])
+    body = Message("t", id="a").encode(signer=Signer(["a-third-key-0123456789abcdef"]))
+    with pytest.raises(SignatureError) as refused:
+        Message.decode(body, signer)
+    assert "unknown key id" in refused.value.reason
+    assert key_id(K1) not in refused.value.reason and key_id(K2) not in refused.value.reason
+
+
+SIGNER = Signer([K1])
+
+
+ARGS = st.lists(st.one_of(st.integers(-5, 5), st.text(max_size=8), st.binary(max_size=8)))
+RESULTS = st.lists(st.integers(-(2**63), 2**64 - 1), max_size=3)
+
+
+def _signed_chord(later: list[object], results: list[int]) -> bytes:
+    pre, post = _chord_template(*later)
+    return pre + msgpack.packb(results) + post + SIGNER.split_trailer(pre, post)
+
+
+TRAILER_PARTS = st.one_of(
+    st.text(max_size=70),
+    st.text(alphabet="0123456789abcdefABCDEF", min_size=8, max_size=8),
+    st.text(alphabet="0123456789abcdef", min_size=63, max_size=65),
+    st.binary(max_size=70),
+    st.integers(-(2**63), 2**64 - 1),
+    st.floats(),
+    st.none(),
+    st.booleans(),
+    st.lists(st.integers(0, 2**20), max_size=2),
+)
+
+
+@st.composite
+def _mutated(draw: st.DrawFn) -> tuple[bytes, bytes, bool]:
+    """A signed body (plain or a chord's), and a copy with one change: a byte flipped, cut,
+    bytes added, or its trailer replaced by one whose parts have any type, encoding and size
+    (the real key id first, sometimes, so that the MAC and the lengths are checked)."""
+    chord = draw(st.booleans())
+    later = draw(ARGS)
+    if chord:
+        body = _signed_chord(later, draw(RESULTS))
+    else:
+        body = Message("t", tuple(later), id="j").encode(signer=SIGNER)
+    how = draw(st.sampled_from(["flip", "cut", "extend", "trailer"]))
+    if how == "flip":
+        i = draw(st.integers(0, len(body) - 1))
+        changed = body[:i] + bytes([body[i] ^ draw(st.integers(1, 255))]) + body[i + 1 :]
+    elif how == "cut":
+        changed = body[: draw(st.integers(0, len(body) - 1))]
+    elif how == "extend":
+        changed = body + draw(st.binary(min_size=1, max_size=80))
+    else:
+        payload = draw(st.sampled_from([_body(), body[: len(body) - len(_trailer_of(body))], body]))
+        parts = draw(st.lists(TRAILER_PARTS, max_size=5))
+        if parts and draw(st.booleans()):
+            parts[0] = key_id(K1)
+        raw = msgpack.packb(parts) if draw(st.booleans()) else draw(st.binary(max_size=90))
+        changed = payload + raw
+    return body, changed, chord
+
+
+@settings(max_examples=500, deadline=None)
+@given(case=_mutated())
+def test_a_mutated_signed_body_is_only_ever_refused(case: tuple[bytes, bytes, bool]) -> None:
+    """Whatever the change, decoding with keys raises a SignatureError or a DecodeError (the
+    executor's rejection), never anything else; a changed body verifies only if the change
+    was inside a chord's joined value (the header results, which no MAC covers)."""
+    original, changed, chord = case
+    try:
+        msg = Message.decode(changed, SIGNER)
+    except (SignatureError, DecodeError):
+        return
+    assert chord or changed == original, "a changed plain body verified"
+    signed = Message.decode(original, SIGNER)
+    assert msg._replace(args=msg.args[1:]) == signed._replace(args=signed.args[1:])
+
+
+def _trailer_of(body: bytes) -> bytes:
+    try:
+        msgpack.unpackb(body)
+    except msgpack.ExtraData as extra:
+        return extra.extra
+    return b""
