@@ -153,3 +153,37 @@ def test_bad_task_options(make_app: Callable[..., App]) -> None:
         app.task(unique=True, unique_mode="often")(lambda: None)  # type: ignore[call-overload]
     with pytest.raises(ConfigError, match="unique_for_s"):
         app.task(unique=True, unique_for_s=0)(lambda: None)
+
+
+def test_the_key_does_not_depend_on_how_the_arguments_are_written(
+    task_app: App, r: redis.Redis
+) -> None:
+    # given one call written five ways: positional, by keyword in either order, the default
+    # given or left out
+    first = tasks.unique_report.delay(8, seconds=0.3)
+    same = [
+        tasks.unique_report.delay(report_id=8, seconds=0.3),
+        tasks.unique_report.delay(seconds=0.3, report_id=8),
+        tasks.unique_report.delay(8),
+        tasks.unique_report.apply_async((8, 0.3)),
+    ]
+    # then they are one job; other values are another
+    assert {h.id for h in same} == {first.id}
+    assert r.xlen("tasks:normal") == 1 and len(_locks(r)) == 1
+    assert tasks.unique_report.delay(8, seconds=1).id != first.id
+
+
+def test_the_key_of_a_task_with_var_args_and_var_kwargs(
+    make_app: Callable[..., App], r: redis.Redis
+) -> None:
+    app = make_app(queue="varargs")
+
+    @app.task(unique=True)
+    def sync(shop_id: int, *extra: int, full: bool = False, **flags: bool) -> None: ...
+
+    first = sync.delay(8, 1, 2, full=True, dry=True, fast=False)
+    assert sync.delay(shop_id=8, full=True).id != first.id  # other *extra
+    assert sync.delay(8, 1, 2, fast=False, dry=True, full=True).id == first.id
+    assert sync.delay(8, 1, 2, full=True, dry=True).id != first.id  # other **flags
+    assert sync.delay(8, 1, 2, dry=True, fast=False, full=True).id == first.id
+    assert sync.delay(shop_id=9).id == sync.delay(9, full=False).id
