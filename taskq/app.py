@@ -226,7 +226,8 @@ class App:
         """A handle for a job enqueued elsewhere (another process, an earlier run).
 
         Its record is looked for in ``queue``, else in every queue this app's tasks use; a job
-        with no record anywhere gets a handle whose status is ``unknown``.
+        with no record anywhere (never kept, expired or forgotten) gets a handle whose status
+        is ``unknown`` and whose ``result()`` raises :class:`~taskq.errors.JobNotFound`.
 
         Raises:
             ConfigError: ``job_id`` is not a plausible job id.
@@ -241,7 +242,7 @@ class App:
         check_job_id(job_id)
         queues = [queue] if queue else self.queues()
         found = yield from find_steps(queues, job_id)
-        if found is None:
+        if found is None:  # no task name: Job.result() raises JobNotFound
             return Job(job_id, "", queues[0], "normal", app=self)
         status = yield from status_steps(found, job_id)
         priority = status.priority or "normal"

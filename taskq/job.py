@@ -101,11 +101,16 @@ class Job:
         return (yield from entry_status_steps(self.queue, self.priority, self.id, self.entry_id))
 
     def _check_stores(self) -> None:
+        if not self.stores_result and not self.task:  # app.job(id) found no record of it
+            raise self._not_found()
         if not self.stores_result:
             raise ConfigError(
                 f"job {self.id} ({self.task}) does not store its result: enqueue it from an "
                 "App(store_results=True) or a task with store_result=True"
             )
+
+    def _not_found(self) -> JobNotFound:
+        return JobNotFound(f"no record of job {self.id} in queue {self.queue!r} (expired?)")
 
     def _ended(self, status: JobStatus) -> JobStatus:
         """``status`` if the job succeeded; else the error that says how it ended."""
@@ -124,7 +129,7 @@ class Job:
         if status.state == EXPIRED:
             raise JobExpired(self.id, task=self.task)
         if status.state == UNKNOWN:
-            raise JobNotFound(f"no record of job {self.id} in queue {self.queue!r} (expired?)")
+            raise self._not_found()
         assert status.state not in FINAL
         raise ResultTimeout(f"job {self.id} ({self.task}) is still {status.state}")
 

@@ -14,6 +14,7 @@ whatever becomes of the job.
 from __future__ import annotations
 
 import hashlib
+import inspect
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -68,7 +69,7 @@ def uniqueness(
     o = task.options
     key = unique_key
     if key is None and o.unique:
-        digest = hashlib.sha256(encode_args(msg.args, msg.kwargs)).hexdigest()[:32]
+        digest = hashlib.sha256(canonical_args(task, msg.args, msg.kwargs)).hexdigest()[:32]
         key = f"{task.name}:{digest}"
     if key is None and job_id is not None:
         key = f"id:{job_id}"
@@ -85,6 +86,26 @@ def uniqueness(
         raise ConfigError(f"{task.name}: unique_for must be a number of seconds > 0")
     hold_ms = max(1, int(min(hold_s, 10 * 365 * 86400) * 1000))
     return Uniqueness(QueueKeys(msg.queue).unique(key), hold_ms, mode == UNTIL_DONE)
+
+
+def canonical_args(task: Task[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
+    """The arguments of a call, encoded the same however the call was written: bound to the
+    task's signature with its defaults applied, each value under its parameter in the
+    signature's order, a ``**kwargs`` catch-all sorted by name. So ``delay(8, full=True)``,
+    ``delay(full=True, shop_id=8)`` and ``delay(shop_id=8, full=True)`` are one key. Arguments
+    that do not fit the signature (the job will fail) are taken as written, keywords sorted."""
+    bound_args = (task, *args) if task.options.bind else args
+    try:
+        bound = inspect.signature(task.fn).bind(*bound_args, **kwargs)
+    except (TypeError, ValueError):
+        return encode_args(args, dict(sorted(kwargs.items())))
+    bound.apply_defaults()
+    params = list(bound.signature.parameters.values())[1 if task.options.bind else 0 :]
+    values = []
+    for param in params:
+        value = bound.arguments[param.name]
+        values.append(dict(sorted(value.items())) if param.kind == param.VAR_KEYWORD else value)
+    return encode_args(tuple(values), {})
 
 
 def _check_key(key: str) -> None:

@@ -4,10 +4,9 @@ each one command or one script like every other move of a job."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from taskq.broker.link import Link
-from taskq.broker.replies import as_int, entries
+from taskq.broker.replies import as_int, entries, text
 from taskq.keys import GROUP, PRIORITIES, QueueKeys
 
 
@@ -34,20 +33,30 @@ class Operators:
         stream: str,
         task: str,
         body: bytes,
-        record: tuple[str, int] | None = None,
-    ) -> bool:
+        job_id: str,
+        record_ttl_ms: int | None = None,
+        lock: tuple[str, int] | None = None,
+    ) -> tuple[bool, str]:
         """Move one dead-lettered job back to a job stream of its queue, in one step.
 
-        ``record`` (job id, TTL ms), for a job that keeps a status record: it is waiting
-        again, and its done list goes so that waiters block until the new end.
+        ``record_ttl_ms``, for a job that keeps a status record: it is waiting again, and its
+        done list goes so that waiters block until the new end. ``lock`` (key, hold ms), for
+        a unique job whose end releases its lock: it takes the lock again, and does not move
+        while another job holds it. Returns whether it moved, and the holder of the lock if
+        that is why it did not ("" otherwise: the dead entry is gone).
         """
         k = QueueKeys(queue)
         keys = [k.deadletter, stream]
-        args: list[Any] = [dead_id, task, body]
-        if record is not None:
-            keys += (k.job(record[0]), k.done(record[0]))
-            args += record
-        return bool(self.link.script("deadletter_retry", keys, args))
+        if record_ttl_ms is not None:
+            keys += (k.job(job_id), k.done(job_id))
+        if lock is not None:
+            keys.append(lock[0])
+        ttl = "" if record_ttl_ms is None else record_ttl_ms
+        args = [dead_id, task, body, job_id, ttl, lock[1] if lock else ""]
+        reply = self.link.script("deadletter_retry", keys, args)
+        if isinstance(reply, list):  # ['held', holder id]
+            return False, text(reply[1])
+        return bool(reply), ""
 
     def purge_waiting(
         self,

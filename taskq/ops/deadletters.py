@@ -12,6 +12,7 @@ from taskq.deadletter import Deadletter
 from taskq.keys import QueueKeys
 from taskq.message import Message, is_signed, with_retries
 from taskq.signing import SignatureError, Signer
+from taskq.unique import DEFAULT_UNIQUE_FOR_S
 
 if TYPE_CHECKING:
     from taskq.app import App
@@ -20,6 +21,9 @@ DEAD_ID = re.compile(r"\d+-\d+")
 """A stream entry id, as dead-letter ids are."""
 
 
+UNIQUE_RETRY_HOLD_MS = int(DEFAULT_UNIQUE_FOR_S * 1000)
+"""How long a retried unique job holds its key at most (its enqueue's ``unique_for`` is not
+kept with the job); its end releases the key before that."""
 SCAN_LIMIT = 500
 """Entries one filtered page reads at most: a search never scans the whole stream at once
 (the page offers to go on from where it stopped)."""
@@ -167,10 +171,16 @@ class Deadletters:
         elif is_signed(job.body):
             return "a signed job: retrying it needs the signing keys (TASKQ_SIGNING_KEYS)"
         body = with_retries(job.body, 0, self.signer)
-        record = (msg.id, msg.result_ttl_s * 1000) if msg.result_ttl_s is not None else None
-        moved = self.operators.deadletter_retry(
-            self.queue, dead_id, stream=stream, task=msg.task, body=body, record=record
-        )
+        lock = msg.unique
+        if lock is not None and not lock.startswith(k.unique("")):
+            return f"its uniqueness lock {lock!r} is not a key of queue {self.queue!r}"
+        ttl_ms = msg.result_ttl_s * 1000 if msg.result_ttl_s is not None else None
+        moved, holder = self.operators.deadletter_retry(
+            self.queue, dead_id, stream=stream, task=msg.task, body=body, job_id=msg.id,
+            record_ttl_ms=ttl_ms, lock=(lock, UNIQUE_RETRY_HOLD_MS) if lock else None,
+        )  # fmt: skip
+        if holder:
+            return f"its unique key is held by job {holder}: retry it once that job has ended"
         return "" if moved else "no such dead-lettered job"
 
     def purge(self, *, older_than_ms: int | None = None) -> int:

@@ -228,7 +228,9 @@ class Executor:
         return Outcome(kind, p.delivery, p.msg, p.attempt, delay_ms, "WorkerLost", cause)
 
     def _decide(self, p: Prepared, exc: Exception) -> tuple[str, int]:
-        if isinstance(exc, JobCancelled):
+        if isinstance(exc, JobCancelled) and exc.job_id == p.msg.id:
+            # This job's cancel (the cancel signal raises it with the job's id); another
+            # job's (its result() in this task's code) is an ordinary failure.
             return CANCELLED, 0
         if isinstance(exc, TypeError) and not _fits(p.task, p.msg):
             return DEAD, 0

@@ -346,6 +346,18 @@ def test_forget(task_app: App) -> None:
     assert job.status().state == "unknown"
 
 
+def test_result_of_a_forgotten_job_from_its_id(task_app: App) -> None:
+    # given a job whose record was forgotten, then a handle made from its id alone
+    job = tasks.add.delay(1, 1)
+    drain(task_app)
+    assert job.forget()
+    handle = task_app.job(job.id)
+    # then result() says Redis has no record of it, as for an expired record
+    with pytest.raises(JobNotFound, match=job.id):
+        handle.result(timeout=1)
+    assert handle.status().state == "unknown"
+
+
 def test_every_record_key_has_a_ttl(task_app: App, start_worker: StartWorker) -> None:
     ended = [tasks.add.delay(1, 2), tasks.fails_stored.delay("x"), tasks.add.apply_async((1,))]
     tasks.add.apply_async((5, 5), countdown=30)

@@ -8,9 +8,11 @@ from collections.abc import Callable
 import pytest
 import redis
 
-from taskq import App, TaskFailed
+from taskq import App, Deadletters, TaskFailed
 from taskq.errors import ConfigError
 from taskq.job import Job
+from taskq.message import Message
+from taskq.testing import drain
 from tests import tasks
 from tests.conftest import WorkerProcess, runs, wait_until
 
@@ -153,3 +155,68 @@ def test_bad_task_options(make_app: Callable[..., App]) -> None:
         app.task(unique=True, unique_mode="often")(lambda: None)  # type: ignore[call-overload]
     with pytest.raises(ConfigError, match="unique_for_s"):
         app.task(unique=True, unique_for_s=0)(lambda: None)
+
+
+def test_the_key_does_not_depend_on_how_the_arguments_are_written(
+    task_app: App, r: redis.Redis
+) -> None:
+    # given one call written five ways: positional, by keyword in either order, the default
+    # given or left out
+    first = tasks.unique_report.delay(8, seconds=0.3)
+    same = [
+        tasks.unique_report.delay(report_id=8, seconds=0.3),
+        tasks.unique_report.delay(seconds=0.3, report_id=8),
+        tasks.unique_report.delay(8),
+        tasks.unique_report.apply_async((8, 0.3)),
+    ]
+    # then they are one job; other values are another
+    assert {h.id for h in same} == {first.id}
+    assert r.xlen("tasks:normal") == 1 and len(_locks(r)) == 1
+    assert tasks.unique_report.delay(8, seconds=1).id != first.id
+
+
+def test_the_key_of_a_task_with_var_args_and_var_kwargs(
+    make_app: Callable[..., App], r: redis.Redis
+) -> None:
+    app = make_app(queue="varargs")
+
+    @app.task(unique=True)
+    def sync(shop_id: int, *extra: int, full: bool = False, **flags: bool) -> None: ...
+
+    first = sync.delay(8, 1, 2, full=True, dry=True, fast=False)
+    assert sync.delay(shop_id=8, full=True).id != first.id  # other *extra
+    assert sync.delay(8, 1, 2, fast=False, dry=True, full=True).id == first.id
+    assert sync.delay(8, 1, 2, full=True, dry=True).id != first.id  # other **flags
+    assert sync.delay(8, 1, 2, dry=True, fast=False, full=True).id == first.id
+    assert sync.delay(shop_id=9).id == sync.delay(9, full=False).id
+
+
+def test_a_retried_dead_unique_job_takes_its_key_again(task_app: App, r: redis.Redis) -> None:
+    # given a unique job that failed for good: its end released the key
+    dead = tasks.fails_stored.apply_async(("boom",), unique_key="fragile")
+    drain(task_app)
+    assert dead.status().state == "failed" and not _locks(r)
+    store = Deadletters.for_app(task_app)
+    # when a fresh job holds the key, the dead job's retry is refused, naming the holder
+    fresh = tasks.fails_stored.apply_async(("again",), unique_key="fragile")
+    moved, skipped = store.retry(None)
+    assert moved == 0 and len(skipped) == 1 and fresh.id in skipped[0][1]
+    assert store.count() == 1 and r.xlen("tasks:normal") == 1
+    # once the key is free, the retry takes it: an enqueue of the key gets the retried job
+    assert fresh.cancel() == "cancelled"
+    assert store.retry(None) == (1, [])
+    assert r.get("tasks:unique:fragile") == dead.id.encode()
+    assert tasks.fails_stored.apply_async(("x",), unique_key="fragile").id == dead.id
+    drain(task_app)  # and its end releases the key again
+    assert dead.status().state == "failed" and not _locks(r)
+
+
+def test_a_dead_job_naming_another_queues_lock_is_not_retried(
+    task_app: App, r: redis.Redis
+) -> None:
+    msg = Message(tasks.fails_stored.name, ("x",), queue="tasks", unique="elsewhere:unique:k")
+    task_app.enqueue(msg)
+    drain(task_app)
+    _, skipped = Deadletters.for_app(task_app).retry(None)
+    assert len(skipped) == 1 and "not a key of queue 'tasks'" in skipped[0][1]
+    assert not r.exists("elsewhere:unique:k") and r.xlen("tasks:normal") == 0

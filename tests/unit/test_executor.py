@@ -5,12 +5,12 @@ from __future__ import annotations
 import msgpack
 import pytest
 
-from taskq import App, Retry, current_job
+from taskq import App, JobCancelled, Retry, current_job
 from taskq.broker import Delivery
 from taskq.broker.delivery import delivery as entry_delivery
 from taskq.message import Message, now_ms
 from taskq.worker.executor import DECODE_AHEAD_BYTES, Executor, Prepared
-from taskq.worker.outcome import DEAD, EXPIRED, OK, RETRY, Outcome
+from taskq.worker.outcome import CANCELLED, DEAD, EXPIRED, OK, RETRY, Outcome
 
 app = App("redis://127.0.0.1:1/0", queue="unit", retry_backoff_ms=1000, retry_jitter=False)
 seen: list[object] = []
@@ -242,3 +242,25 @@ def test_a_job_decoded_ahead_that_expired_since_is_not_run() -> None:
     stale = prepared._replace(msg=prepared.msg._replace(expires_ms=now_ms() - 1))
     outcome = ex.still_current(stale)
     assert isinstance(outcome, Outcome) and outcome.kind == EXPIRED
+
+
+@app.task
+def waits_on_a_cancelled_job() -> None:
+    raise JobCancelled("0" * 32)  # what result() of another, cancelled job raises
+
+
+@app.task
+def cancelled_itself() -> None:
+    job = current_job()
+    assert job is not None
+    raise JobCancelled(job.id, "cancelled while running")  # as the cancel signal raises it
+
+
+def test_job_cancelled_of_another_job_is_an_ordinary_failure() -> None:
+    outcome = run(Message(waits_on_a_cancelled_job.name, ()))
+    assert (outcome.kind, outcome.error_type) == (RETRY, "JobCancelled")
+
+
+def test_job_cancelled_of_this_job_cancels_it() -> None:
+    outcome = run(Message(cancelled_itself.name, ()))
+    assert outcome.kind == CANCELLED
