@@ -183,3 +183,42 @@ def test_a_mutated_stream_entry_is_dead_lettered_alone(
     assert r.xpending("tasks:normal", GROUP)["pending"] == 0
     assert all(f[b"error"] for _, f in r.xrange("tasks:deadletter"))
     assert {"before", "after"} <= {x.get("tag") for x in runs(r)}
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(at=st.integers(min_value=0), cut=st.booleans(), extra=st.binary(max_size=80))
+def test_a_mutated_signed_body_is_refused_and_touches_no_other_key(
+    task_app: App, r: redis.Redis, at: int, cut: bool, extra: bytes
+) -> None:
+    # given a signing worker, and a signed workflow body whose bytes (map or trailer) were
+    # changed at one place: cut there and followed by other bytes, or one byte replaced
+    before_settings = task_app.settings
+    task_app.settings = before_settings.replace(signing_keys=("fuzz-key-0123456789",))
+    try:
+        r.flushdb()
+        r.set("victim", "v")
+        r.zadd("tasks:schedule", {"a delayed job": 2**45})
+        before = _snapshot(r)
+        signed = task_app.settings.signer.sign(_mutated(0, ("kwargs",), {}, False))
+        at %= len(signed)
+        changed = (
+            signed[:at] + extra
+            if cut
+            else signed[:at] + bytes([signed[at] ^ 0x5A]) + signed[at + 1 :]
+        )
+        r.xadd("tasks:normal", {"task": "tests.tasks.tag", "body": changed})
+        task_app.get_task("tests.tasks.tag").delay("good", "good")
+        # when a worker's consumer takes both
+        drain(task_app, timeout_s=20)
+        # then the changed body never ran (refused with a reason), and the good one did
+        assert r.xpending("tasks:normal", GROUP)["pending"] == 0
+        dead = [f for _, f in r.xrange("tasks:deadletter")]
+        assert changed == signed or (len(dead) == 1 and dead[0][b"error"])
+        assert any(x.get("tag") == "good" for x in runs(r))
+        assert _snapshot(r) == before
+    finally:
+        task_app.settings = before_settings
