@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from taskq.errors import ConfigError
-from taskq.keys import check_job_id
+from taskq.keys import check_job_id, is_plain_job_id
 
 
 class Delivery(NamedTuple):
@@ -50,8 +50,15 @@ def delivery(where: tuple[str, str, str], entry_id: str, fields: Mapping[Any, An
     Never raises: a bad field makes the delivery malformed (see :func:`entry_fields`).
     """
     stream, queue, priority = where
-    body, ff, job, malformed = entry_fields(fields)
-    return Delivery(stream, queue, priority, entry_id, 1, body, ff, job, malformed)
+    body = fields.get(b"body")
+    if type(body) is bytes and b"ff" not in fields:  # what producers write: checked at once
+        job = fields.get(b"job")
+        if job is None:
+            return Delivery(stream, queue, priority, entry_id, 1, body)
+        if type(job) is bytes and is_plain_job_id(plain := job.decode("latin-1")):
+            return Delivery(stream, queue, priority, entry_id, 1, body, None, plain)
+    body, ff, job_id, malformed = entry_fields(fields)
+    return Delivery(stream, queue, priority, entry_id, 1, body, ff, job_id, malformed)
 
 
 def entry_fields(
