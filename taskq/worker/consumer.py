@@ -27,6 +27,7 @@ from taskq.broker import Broker, Delivery, Fetched
 from taskq.context import current_job
 from taskq.errors import BrokerUnavailable, JobCancelled, SoftTimeLimitExceeded
 from taskq.worker.aio import DEFAULT_ASYNC_CONCURRENCY, AsyncRunner
+from taskq.worker.cancels import StartCheck
 from taskq.worker.executor import Executor, Prepared
 from taskq.worker.finish import Finisher
 from taskq.worker.interrupt import code_of, runs_in
@@ -105,6 +106,7 @@ class Consumer:
         self._idle = False
         self._done = 0
         self._outages = OutageWaiter(should_give_up=lambda: self._idle and self.stopping)
+        self.starts = StartCheck(broker, self._outages)
         self._fetched_at = time.monotonic()
         self._task_code: CodeType | None = None
         self._pace_ms = BATCH_BUDGET_MS  # until measured: one job per fetch
@@ -166,6 +168,7 @@ class Consumer:
             batch = self._next_batch()
             if batch is None:
                 break
+            self.starts.fetched(batch, self._fetched_at)
             if self.slot is not None and self.options.prefetch is None:
                 self.slot.list_batch(
                     [(self.broker.stream_position[d.stream], d.entry_id) for d in batch]
@@ -293,8 +296,8 @@ class Consumer:
             return self.slot is None or self.slot.claim_next()
         if prepared is None:
             prepared = self._ahead.pop(where, None) or self.executor.prepare(d)
-        if not isinstance(prepared, Outcome):  # decoded ahead: it may have expired since
-            prepared = self.executor.still_current(prepared)
+        if not isinstance(prepared, Outcome):  # it may have expired, or been cancelled, since
+            prepared = self.starts.check(self.executor.still_current(prepared), rest)
         if isinstance(prepared, Outcome):
             if self.slot is not None and not self.slot.claim_next():
                 return False
