@@ -1,5 +1,7 @@
-"""The master's side of ``job.cancel(terminate=True)``: look up the tombstones of the jobs its
-children run, interrupt each cancelled run, kill the child if the run does not stop.
+"""``job.cancel(terminate=True)`` of a job a worker took. The master's side: look up the
+tombstones of the jobs its children run, interrupt each cancelled run, kill the child if the
+run does not stop. The child's side (:class:`StartCheck`): a job cancelled while it waited
+in the child's batch does not start.
 
 A cancelled job is interrupted in two steps: ``CANCEL_SIGNAL``, which raises
 :class:`~taskq.errors.JobCancelled` inside the task's code (the task may clean up; in a child
@@ -16,17 +18,27 @@ from __future__ import annotations
 import logging
 import signal
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from taskq.broker import Broker, Delivery
 from taskq.broker.records import Records
+from taskq.broker.replies import as_int
+from taskq.errors import BrokerError
+from taskq.worker.executor import Prepared
+from taskq.worker.finish import cancelled_before_start
 from taskq.worker.lifeline import CANCEL_SIGNAL, kill
 from taskq.worker.maintenance import Maintenance
+from taskq.worker.outage import OutageWaiter
+from taskq.worker.outcome import Outcome
 from taskq.worker.scoreboard import LOCK_TIMEOUT_S, Running, Scoreboard, SlotView
 
 logger = logging.getLogger(__name__)
 
 CHECK_EVERY_S = 0.25
+START_CHECK_HOLDS_S = 0.005
+"""A child's read of its batch's tombstones answers for the jobs whose turn comes within
+this long; a cancel later than that finds its job started (and interrupted as it runs)."""
 KILL_AFTER_S = 5.0
 KILLED_FOR = "cancelled while running"
 """The cause a child killed for a cancelled job exits with."""
@@ -137,3 +149,55 @@ class Canceller:
             return True
         finally:
             lock.release()
+
+
+class StartCheck:
+    """A child's look at the tombstones of the jobs it is about to start (those that keep a
+    record: only they can be cancelled), so that one cancelled while it waited in the batch
+    does not start. A read answers for START_CHECK_HOLDS_S. The fetch counts as one: a job
+    had no tombstone when it was delivered (a job cancelled after its delivery is handed
+    back, if ever, as cancelled: Finisher.hand_back), so jobs that start within 5 ms of
+    their fetch cost nothing. Past that, one pipelined read covers the job and those after
+    it in its batch: a batch of short jobs costs one read per 5 ms, not one per job.
+    ``outages``: the consumer's outage handling, which the reads go through."""
+
+    def __init__(self, broker: Broker, outages: OutageWaiter) -> None:
+        self.broker = broker
+        self.outages = outages
+        self._read: set[str] = set()
+        self._cancelled: set[str] = set()
+        self._read_at = -1.0
+
+    def fetched(self, batch: Sequence[Delivery], at_s: float) -> None:
+        """A batch was delivered at ``at_s`` (monotonic): none of its jobs was cancelled."""
+        self._read = {d.record_id for d in batch if d.record_id is not None}
+        self._cancelled, self._read_at = set(), at_s
+
+    def check(self, p: Prepared | Outcome, rest: Sequence[Delivery]) -> Prepared | Outcome:
+        """``p``, or its CANCELLED outcome if it was cancelled with ``terminate=True``."""
+        if isinstance(p, Outcome) or p.delivery.record_id is None:
+            return p
+        job_id, now = p.delivery.record_id, time.monotonic()
+        if job_id not in self._read or now - self._read_at > START_CHECK_HOLDS_S:
+            jobs = [(p.delivery.queue, job_id)]
+            jobs += [(d.queue, d.record_id) for d in rest if d.record_id is not None]
+            self._cancelled = self._look(jobs)
+            self._read, self._read_at = {j for _, j in jobs}, now
+        return cancelled_before_start(p) if job_id in self._cancelled else p
+
+    def _look(self, jobs: list[tuple[str, str]]) -> set[str]:
+        """The cancelled ones of ``jobs``: one multi-key EXISTS per queue (keys of a queue
+        share its hash tag), on the consumer's own connection, says whether any is; only
+        then is each looked at."""
+        by_queue: dict[str, list[str]] = {}
+        for queue, job_id in jobs:
+            by_queue.setdefault(queue, []).append(self.broker.keys[queue].cancel(job_id))
+        direct, call = self.broker.direct, self.outages.call
+        replies = call(lambda: direct.pipeline([("EXISTS", *k) for k in by_queue.values()]))
+        refused = next((r for r in replies if isinstance(r, BrokerError)), None)
+        if refused is not None:  # e.g. an ACL without EXISTS: the jobs run
+            logger.warning("cannot read cancellation tombstones: %s", refused)
+            return set()
+        any_in = {q for q, n in zip(by_queue, replies, strict=True) if as_int(n)}
+        hit = [(q, j) for q, j in jobs if q in any_in]
+        return call(lambda: Records(self.broker.link).cancel_requested(hit)) if hit else set()

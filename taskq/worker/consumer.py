@@ -22,15 +22,15 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from types import CodeType, FrameType
-from typing import Any
 
 from taskq.broker import Broker, Delivery, Fetched
 from taskq.context import current_job
 from taskq.errors import BrokerUnavailable, JobCancelled, SoftTimeLimitExceeded
-from taskq.task import Task
 from taskq.worker.aio import DEFAULT_ASYNC_CONCURRENCY, AsyncRunner
+from taskq.worker.cancels import StartCheck
 from taskq.worker.executor import Executor, Prepared
 from taskq.worker.finish import Finisher
+from taskq.worker.interrupt import code_of, runs_in
 from taskq.worker.lifeline import CANCEL_SIGNAL
 from taskq.worker.limiter import Limiter, same_task_next
 from taskq.worker.outage import OutageWaiter
@@ -106,6 +106,7 @@ class Consumer:
         self._idle = False
         self._done = 0
         self._outages = OutageWaiter(should_give_up=lambda: self._idle and self.stopping)
+        self.starts = StartCheck(broker, self._outages)
         self._fetched_at = time.monotonic()
         self._task_code: CodeType | None = None
         self._pace_ms = BATCH_BUDGET_MS  # until measured: one job per fetch
@@ -138,14 +139,14 @@ class Consumer:
     def _on_soft_limit(self, signum: int, frame: FrameType | None) -> None:
         # Only inside the task's own code: a timer that fires as the task returns must not
         # turn its success into a failure, nor hit taskq's bookkeeping after it.
-        if self._task_code is not None and _runs(frame, self._task_code):
+        if self._task_code is not None and runs_in(frame, self._task_code):
             raise SoftTimeLimitExceeded("soft time limit exceeded")
 
     def _on_cancel(self, signum: int, frame: FrameType | None) -> None:
         # As for the soft limit: only inside the task's code (the master checked, under the
         # slot's lock, that this child still runs the job it was asked to stop).
         if self._task_code is not None:
-            if _runs(frame, self._task_code):
+            if runs_in(frame, self._task_code):
                 job = current_job()
                 raise JobCancelled(job.id if job else "?", "cancelled while running")
         elif self.on_cancel_signal is not None:
@@ -167,6 +168,7 @@ class Consumer:
             batch = self._next_batch()
             if batch is None:
                 break
+            self.starts.fetched(batch, self._fetched_at)
             if self.slot is not None and self.options.prefetch is None:
                 self.slot.list_batch(
                     [(self.broker.stream_position[d.stream], d.entry_id) for d in batch]
@@ -294,22 +296,21 @@ class Consumer:
             return self.slot is None or self.slot.claim_next()
         if prepared is None:
             prepared = self._ahead.pop(where, None) or self.executor.prepare(d)
-        if not isinstance(prepared, Outcome):  # decoded ahead: it may have expired since
-            prepared = self.executor.still_current(prepared)
+        if not isinstance(prepared, Outcome):  # it may have expired, or been cancelled, since
+            prepared = self.starts.check(self.executor.still_current(prepared), rest)
         if isinstance(prepared, Outcome):
             if self.slot is not None and not self.slot.claim_next():
                 return False
             outcome = prepared
         else:
-            if not self._limits_allow(prepared, rest):
-                return self.slot is None or self.slot.claim_next()  # deferred, or lost
-            if self.slot is not None:
-                index, msg = self.broker.stream_position[d.stream], prepared.msg
-                hard_s, recorded = prepared.hard_limit_s, d.record_id is not None
-                if not self.slot.start(
-                    index, d.entry_id, msg.task, msg.id, hard_s, recorded=recorded
-                ):
-                    return False
+            o = prepared.task.options  # a limited job is claimed first: revoked, it takes no slot
+            limited = o.rate_limit is not None or o.concurrency_limit is not None
+            if limited and self.slot is not None and not self.slot.claim_next():
+                return False
+            if limited and not self._limits_allow(prepared, rest):
+                return True  # deferred, or lost
+            if not self._mark_started(prepared, claimed=limited):
+                return False
             outcome = self._run(prepared)
             self._pace(outcome.duration_s * 1000)
         self._record(outcome)
@@ -317,6 +318,16 @@ class Consumer:
             self.slot.finish(outcome.kind)
         self._done += 1
         return True
+
+    def _mark_started(self, p: Prepared, *, claimed: bool) -> bool:
+        """The job's start in the scoreboard; False if the master revoked it (skip it)."""
+        if self.slot is None:
+            return True
+        d, msg, index = p.delivery, p.msg, self.broker.stream_position[p.delivery.stream]
+        recorded = d.record_id is not None
+        return self.slot.start(
+            index, d.entry_id, msg.task, msg.id, p.hard_limit_s, recorded=recorded, claimed=claimed
+        )
 
     def _record(self, outcome: Outcome) -> None:
         if outcome.kind == OK:  # queued for the next fetch: no Redis call to wait out
@@ -351,7 +362,7 @@ class Consumer:
     def _run(self, p: Prepared) -> Outcome:
         self.set_title(f"running {p.msg.task} {p.delivery.entry_id}")
         soft_s = p.soft_limit_s if self.options.soft_time_limits else None
-        self._task_code = _code_of(p.task)
+        self._task_code = code_of(p.task)
         if soft_s:
             signal.setitimer(signal.ITIMER_REAL, soft_s)
         try:
@@ -397,21 +408,6 @@ class Consumer:
         elif o.max_memory_kb and _peak_rss_kb() > o.max_memory_kb:
             logger.info("recycling: memory above %d KiB (--max-memory-per-child)", o.max_memory_kb)
             self.stopping = True
-
-
-def _code_of(task: Task[..., Any]) -> CodeType:
-    """The code object whose frame marks "inside the task" (the function's, else Task.run's)."""
-    code = getattr(task.fn, "__code__", None)
-    return code if isinstance(code, CodeType) else Task.run.__code__
-
-
-def _runs(frame: FrameType | None, code: CodeType) -> bool:
-    """Whether ``code`` is running in ``frame`` or one of its callers."""
-    while frame is not None:
-        if frame.f_code is code:
-            return True
-        frame = frame.f_back
-    return False
 
 
 def _peak_rss_kb() -> int:

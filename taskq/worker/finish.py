@@ -129,11 +129,14 @@ class Finisher:
         """Put a pending entry back in its own stream without using up an attempt.
 
         The body is patched, not rebuilt, so fields this version does not know survive. An
-        entry that cannot run at all (bad input) goes to the dead-letter stream instead.
+        entry that cannot run at all (bad input) goes to the dead-letter stream instead, and
+        one cancelled with ``terminate=True`` meanwhile (its tombstone) ends cancelled.
         """
         prepared = self.executor.prepare(d)
         if isinstance(prepared, Outcome):
             self.record(prepared, owner=owner)
+        elif self._cancel_requested(d):
+            self.record(cancelled_before_start(prepared), owner=owner)  # it never starts
         else:
             body = with_retries(d.body or b"", prepared.attempt - 1, self._signer)
             self.broker.requeue(d, task=prepared.msg.task, body=body, owner=owner)
@@ -167,9 +170,15 @@ class Finisher:
         stop (``cancel(terminate=True)``: its child may have been killed for it)."""
         outcome = self.executor.lost(p, cause)
         d = p.delivery
-        if d.record_id and Records(self.broker.link).cancel_requested([(d.queue, d.record_id)]):
+        if self._cancel_requested(d):
             return _cancelled(outcome)
         return outcome
+
+    def _cancel_requested(self, d: Delivery) -> bool:
+        """Whether the job has a tombstone (``cancel(terminate=True)`` after its delivery)."""
+        if d.record_id is None:
+            return False
+        return bool(Records(self.broker.link).cancel_requested([(d.queue, d.record_id)]))
 
     def recover(self, d: Delivery, *, owner: str) -> str:
         """Settle a job the sweep recovered from a dead worker: its run was lost, a failed
@@ -182,6 +191,13 @@ class Finisher:
         )
         self.record(outcome, owner=owner)
         return outcome.kind
+
+
+def cancelled_before_start(p: Prepared) -> Outcome:
+    """The end of a job cancelled (``terminate=True``) while it waited in a child's batch,
+    or on its way back from there: it never started, and used no attempt."""
+    error = "cancelled before it started"
+    return Outcome(CANCELLED, p.delivery, p.msg, p.msg.retries, 0, "JobCancelled", error)
 
 
 def _cancelled(o: Outcome) -> Outcome:

@@ -1,5 +1,8 @@
 """Interrupting one coroutine with a taskq exception (soft time limit, cancellation).
 
+(A sync task is interrupted by a signal handler instead, which raises only while the task's
+own code runs: :func:`runs_in`.)
+
 ``asyncio.Task.cancel()`` can only raise ``CancelledError``. A task's code should see the
 exception a sync task sees instead (:class:`~taskq.errors.SoftTimeLimitExceeded`,
 :class:`~taskq.errors.JobCancelled`), and be able to catch it. So the worker awaits the
@@ -13,7 +16,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine, Generator
+from types import CodeType, FrameType
 from typing import Any, Generic, TypeVar
+
+from taskq.task import Task
 
 T = TypeVar("T")
 
@@ -73,3 +79,18 @@ def _instead_of(cancelled: asyncio.CancelledError) -> BaseException:
         return cancelled
     task.uncancel()
     return exc
+
+
+def code_of(task: Task[..., Any]) -> CodeType:
+    """The code object whose frame marks "inside the task" (the function's, else Task.run's)."""
+    code = getattr(task.fn, "__code__", None)
+    return code if isinstance(code, CodeType) else Task.run.__code__
+
+
+def runs_in(frame: FrameType | None, code: CodeType) -> bool:
+    """Whether ``code`` is running in ``frame`` or one of its callers."""
+    while frame is not None:
+        if frame.f_code is code:
+            return True
+        frame = frame.f_back
+    return False

@@ -306,9 +306,11 @@ class Slot:
         *,
         at: int = 0,
         recorded: bool = True,
+        claimed: bool = False,
     ) -> bool:
         """Mark a job started in entry ``at``, unless the rest of the batch was revoked (then
-        False: skip it). ``recorded``: the job keeps a status record.
+        False: skip it). ``recorded``: the job keeps a status record. ``claimed``: the job
+        took its place in the batch already (:meth:`claim_next`), so no revocation applies.
 
         A job that is not in a listed batch (fixed prefetch, async, in-process) always starts.
         """
@@ -319,7 +321,7 @@ class Slot:
         mono = time.monotonic()
         self._acquire()
         try:
-            if not self._advance():
+            if not claimed and not self._advance():
                 return False
             self._seq += 1
             if at >= self._in_use:

@@ -14,6 +14,12 @@ from click.testing import CliRunner
 from taskq import App, JobCancelled, JobExpired, chain
 from taskq.cli import main
 from taskq.errors import ConfigError
+from taskq.job import Job
+from taskq.keys import GROUP
+from taskq.worker import cancels
+from taskq.worker.consumer import Consumer, ConsumerOptions
+from taskq.worker.executor import Executor
+from taskq.worker.finish import Finisher
 from tests import tasks
 from tests.conftest import WorkerProcess, runs, wait_until
 
@@ -236,3 +242,66 @@ def test_bad_input(task_app: App) -> None:
         tasks.add.apply_async((1, 2), expires=float("nan"))
     with pytest.raises(ConfigError, match="keeps no status record"):
         tasks.echo.delay("x").cancel()
+
+
+@pytest.mark.slow
+def test_jobs_cancelled_in_a_childs_batch_never_start(
+    task_app: App, r: redis.Redis, start_worker: StartWorker
+) -> None:
+    # given a child that fetched eight jobs in one batch and runs the first
+    jobs = [tasks.slow_add.delay(i, 0, 1.0 if i == 0 else 0.2) for i in range(8)]
+    start_worker("-A", "tests.tasks", "-c", "1", "--prefetch", "8")
+    wait_until(lambda: r.lrange("started", 0, -1) == [jobs[0].id.encode()], 20, message="job 0")
+    assert r.xpending("tasks:normal", GROUP)["pending"] == 8
+    # when five jobs still waiting in the batch are cancelled with terminate=True
+    assert [j.cancel(terminate=True) for j in jobs[3:]] == ["terminating"] * 5
+    # then they never start and end cancelled; the others run
+    assert [j.result(timeout=20) for j in jobs[:3]] == [0, 1, 2]
+    for j in jobs[3:]:
+        with pytest.raises(JobCancelled):
+            j.result(timeout=20)
+        assert j.status().state == "cancelled"
+    started = {x.decode() for x in r.lrange("started", 0, -1)}
+    assert started == {j.id for j in jobs[:3]}
+
+
+def test_a_job_cancelled_in_its_batch_never_starts_in_process(
+    make_app: Callable[..., App], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given one consumer's batch of three recorded jobs, whose first cancels the other two
+    app = make_app(queue="batch", store_results=True)
+    later: list[Job] = []
+    ran: list[int] = []
+
+    @app.task
+    def first() -> None:
+        assert [j.cancel(terminate=True) for j in later] == ["terminating"] * 2
+
+    @app.task
+    def after(n: int) -> None:
+        ran.append(n)
+
+    first.delay()
+    later += [after.delay(1), after.delay(2)]
+    monkeypatch.setattr(cancels, "START_CHECK_HOLDS_S", 0.0)  # read again at every turn
+    broker = app.broker_for(["batch"])
+    options = ConsumerOptions(prefetch=8, burst=True)
+    Consumer(broker, Executor(app), name="w:0:1", options=options).run()
+    # then neither started, and both ended cancelled
+    assert ran == []
+    assert [j.status().state for j in later] == ["cancelled", "cancelled"]
+
+
+def test_a_job_cancelled_in_a_batch_that_is_handed_back_ends_cancelled(
+    task_app: App, r: redis.Redis
+) -> None:
+    # given a job a child fetched, cancelled with terminate=True before its turn
+    broker = task_app.broker_for(["tasks"])
+    broker.ensure_groups()
+    job = tasks.add.delay(1, 2)
+    [d] = broker.fetch("w:0:1", 1).deliveries
+    assert job.cancel(terminate=True) == "terminating"
+    # when its batch goes back (revoked, the child stopping or dying), it ends cancelled
+    Finisher(broker, Executor(task_app)).hand_back(d, owner="w:0:1")
+    assert job.status().state == "cancelled"
+    assert r.xlen("tasks:normal") == 0 and not broker.pending_of("w:0:1")

@@ -18,6 +18,13 @@ from taskq.errors import BrokerError, ConfigError
 from taskq.limits import Rate
 from taskq.ops.inspect import Inspector
 from taskq.results import JobStatus
+from taskq.testing import drain
+from taskq.worker.consumer import Consumer, ConsumerOptions
+from taskq.worker.executor import Executor, Prepared
+from taskq.worker.finish import Finisher
+from taskq.worker.limiter import Limiter
+from taskq.worker.outcome import OK, Outcome
+from taskq.worker.scoreboard import Scoreboard
 from tests import tasks
 from tests.conftest import WorkerProcess, runs, wait_until
 
@@ -306,3 +313,100 @@ def test_a_fractional_due_ms_in_a_record_reads_rounded_up() -> None:
     assert JobStatus.from_record("j", raw, now_ms=1000).due_ms == 2001
     garbage = {b"state": b"scheduled", b"due_ms": b"1e400"}
     assert JobStatus.from_record("j", garbage, now_ms=1000).due_ms is None
+
+
+# -- concurrency slots and stale deliveries (in-process: one consumer's steps) -------------
+
+EXCLUSIVE_RUNNING = "tasks:running:tests.tasks.exclusive_stored"
+EXCLUSIVE_HELD = "tasks:held:tests.tasks.exclusive_stored"
+
+
+def _take(app: App, d: Delivery, owner: str) -> bool:
+    """One consumer's ``slot.lua`` call for a fetched job: whether it may start."""
+    p = Executor(app).prepare(d)
+    assert isinstance(p, Prepared)
+    return Limiter(app.broker_for(["tasks"]), owner, app.settings).took_slot(p, lambda f: f())
+
+
+def _live(r: redis.Redis, worker: str) -> None:
+    """A heartbeat of ``worker`` far ahead: its slots count as held by a live worker."""
+    r.zadd("tasks:workers", {worker: 10**15})
+
+
+def test_a_stale_delivery_takes_no_slot(task_app: App, r: redis.Redis) -> None:
+    # given a job fetched by one consumer, then handed back (a fresh entry) and run elsewhere
+    broker = task_app.broker_for(["tasks"])
+    broker.ensure_groups()
+    job = tasks.exclusive_stored.delay(1, 0.0)
+    [stale] = broker.fetch("wa:0:1", 1).deliveries
+    Finisher(broker, Executor(task_app)).hand_back(stale, owner="wa:0:1")
+    drain(task_app)
+    assert job.result(timeout=5) == 1 and r.zcard(EXCLUSIVE_RUNNING) == 0
+    # when the first consumer reaches its stale delivery, slot.lua refuses it
+    assert not _take(task_app, stale, "wa:0:1")
+    assert r.zcard(EXCLUSIVE_RUNNING) == 0 and r.zcard(EXCLUSIVE_HELD) == 0
+
+
+def test_a_job_of_a_revoked_batch_takes_no_slot(task_app: App, r: redis.Redis) -> None:
+    # given a child's listed batch whose rest the master revoked and handed back
+    broker = task_app.broker_for(["tasks"])
+    broker.ensure_groups()
+    tasks.exclusive_stored.delay(1, 0.0)
+    board = Scoreboard(1)
+    c = Consumer(broker, Executor(task_app), name="wa:0:1", options=ConsumerOptions(),
+                 slot=board.slot(0))  # fmt: skip
+    [d] = broker.fetch(c.name, 1).deliveries
+    c.slot.list_batch([(broker.stream_position[d.stream], d.entry_id)])  # type: ignore[union-attr]
+    assert [e for _, e in board.revoke_rest(0, board.read(0))] == [d.entry_id]
+    # (the master hands it back later: the entry is still pending under the child)
+    # when the child reaches it, it skips it without taking the task's slot
+    assert not c._process(d)
+    assert r.zcard(EXCLUSIVE_RUNNING) == 0 and not _tagged(r, "exclusive_stored")
+    assert [x.entry_id for x in broker.pending_of(c.name)] == [d.entry_id]  # the master's now
+
+
+def test_a_job_held_for_a_slot_never_brings_back_an_expired_record(
+    task_app: App, r: redis.Redis
+) -> None:
+    # given the task's one slot held by a live worker, and a job whose record expired
+    _live(r, "wlive")
+    r.zadd(EXCLUSIVE_RUNNING, {"wlive|another-job": 1})
+    broker = task_app.broker_for(["tasks"])
+    broker.ensure_groups()
+    job = tasks.exclusive_stored.delay(2, 0.0)
+    [d] = broker.fetch("wa:0:1", 1).deliveries
+    assert job.forget()
+    # when it waits for the slot, no record without a TTL is written for it
+    assert not _take(task_app, d, "wa:0:1")
+    assert r.zcard(EXCLUSIVE_HELD) == 1
+    assert not r.exists(f"tasks:job:{job.id}")
+
+
+def test_a_purged_running_jobs_slot_is_freed_when_its_worker_stops(
+    task_app: App, r: redis.Redis
+) -> None:
+    # given a running job of a limited task (worker wa, alive) purged by hand mid-run
+    broker = task_app.broker_for(["tasks"])
+    broker.ensure_groups()
+    _live(r, "wa")
+    tasks.exclusive_stored.delay(1, 0.0)
+    [d] = broker.fetch("wa:0:1", 1).deliveries
+    assert _take(task_app, d, "wa:0:1")
+    task_app.operators.purge_waiting("tasks", include_pending=True)
+    # when its run ends, its end's writes are fenced off with the entry: the slot stays
+    finisher = Finisher(broker, Executor(task_app))
+    p = Executor(task_app).prepare(d)
+    assert isinstance(p, Prepared)
+    finisher.record(Outcome(OK, d, p.msg, 1, result=b"\x01"), owner="wa:0:1")
+    broker.fetch("wa:0:1", 0, finisher.take_acks(), completions=finisher.completions,
+                 fence_acks=True)  # fmt: skip
+    assert r.zrange(EXCLUSIVE_RUNNING, 0, -1) == [f"wa|{p.msg.id}".encode()]
+    tasks.exclusive_stored.delay(2, 0.0)
+    [waits] = broker.fetch("wb:0:1", 1).deliveries
+    assert not _take(task_app, waits, "wb:0:1")  # held: the slot is still taken
+    # then once worker wa stops beating, the next take of a slot of the task frees it
+    r.zrem("tasks:workers", "wa")
+    tasks.exclusive_stored.delay(3, 0.0)
+    [third] = broker.fetch("wb:0:1", 1).deliveries
+    assert _take(task_app, third, "wb:0:1")
+    assert r.zrange(EXCLUSIVE_RUNNING, 0, -1) != [f"wa|{p.msg.id}".encode()]

@@ -8,7 +8,10 @@
 --       streams (where waiting jobs go back), then its counts hash.
 -- ARGV: group, entry id, owner, N, member, held member ("<p>\n<task>\n<body>"), worker ttl
 --       ms, queue, '1' if there is a record.
--- Returns 1 (run it now), 2 (waiting for a slot), or 0 (no longer this consumer's).
+-- Returns 1 (run it now), 2 (waiting for a slot), or 0 (no longer this consumer's: a stale
+-- delivery, e.g. of a batch its master handed back, takes no slot, since nothing would give
+-- it back).
+if not owned(KEYS[3], ARGV[1], ARGV[2], ARGV[3]) then return 0 end
 local now = now_ms()
 local running, held, n = KEYS[1], KEYS[2], tonumber(ARGV[4])
 for _, m in ipairs(redis.call('ZRANGE', running, 0, -1)) do
@@ -22,12 +25,11 @@ if redis.call('ZCARD', running) < n then
   refill(running, held, n, ARGV[8], 0, now)  -- slots freed above, for those waiting
   return 1
 end
-if not owned(KEYS[3], ARGV[1], ARGV[2], ARGV[3]) then return 0 end
 redis.call('ZADD', held, now, ARGV[6])
 redis.call('HINCRBY', KEYS[#KEYS], 'held', 1)
 redis.call('XACK', KEYS[3], ARGV[1], ARGV[2])
 redis.call('XDEL', KEYS[3], ARGV[2])
-if ARGV[9] == '1' then
+if ARGV[9] == '1' and redis.call('EXISTS', KEYS[5]) == 1 then  -- never a record without a TTL
   redis.call('HSET', KEYS[5], 'state', 'waiting', 'held', held)
   redis.call('HDEL', KEYS[5], 'worker', 'started_ms')
 end
