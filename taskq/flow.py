@@ -122,7 +122,7 @@ class Layout:
         hooks = overriding(self.app.middleware, "before_enqueue")
         if hooks:  # each step's producer hooks run at launch, when its id is known
             msg = enqueue_through(hooks, msg)
-        ttl = None if ctx.chord is not None else msg.result_ttl_s  # headers report to the chord
+        ttl = msg.result_ttl_s  # (a chord's header member too: its record lets it be cancelled)
         job_id = msg.id
         wf: dict[str, Any] = {}
         nexts = [*ctx.next, *(f for w in s.link for f in self.lay(w, Context()).fragments)]
@@ -294,9 +294,11 @@ def _record_keys(msg: Message) -> tuple[str, str]:
 
 
 def _later(msg: Message) -> list[Any]:
-    """The records of the steps after this one (``[record, done, ttl ms]`` each): they end
-    as cancelled with it if it was cancelled before it could start."""
-    return list((msg.wf or {}).get("fail", ()))
+    """The records of the steps after this one (``[record, done, ttl ms]`` each, with those
+    of the chords it is a header member of): they end as cancelled with it if it was
+    cancelled before it could start."""
+    wf = msg.wf or {}
+    return [*wf.get("fail", ()), *(ref for chord in wf.get("abort", ()) for ref in chord["fail"])]
 
 
 def _later_keys(msg: Message) -> list[str]:
@@ -365,21 +367,24 @@ def on_success(msg: Message, result: bytes | None, signer: Signer | None) -> Ops
     return out
 
 
-def on_failure(msg: Message, error_type: str, error: str, signer: Signer | None) -> Ops:
+def on_failure(
+    msg: Message, error_type: str, error: str, signer: Signer | None, *, errbacks: bool = True
+) -> Ops:
     """What a job's failure for good does: later steps fail, error callbacks start (with the
-    failed job's id), each chord it belongs to fails, once, and its uniqueness lock goes."""
+    failed job's id) unless ``errbacks`` is False (a cancel: no one is told of what its
+    caller chose), each chord it belongs to fails, once, and its uniqueness lock goes."""
     wf = msg.wf or {}
     cause = [msg.id, msg.task, error_type, error]
     out = _unlock(msg)
     for ref in wf.get("fail", ()):
         out.add(["fail", *ref, *cause], ref[0], ref[1])
     job_id = bytes(msgpack.packb(msg.id))
-    out.extend(spawn(wf.get("errback", ()), job_id, signer))
+    out.extend(spawn(wf.get("errback", ()) if errbacks else (), job_id, signer))
     for chord in wf.get("abort", ()):
         inner = Ops()
         for ref in chord["fail"]:
             inner.add(["fail", *ref, *cause], ref[0], ref[1])
-        inner.extend(spawn(chord["errback"], job_id, signer))
+        inner.extend(spawn(chord["errback"] if errbacks else (), job_id, signer))
         out.add(["chord_fail", chord["key"], inner.ops], chord["key"], *inner.keys)
     return out
 

@@ -25,7 +25,7 @@ def launch_steps(w: Workflow, app: App) -> Steps[Flow]:
     """Start a workflow: its first jobs, the status records of all its steps (``pending``
     until their turn), and its own record, in one script. Returns its handle."""
     laid = Layout(app).lay(w, Context())
-    first_ids = {f["id"] for f in laid.fragments if f["t"] == "job"}
+    first_ids = _started_ids(laid.fragments)
     ops = spawn(laid.fragments, None, app.settings.signer)
     for frag in laid.steps:
         if frag["ttl"] is not None and frag["id"] not in first_ids:
@@ -46,6 +46,15 @@ def launch_steps(w: Workflow, app: App) -> Steps[Flow]:
     yield [script_command("launch", ops.keys, [ops.packed()])]
     jobs = tuple(dataclasses.replace(j, app=app) for j in laid.terminal)
     return Flow(flow_id, kind, queue, jobs, single=_single(w), app=app)
+
+
+def _started_ids(fragments: Sequence[dict[str, Any]]) -> set[str]:
+    """The ids of the jobs that ``fragments`` start at once (a chord's header members, not
+    its body): their ops write their records, which must not be written again as pending."""
+    out: set[str] = set()
+    for f in fragments:
+        out |= _started_ids(f["members"]) if f["t"] == "chord" else {f["id"]}
+    return out
 
 
 def _chords(fragments: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -71,6 +71,21 @@ class Periodic:
         return ticks, ticks[-1]
 
 
+def schedule_of_key(key: str) -> Schedule | None:
+    """The schedule a stored definition (``Schedule.key``) names, or None if it names none:
+    a master ticks a newer definition registered by another deploy as stored."""
+    kind, _, rest = key.partition(":")
+    try:
+        if kind == "every" and rest.isascii() and rest.isdigit():
+            return Every(int(rest))
+        expr, sep, tz = rest.rpartition(":")
+        if kind == "cron" and sep:
+            return Cron.parse(expr, tz)
+    except ConfigError:
+        pass
+    return None
+
+
 def recent_ticks(schedule: Schedule, after_ms: int, until_ms: int, n: int) -> list[int]:
     """The latest ``n`` ticks in ``(after_ms, until_ms]``, oldest first.
 

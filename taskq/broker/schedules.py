@@ -14,24 +14,34 @@ from taskq.keys import QueueKeys
 
 @dataclass(frozen=True)
 class ScheduleState:
-    """A schedule's stored value: the last tick enqueued (ms) and the definition it was
-    enqueued under (``Schedule.key``); ``raw`` is the value as stored, for the next claim."""
+    """A schedule's stored value: the last tick enqueued (ms), the definition it was enqueued
+    under (``Schedule.key``) and when that definition was registered (the Redis time its
+    master started: of two definitions alive at once, the later one wins); ``raw`` is the
+    value as stored, for the next claim."""
 
     last_ms: int
     definition: str
+    registered_ms: int
     raw: str
 
     @classmethod
     def parse(cls, raw: str) -> ScheduleState | None:
-        """None for an empty or unreadable value (the schedule then starts over)."""
-        last, sep, definition = raw.partition("|")
-        if not sep or not last.isdigit():
+        """None for an empty or unreadable value (the schedule then starts over). A value
+        without a registration time (written before there was one) reads as registered at 0."""
+        parts = raw.split("|")
+        if len(parts) == 2:
+            parts.append("0")
+        if len(parts) != 3 or not all(_is_ms(part) for part in parts[::2]):
             return None
-        return cls(int(last), definition, raw)
+        return cls(int(parts[0]), parts[1], int(parts[2]), raw)
 
     @staticmethod
-    def value(last_ms: int, definition: str) -> str:
-        return f"{last_ms}|{definition}"
+    def value(last_ms: int, definition: str, registered_ms: int) -> str:
+        return f"{last_ms}|{definition}|{registered_ms}"
+
+
+def _is_ms(text: str) -> bool:
+    return text.isascii() and text.isdigit() and len(text) <= 15
 
 
 @dataclass(frozen=True)

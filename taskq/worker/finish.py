@@ -211,7 +211,7 @@ def _failure_ops(
     its lock and its concurrency slot go."""
     writes = Ops()
     if o.msg is not None and ends_with_writes(o.msg):
-        writes = on_failure(o.msg, o.error_type, o.error, signer)
+        writes = on_failure(o.msg, o.error_type, o.error, signer, errbacks=o.kind != CANCELLED)
     writes.extend(release or Ops())
     return (writes.packed(), writes.keys) if writes.ops else None
 

@@ -7,6 +7,11 @@ the first master to ask succeeds; the others learn the new value from the refusa
 tick is enqueued twice, none is lost while any master lives, and there is no lock to outlive
 its holder: a master that dies mid-claim either moved the value with the job, or did neither.
 
+Two definitions of one schedule can be alive at once (a rolling deploy that changes ``every=``).
+The stored value carries its definition and when it was registered (the Redis time its master
+started); a master registers its own definition only over an older one, and ticks a newer one
+as stored. So the newest deploy's definition wins and older masters help tick it.
+
 Between ticks this costs nothing in Redis: the next due time is computed locally, against
 an offset to the Redis clock refreshed by every read and claim.
 """
@@ -16,11 +21,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
 from taskq.app import App
 from taskq.broker.schedules import Claim, Schedules, ScheduleState
 from taskq.flow import Ops, enqueue_ops
-from taskq.periodic import Periodic
+from taskq.periodic import Periodic, schedule_of_key
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +42,8 @@ class Ticker:
         self._next_ms: dict[str, int] = {}
         self._offset_ms = 0
         self._stale = True
+        self._born_ms = 0  # Redis time of this master's first read: its definitions' date
+        self._adopted: dict[str, str] = {}
 
     def step(self, schedules: Schedules) -> None:
         """Enqueue whatever tick is due (one claim per due schedule)."""
@@ -54,6 +62,7 @@ class Ticker:
         for queue in sorted(set(self._queue.values())):
             values, redis_now = schedules.read(queue)
             self._offset_ms = redis_now - _local_ms()
+            self._born_ms = self._born_ms or redis_now
             for p in self.periodics:
                 if self._queue[p.name] == queue:
                     self._remember(p, values.get(p.name, ""))
@@ -62,25 +71,50 @@ class Ticker:
     def _claim(self, schedules: Schedules, p: Periodic, now: int) -> Claim:
         state = ScheduleState.parse(self._raw[p.name])
         queue = self._queue[p.name]
-        if state is None or state.definition != p.key:
-            # First start (or a changed definition): from now on, no job for past ticks.
-            new = ScheduleState.value(now, p.key)
+        ticking = self._ticking(p, state, now)
+        if state is None or ticking is None:
+            # First start (or a definition newer than the stored one): from now on, no job
+            # for past ticks.
+            new = ScheduleState.value(now, p.key, self._born_ms)
             claim = schedules.claim(queue, p.name, self._raw[p.name], new, (Ops().packed(), []))
             if claim.claimed:
                 logger.info("periodic %s: %s, first tick after now", p.name, p.schedule.describe())
             return claim
-        ticks, last_ms = p.due(state.last_ms, now)
+        ticks, last_ms = ticking.due(state.last_ms, now)
         ops = Ops()
         for tick in ticks:
-            msg = p.message(tick)
+            msg = ticking.message(tick)
             ops.extend(enqueue_ops(msg, self.app.encode(msg)))
-        new = ScheduleState.value(last_ms, p.key)
+        new = ScheduleState.value(last_ms, state.definition, state.registered_ms)
         claim = schedules.claim(queue, p.name, state.raw, new, (ops.packed(), ops.keys))
         if claim.claimed and len(ticks) > 1:
             logger.info("periodic %s: caught up %d missed ticks", p.name, len(ticks))
         elif claim.claimed and not ticks:
             logger.info("periodic %s: skipped missed ticks (catch_up='none')", p.name)
         return claim
+
+    def _ticking(self, p: Periodic, state: ScheduleState | None, now: int) -> Periodic | None:
+        """The schedule this master ticks ``p`` by: its own while it is the one stored; the
+        stored one if that was registered after this master started (a newer deploy's: this
+        master must not overwrite it); None if its own is to be registered (none stored, an
+        unreadable one, or one older than this master)."""
+        if state is None:
+            return None
+        if state.definition == p.key:
+            return p
+        newer = (state.registered_ms, state.definition) > (self._born_ms, p.key)
+        stored = schedule_of_key(state.definition)
+        if not newer or stored is None or state.registered_ms > now:
+            return None
+        if self._adopted.get(p.name) != state.definition:
+            self._adopted[p.name] = state.definition
+            logger.info(
+                "periodic %s: ticking %s, registered after this worker started (its own: %s)",
+                p.name,
+                stored.describe(),
+                p.schedule.describe(),
+            )
+        return replace(p, schedule=stored)
 
     def _learn(self, p: Periodic, claim: Claim) -> None:
         self._offset_ms = claim.now_ms - _local_ms()
@@ -90,10 +124,11 @@ class Ticker:
         """Keep a schedule's stored value and work out when its next tick is due."""
         self._raw[p.name] = raw
         state = ScheduleState.parse(raw)
-        if state is None or state.definition != p.key:
+        ticking = self._ticking(p, state, self._now_ms())
+        if state is None or ticking is None:
             self._next_ms[p.name] = 0  # register it at once
         else:
-            self._next_ms[p.name] = p.schedule.next_after(state.last_ms)
+            self._next_ms[p.name] = ticking.schedule.next_after(state.last_ms)
 
     def _now_ms(self) -> int:
         return _local_ms() + self._offset_ms

@@ -11,10 +11,10 @@ import pytest
 import redis
 from click.testing import CliRunner
 
-from taskq import App, JobCancelled, JobExpired, chain
+from taskq import App, JobCancelled, JobExpired, chain, chord, group
 from taskq.cli import main
 from taskq.errors import ConfigError
-from taskq.job import Job
+from taskq.job import Flow, Job
 from taskq.keys import GROUP
 from taskq.worker import cancels
 from taskq.worker.consumer import Consumer, ConsumerOptions
@@ -305,3 +305,54 @@ def test_a_job_cancelled_in_a_batch_that_is_handed_back_ends_cancelled(
     Finisher(broker, Executor(task_app)).hand_back(d, owner="w:0:1")
     assert job.status().state == "cancelled"
     assert r.xlen("tasks:normal") == 0 and not broker.pending_of("w:0:1")
+
+
+def _chord_of_two() -> Flow:
+    header = group(tasks.add.s(1, 1), tasks.add.s(2, 2))
+    return chord(header, tasks.tsum.s()).on_error(tasks.errback.s()).apply_async()
+
+
+def test_cancelling_a_chord_cancels_its_header_jobs_too(
+    task_app: App, r: redis.Redis, start_worker: StartWorker
+) -> None:
+    # given a chord whose header jobs wait in their stream
+    flow = _chord_of_two()
+    # when the workflow is cancelled
+    outcomes = flow.cancel()
+    # then its body and both header jobs end as cancelled, none runs, no errback starts
+    assert list(outcomes.values()) == ["cancelled"] * 3
+    assert r.xlen("tasks:normal") == 0
+    _worker(start_worker)
+    _sentinel_ran(r)
+    assert [x for x in runs(r) if x["job"] in outcomes or x.get("tag") == "errback"] == []
+    with pytest.raises(JobCancelled):
+        flow.result(timeout=5)
+
+
+def test_a_header_job_cancelled_alone_ends_the_chord_body(task_app: App) -> None:
+    flow = _chord_of_two()
+    steps = [job_id for job_id, _queue in task_app.records.flow_steps(flow.queue, flow.id)]
+    headers = [job_id for job_id in steps if job_id != flow.jobs[0].id]
+    assert len(headers) == 2
+    assert task_app.job(headers[0]).cancel() == "cancelled"
+    assert flow.status().state == "cancelled"  # the body will never get its header's result
+    with pytest.raises(JobCancelled):
+        flow.result(timeout=1)
+
+
+def test_a_cancel_while_running_starts_no_error_callback(
+    task_app: App, r: redis.Redis, start_worker: StartWorker
+) -> None:
+    # given a running job with an error callback
+    running = tasks.slow_add.apply_async((2, 3, 30.0), link_error=tasks.errback.s())
+    _worker(start_worker)
+    wait_until(lambda: r.lrange("started", 0, -1) == [running.id.encode()], 20, message="start")
+    # when it is cancelled with terminate=True, and then another job fails for good
+    assert running.cancel(terminate=True) == "terminating"
+    with pytest.raises(JobCancelled):
+        running.result(timeout=20)
+    failing = tasks.fails_stored.apply_async(("boom",), link_error=tasks.errback.s())
+    # then only the failure started its error callback: a cancel is what its caller chose
+    wait_until(lambda: [x for x in runs(r) if x.get("tag") == "errback"], 20, message="errback")
+    _sentinel_ran(r)
+    assert [x["failed"] for x in runs(r) if x.get("tag") == "errback"] == [failing.id]

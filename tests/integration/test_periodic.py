@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import signal
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,7 +20,7 @@ from taskq.errors import ConfigError
 from taskq.periodic import MAX_CATCH_UP, ON_TIME_MS, Periodic
 from taskq.worker.ticker import Ticker
 from tests import tasks
-from tests.conftest import WorkerProcess, runs, wait_until
+from tests.conftest import ROOT, WorkerProcess, runs, wait_until
 
 StartWorker = Callable[..., WorkerProcess]
 
@@ -85,7 +86,7 @@ def test_catch_up_all_enqueues_every_missed_tick_once(
 ) -> None:
     p = task_app.periodics["tick-all"]
     last = (_redis_ms(r) // 1000 - 6) * 1000  # six ticks were missed while no worker ran
-    r.hset("pall:periodic", "tick-all", ScheduleState.value(last, p.key))
+    r.hset("pall:periodic", "tick-all", ScheduleState.value(last, p.key, 0))
     _worker(start_worker, "pall")
     wait_until(lambda: len(_ticks(r, "all")) >= 8, 20, message="caught-up ticks and two more")
     ticks = sorted(t["tick"] for t in _ticks(r, "all"))
@@ -98,7 +99,7 @@ def test_catch_up_one_coalesces_missed_ticks_into_one_job(
 ) -> None:
     p = task_app.periodics["tick-one"]
     last = (_redis_ms(r) // 1000 - 30) * 1000
-    r.hset("ptick:periodic", "tick-one", ScheduleState.value(last, p.key))
+    r.hset("ptick:periodic", "tick-one", ScheduleState.value(last, p.key, 0))
     _worker(start_worker, "ptick")
     wait_until(lambda: len(_ticks(r, "one")) >= 3, 20, message="three ticks")
     ticks = [t["tick"] for t in _ticks(r, "one")]
@@ -109,7 +110,7 @@ def test_catch_up_one_coalesces_missed_ticks_into_one_job(
 def test_a_changed_definition_starts_over(
     task_app: App, r: redis.Redis, start_worker: StartWorker
 ) -> None:
-    r.hset("ptick:periodic", "tick-one", ScheduleState.value(1_000, "every:60000"))
+    r.hset("ptick:periodic", "tick-one", ScheduleState.value(1_000, "every:60000", 0))
     before = _redis_ms(r)
     _worker(start_worker, "ptick")
     wait_until(lambda: _ticks(r, "one"), 15, message="a tick")
@@ -134,7 +135,7 @@ def test_periodic_list_shows_last_and_next(
     task_app: App, r: redis.Redis, start_worker: StartWorker
 ) -> None:
     p = task_app.periodics["tick-one"]
-    r.hset("ptick:periodic", "tick-one", ScheduleState.value(5_000, p.key))
+    r.hset("ptick:periodic", "tick-one", ScheduleState.value(5_000, p.key, 0))
     result = CliRunner().invoke(main, ["-A", "tests.tasks", "periodic", "list", "--json"])
     assert result.exit_code == 0, result.output
     rows = {row["name"]: row for row in json.loads(result.output)}
@@ -152,7 +153,7 @@ def test_two_tickers_racing_for_one_tick_enqueue_it_once(make_app: Callable[...,
     app.add_periodic(t, every=1, catch_up="all")
     store = Schedules(app.link)
     last = (store.read("race")[1] // 1000 - 5) * 1000
-    missed = ScheduleState.value(last, "every:1000")
+    missed = ScheduleState.value(last, "every:1000", 0)
     store.claim("race", "race.noop", "", missed, (b"\x90", []))
     a, b = Ticker(app, ["race"]), Ticker(app, ["race"])
     b.step(store)  # b reads the state too, and claims first: five or six ticks
@@ -162,6 +163,72 @@ def test_two_tickers_racing_for_one_tick_enqueue_it_once(make_app: Callable[...,
     a.step(store)  # a still holds the old value: its claim is refused, it learns b's
     assert app.link.call("XLEN", "race:normal") == enqueued
     assert a._raw == b._raw
+
+
+NEW_DEPLOY = """
+from tests.tasks import app, tick
+
+del app.periodics["tick-one"]
+app.add_periodic(tick, every=2, args=("one",), name="tick-one")
+"""
+
+
+@pytest.mark.slow
+def test_a_rolling_deploy_that_changes_every_ticks_the_newer_definition_only(
+    task_app: App, r: redis.Redis, start_worker: StartWorker, tmp_path: Path
+) -> None:
+    # Given a worker of the old deploy (every=1) that has ticked,
+    old = _worker(start_worker, "ptick")
+    wait_until(lambda: len(_ticks(r, "one")) >= 2, 20, message="old ticks")
+    # when a worker of the new deploy (every=2, same name) starts beside it,
+    (tmp_path / "newdeploy.py").write_text(NEW_DEPLOY)
+    new = start_worker("-A", "newdeploy", "-Q", "ptick", "-c", "1", PYTHONPATH=f"{ROOT}:{tmp_path}")
+    registered = wait_until(lambda: _definition_is(r, "every:2000"), 20, message="new definition")
+    wait_until(lambda: _ticks(r, "one")[-1]["tick"] >= registered.last_ms + 8_000, 20)
+    # and then stops, leaving the old worker alone,
+    new.stop()
+    after = _ticks(r, "one")[-1]["tick"]
+    wait_until(lambda: _ticks(r, "one")[-1]["tick"] >= after + 4_000, 20, message="old alone")
+    old.stop()
+    # then every tick since the new definition was registered follows it (the old worker
+    # never wrote its own back, and ticked the new one as stored): each 2 s tick once.
+    state = _stored(r, "ptick", "tick-one")
+    assert state is not None and state.definition == "every:2000"
+    assert state.registered_ms == registered.registered_ms
+    later = sorted(t["tick"] for t in _ticks(r, "one") if t["tick"] > registered.last_ms)
+    assert later == list(range(later[0], state.last_ms + 1, 2_000)), later
+    assert later[0] % 2_000 == 0 and later[0] - registered.last_ms <= 2_000
+
+
+def _definition_is(r: redis.Redis, definition: str) -> ScheduleState | None:
+    state = _stored(r, "ptick", "tick-one")
+    return state if state is not None and state.definition == definition else None
+
+
+def test_a_stored_definition_newer_than_the_master_is_ticked_as_stored(
+    make_app: Callable[..., App],
+) -> None:
+    app = make_app(queue="deploy")
+    t = app.task(name="deploy.noop")(lambda: None)
+    app.add_periodic(t, every=1, catch_up="all")
+    store = Schedules(app.link)
+    ticker = Ticker(app, ["deploy"])
+    ticker.step(store)  # registers every:1000, dated by this master's start
+    now = wait_until(lambda: max(store.read("deploy")[1] - ticker._born_ms, 0)) + ticker._born_ms
+    newer = ScheduleState.value((now // 2_000 - 3) * 2_000, "cron:* * * * *:UTC", now)
+    older = ScheduleState.value((now // 2_000 - 3) * 2_000, "every:2000", ticker._born_ms - 1)
+    for stored, kept in ((newer, True), (older, False), ("7|every:2000|9" + "9" * 15, False)):
+        app.link.call("HSET", "deploy:periodic", "deploy.noop", stored)
+        ticker._stale = True
+        ticker.step(store)
+        state = _stored_of(app, "deploy.noop")
+        assert (state.definition != "every:1000") is kept, (stored, state)
+
+
+def _stored_of(app: App, name: str) -> ScheduleState:
+    state = ScheduleState.parse(app.link.call("HGET", "deploy:periodic", name).decode())
+    assert state is not None
+    return state
 
 
 @pytest.mark.parametrize(
