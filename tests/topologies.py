@@ -772,10 +772,14 @@ class Sentinels(_Topology):
         master_name: str = "taskq",
         down_after_ms: int = 1000,
         failover_timeout_ms: int = 4000,
+        min_replicas_to_write: int = 0,
         binaries: RedisBinaries | None = None,
     ) -> None:
         super().__init__(base_dir, binaries, need_cli=False)
         self.master_name = master_name
+        self.min_replicas_to_write = min_replicas_to_write
+        """The servers' ``min-replicas-to-write``: 1 makes a master refuse writes as soon as
+        its replica leaves it (as a promoted one does)."""
         self.down_after_ms = down_after_ms
         self.failover_timeout_ms = failover_timeout_ms
         self.master: ServerNode | None = None
@@ -809,7 +813,7 @@ class Sentinels(_Topology):
         lines = [
             f"port {port}", f"bind {HOST}", "protected-mode yes", "daemonize no",
             f'dir "{node_dir}"', 'save ""', "appendonly yes", "appendfsync everysec",
-            "repl-diskless-sync-delay 0",
+            "repl-diskless-sync-delay 0", f"min-replicas-to-write {self.min_replicas_to_write}",
         ]  # fmt: skip
         if master_port is not None:
             lines.append(f"replicaof {HOST} {master_port}")
@@ -926,6 +930,33 @@ class Sentinels(_Topology):
         master.kill()
         self.old_master = master
         return master
+
+    def force_failover(self) -> ServerNode:
+        """``SENTINEL FAILOVER`` (a switch with both servers up, as for maintenance) through
+        the first live sentinel; returns the master it demotes. ``wait_for_failover`` waits
+        for the switch, ``wait_for_old_master`` until the old one is a replica again."""
+        master = self._node_at(self.master_address())
+        self.master, self.replica = master, next(n for n in self.nodes[:2] if n is not master)
+        sentinel = next(s for s in self.sentinel_nodes if s.alive)
+        with quick_client(sentinel.port) as c:
+            c.execute_command("SENTINEL", "FAILOVER", self.master_name)
+        self.old_master = master
+        return master
+
+    def wait_for_old_master(self, timeout_s: float = 30.0) -> ServerNode:
+        """Until the master ``force_failover`` demoted is a replica of the new one, in sync:
+        ~10 s, as the sentinels reconvert an instance only once it has said it is a master
+        for 4 x 2 s. Meanwhile it serves as a master with no replica."""
+        old = self.old_master
+        assert old is not None and self.master is not None, "force_failover() first"
+        poll(
+            lambda: self._replica_synced(old, self.master),
+            timeout_s,
+            "the old master to become a replica",
+            self.diagnostics,
+        )
+        self.old_master = None
+        return old
 
     def wait_for_failover(self, timeout_s: float = 15.0) -> ServerNode:
         """Until every live sentinel names the former replica as master and it accepts a write

@@ -29,6 +29,10 @@ from taskq.errors import BrokerError, BrokerRefused, BrokerUnavailable, ConfigEr
 
 _C = TypeVar("_C", redis.Redis, "redis.asyncio.Redis")
 
+Fence = Callable[[Connection], bool]
+"""Checks that a connection still reaches the server it must (the master the sentinels name
+now); closes it and returns True if not, so that it is opened again before its next use."""
+
 
 PROLOGUES = ("_fence", "_now", "_stream", "_record", "_flow")
 """Helper functions every script starts with: the ownership fence, the Redis clock, stream
@@ -85,11 +89,14 @@ class Link:
     Args:
         client: the redis-py client whose pool is used (its command methods are not).
         url: where it points, for error messages (its password is never shown).
+        fence: checked on every connection before each exchange (a Sentinel-watched master:
+            see :class:`~taskq.broker.links.MasterWatch`).
     """
 
-    def __init__(self, client: redis.Redis, url: str) -> None:
+    def __init__(self, client: redis.Redis, url: str, *, fence: Fence | None = None) -> None:
         self._client = client
         self.url = redact(url)
+        self._fence = fence
         self._spare: list[Connection] = []
         """The last exchange's connection, kept out of the pool for the next one: a producer
         that sends one job at a time then skips the pool's lock and accounting (about 6.5 of
@@ -149,7 +156,7 @@ class Link:
     def direct(self) -> Direct:
         """A connection of the caller's own, outside the pool (the consumer's hot path)."""
         conn = cast(Connection, self._client.connection_pool.make_connection())
-        return Direct(conn, self.url)
+        return Direct(conn, self.url, self._fence)
 
     # -- lifetime ------------------------------------------------------------------------
 
@@ -171,7 +178,8 @@ class Link:
             self._put_back(conn)
 
     def _take(self) -> Connection:
-        """The spare connection, checked as the pool checks its own, or one of the pool's."""
+        """The spare connection, checked as the pool checks its own, or one of the pool's;
+        either checked by the fence."""
         pool = self._client.connection_pool
         try:
             conn = self._spare.pop() if self._spare and self._pid == os.getpid() else None
@@ -179,13 +187,15 @@ class Link:
             conn = None
         if conn is None:
             try:
-                return cast(Connection, pool.get_connection())
+                conn = cast(Connection, pool.get_connection())
             except redis.RedisError as exc:
                 raise_as_broker_error(exc, self.url)
+        elif _stale(conn):  # closed by the server meanwhile (a restart, its timeout)
+            conn.disconnect()
         try:
-            if _stale(conn):  # closed by the server meanwhile (a restart, its timeout)
-                conn.disconnect()
-            conn.connect()
+            if self._fence is not None:
+                self._fence(conn)
+            conn.connect()  # (a no-op when open)
         except BaseException as exc:
             pool.release(cast(Any, conn))
             if isinstance(exc, redis.RedisError):
@@ -203,9 +213,10 @@ class Link:
 class Direct:
     """One connection owned by one single-threaded caller: no pool, no lock."""
 
-    def __init__(self, conn: Connection, url: str) -> None:
+    def __init__(self, conn: Connection, url: str, fence: Fence | None = None) -> None:
         self._conn = conn
         self.url = url
+        self._fence = fence
         self._connected = False
         """Connected by ``connect()``, as a pool does (a Sentinel-managed connection asks the
         sentinels for the master's address there, not in the lazy connect of a send)."""
@@ -243,6 +254,11 @@ class Direct:
         self._conn.disconnect()
 
     def _exchange(self, commands: Sequence[Command]) -> list[Any]:
+        if self._connected and self._fence is not None and self._fence(self._conn):
+            self._connected = False
+            # An outage, not a silent reconnect: the consumer then asks the new master what
+            # it holds (acks it sent the old one since the failover were lost there).
+            raise BrokerUnavailable(f"the sentinels of {self.url} name another master now")
         try:
             if not self._connected:
                 self._conn.connect()
@@ -341,6 +357,10 @@ _NOT_NOW = (
 )
 """Error replies that mean "not now": redis-py maps their codes to these types."""
 
+_NOT_NOW_CODES = ("BUSY ", "NOREPLICAS ")
+"""And those it does not map: a long script; a master with fewer good replicas than its
+``min-replicas-to-write`` (as an old master is from the moment Sentinel promotes its replica)."""
+
 
 def as_broker_error(exc: Exception, url: str) -> BrokerError:
     """taskq's error for a redis-py one: unavailable (wait and retry) or refused (do not)."""
@@ -371,9 +391,13 @@ def as_broker_error(exc: Exception, url: str) -> BrokerError:
         )
     if "cluster support disabled" in text:
         return BrokerRefused(f"Redis at {url} is not a Redis Cluster: {text}")
-    # BUSY (a long script) has no type of its own; OOM inside a script is a plain script
-    # error on Redis 6.2: both are told by their text.
-    if isinstance(exc, _NOT_NOW) or text.startswith("BUSY ") or "OOM command not allowed" in text:
+    # BUSY and NOREPLICAS have no type of their own; OOM inside a script is a plain script
+    # error on Redis 6.2: they are told by their text.
+    if (
+        isinstance(exc, _NOT_NOW)
+        or text.startswith(_NOT_NOW_CODES)
+        or "OOM command not allowed" in text
+    ):
         return BrokerUnavailable(f"Redis at {url} cannot serve now: {text}")
     if isinstance(exc, redis.ResponseError):
         return BrokerRefused(f"Redis at {url} refused: {text}")

@@ -3,6 +3,8 @@ master); :mod:`taskq.broker.topology` reads the URL forms."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -14,6 +16,7 @@ import redis.sentinel
 
 from taskq.broker.cluster import ClusterLink
 from taskq.broker.link import CLIENT_OPTIONS, Link, client_from_url
+from taskq.broker.resp import Connection
 from taskq.broker.topology import kind_of, parse_seeds
 from taskq.config import redact
 from taskq.errors import ConfigError
@@ -33,7 +36,8 @@ def connect(url: str) -> Link:
     if kind == "cluster":
         return ClusterLink(cluster_factory(url), url)
     if kind == "sentinel":
-        return Link(sentinel_client(url), url)
+        client = sentinel_client(url)
+        return Link(client, url, fence=MasterWatch(client).fence)
     return Link(client_from_url(redis.Redis.from_url, url), url)
 
 
@@ -58,8 +62,8 @@ def cluster_factory(url: str) -> Callable[[], redis.cluster.RedisCluster]:
 
 def sentinel_client(url: str) -> redis.Redis:
     """A client of the master the sentinels of ``url`` name: its pool asks them for the
-    master's address at every new connection, so after a failover reconnects find the new
-    master (a connection to a demoted one fails with READONLY and is dropped)."""
+    master's address at every new connection (the link's :class:`MasterWatch` closes the
+    open ones when the sentinels name another)."""
     seeds = parse_seeds(url)
     if str(seeds.options.get("protocol", 2)) != "2":
         raise ConfigError(f"{redact(url)}: taskq speaks RESP2; remove protocol=3 from the URL")
@@ -71,3 +75,56 @@ def sentinel_client(url: str) -> redis.Redis:
     # that cannot connect keeps a connection opened any other way off localhost:6379.
     options = {**seeds.options, **CLIENT_OPTIONS, "host": "sentinel-master.invalid", "port": 1}
     return cast(redis.Redis, sentinels.master_for(seeds.master_name, **options))
+
+
+MASTER_CHECK_S = 0.1
+"""How often a Sentinel link asks the sentinels which server is the master (at most; only
+when it sends): after a failover, the jobs a worker reads and acks on the old master in
+this time, and in the second or so the sentinels take to name the new one, are run again."""
+
+
+class MasterWatch:
+    """Keeps a Sentinel link's connections on the master the sentinels name.
+
+    After a failover the old master goes on serving as a master, with no replica, until the
+    sentinels turn it into a replica (~10 s later: Sentinel's fixed wait before it
+    reconfigures an instance that says it is a master). A connection still open to it reads
+    jobs the new master will hand out again and acks jobs there, writes that are thrown
+    away when it resyncs: a worker that kept its connections ran most of a queue twice. So
+    at most every ``interval_s`` the watch asks the sentinels for the master's address, and
+    each connection whose server is not that one is closed before its next exchange (it
+    opens again on the new master; redis-py's pool closes its idle ones when asked).
+    """
+
+    def __init__(self, client: redis.Redis, interval_s: float = MASTER_CHECK_S) -> None:
+        self._pool: Any = client.connection_pool  # (a SentinelConnectionPool)
+        self._interval_s = interval_s
+        self._address: tuple[str, int] | None = None
+        self._asked_at = -interval_s
+        self._lock = threading.Lock()
+
+    def master(self) -> tuple[str, int] | None:
+        """The master's address as the sentinels last named it (None: none named yet)."""
+        if time.monotonic() - self._asked_at < self._interval_s:
+            return self._address
+        with self._lock:
+            if time.monotonic() - self._asked_at >= self._interval_s:
+                self._address = self._ask()
+                self._asked_at = time.monotonic()
+        return self._address
+
+    def fence(self, conn: Connection) -> bool:
+        """Close ``conn`` if it is open to a server other than the master; True if closed."""
+        address = self.master()
+        where = (getattr(conn, "host", None), getattr(conn, "port", None))
+        if address is None or conn._sock is None or where == address:
+            return False
+        conn.disconnect()
+        return True
+
+    def _ask(self) -> tuple[str, int] | None:
+        try:
+            host, port = self._pool.get_master_address()
+        except redis.RedisError:  # no sentinel answers: the connections' own errors tell
+            return self._address
+        return str(host), int(port)
