@@ -14,11 +14,15 @@ worker (its entries go to the sweep: XAUTOCLAIM), promote due retries and restar
   set; its task's held set; the dead letters) and its record says the same, or it ended
   and is in none;
 - each concurrency slot is held by a job running on that worker (pending under one of its
-  consumers), and no job waits for a slot while one is free;
+  consumers), and no job waits for a slot while none is taken nor coming;
 - each unique lock is held by a job that has not ended;
 - each chain ends: no step is left ``pending`` once the one before it ended, a step after
   one that failed or was cancelled ended too, and no step started before the one before it
   succeeded.
+
+Three known faults are kept out of the random run by a flag each (stale deliveries of the
+concurrency-limited task, a cancelled job's start, a held job's taker) and pinned by a
+replayed sequence each, a strict xfail: when the fault is fixed, drop the xfail and the flag.
 """
 
 from __future__ import annotations
@@ -179,6 +183,8 @@ class ControlPlaneModel(RuleBasedStateMachine):
     """Consumers act on stale deliveries of the concurrency-limited task too (see the xfail)."""
     cancelled_must_not_start: bool = False
     """A delivered job asked to stop before it started must not start (see the xfail)."""
+    held_needs_a_taker: bool = False
+    """No job waits for a slot while none is taken nor coming (see the xfail)."""
 
     @initialize()
     def start(self) -> None:
@@ -506,6 +512,8 @@ class ControlPlaneModel(RuleBasedStateMachine):
         # A job waits for a slot only while one is taken, or a job of the task is on its way
         # to take one (in its stream, or back there after its delay or backoff): that job's
         # end lets the next one in.
+        if not self.held_needs_a_taker:
+            return
         waiting = self.client.zcard(self.keys.held(CONC))
         coming = [
             j
@@ -642,3 +650,27 @@ def test_a_job_cancelled_before_its_start_does_not_start(fsync_server: RedisServ
         m.start_next(_Pick("a"))
     finally:
         m.teardown()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="cancel.lua removes a job that a slot's release moved from held back to its "
+    "stream (the slot is kept for it) without letting the next held job in: that one "
+    "waits until another job of the task arrives and ends",
+)
+def test_a_cancelled_job_on_its_way_to_a_slot_lets_the_next_one_in(
+    fsync_server: RedisServer,
+) -> None:
+    m = _machine(fsync_server, held_needs_a_taker=True)
+    for _ in range(3):
+        m.enqueue(kind="job", tasks=[CONC] * 3, priority="normal", arg=0)
+    m.fetch(_Pick("a"), 1)
+    m.start_next(_Pick("a"))  # the first job takes the slot
+    m.fetch(_Pick("b"), 2)
+    m.start_next(_Pick("b"))  # the second and third wait in held
+    m.start_next(_Pick("b"))
+    m.finish(_Pick("a"), "ok")
+    m.workers["a"].consumer._fetch(0)  # its ack releases the slot: the second goes back
+    m.cancel(_Pick(m.jobs[1]), terminate=False)  # cancelled in its stream
+    _check(m)
