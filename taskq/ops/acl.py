@@ -125,6 +125,7 @@ OPERATOR_COMMANDS = (
     "rpush",
     "zrangebyscore",
     "zrem",
+    "zpopmin",  # a cancelled job passes the slot kept for it to the next held job
     "get",
     "set",  # the tombstone of a running job (--terminate)
 )

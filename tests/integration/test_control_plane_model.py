@@ -20,9 +20,9 @@ worker (its entries go to the sweep: XAUTOCLAIM), promote due retries and restar
   one that failed or was cancelled ended too, and no step started before the one before it
   succeeded.
 
-Three known faults are kept out of the random run by a flag each (stale deliveries of the
-concurrency-limited task, a cancelled job's start, a held job's taker) and pinned by a
-replayed sequence each, a strict xfail: when the fault is fixed, drop the xfail and the flag.
+Three faults it found are pinned by a replayed sequence each (a stale delivery of a revoked
+batch taking a slot, a job cancelled after its fetch starting, a cancelled job on its way to
+a slot stranding the next held one).
 """
 
 from __future__ import annotations
@@ -179,12 +179,6 @@ def body_of(raw: bytes) -> dict[str, Any]:
 
 class ControlPlaneModel(RuleBasedStateMachine):
     server: RedisServer
-    stale_conc: bool = False
-    """Consumers act on stale deliveries of the concurrency-limited task too (see the xfail)."""
-    cancelled_must_not_start: bool = False
-    """A delivered job asked to stop before it started must not start (see the xfail)."""
-    held_needs_a_taker: bool = False
-    """No job waits for a slot while none is taken nor coming (see the xfail)."""
 
     @initialize()
     def start(self) -> None:
@@ -310,9 +304,6 @@ class ControlPlaneModel(RuleBasedStateMachine):
         ready = [s for s, w in self.workers.items() if w.batch and w.running is None]
         w = self.workers[data.draw(st.sampled_from(ready))]
         d = w.batch.pop(0)
-        if w.revoked and not self.stale_conc and body_of(d.body or b"")["task"] == CONC:
-            w.batch.clear()  # (a stale delivery of this task leaks its slot: see the xfail)
-            return
         job_id = str(body_of(d.body or b"")["id"])
         asked = bool(self.records.cancel_requested([(QUEUE, job_id)]))
         kind, value = w.runner.start(w.consumer, d, w.batch)
@@ -321,8 +312,7 @@ class ControlPlaneModel(RuleBasedStateMachine):
             self.master.mark_running([(QUEUE, value, w.consumer.name, 0)])
         elif value is False:  # the master revoked the rest of the batch
             w.batch.clear()
-        if self.cancelled_must_not_start:
-            assert kind != "entered" or not asked, f"{job_id} started after its cancel"
+        assert kind != "entered" or not asked, f"{job_id} started after its cancel"
 
     @precondition(lambda self: any(w.running for w in self.workers.values()))
     @rule(data=st.data(), verdict=st.sampled_from(("ok", "ok", "retry", "fatal")))
@@ -512,8 +502,6 @@ class ControlPlaneModel(RuleBasedStateMachine):
         # A job waits for a slot only while one is taken, or a job of the task is on its way
         # to take one (in its stream, or back there after its delay or backoff): that job's
         # end lets the next one in.
-        if not self.held_needs_a_taker:
-            return
         waiting = self.client.zcard(self.keys.held(CONC))
         coming = [
             j
@@ -571,8 +559,8 @@ def fsync_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
     server.kill()
 
 
-def _run(server: RedisServer, examples: int, **flags: bool) -> None:
-    model = type("Model", (ControlPlaneModel,), {"server": server, **flags})
+def _run(server: RedisServer, examples: int) -> None:
+    model = type("Model", (ControlPlaneModel,), {"server": server})
     run_state_machine_as_test(
         model,
         settings=settings(
@@ -600,8 +588,8 @@ class _Pick:
         return self.value
 
 
-def _machine(server: RedisServer, **flags: bool) -> ControlPlaneModel:
-    model = type("Model", (ControlPlaneModel,), {"server": server, **flags})()
+def _machine(server: RedisServer) -> ControlPlaneModel:
+    model = type("Model", (ControlPlaneModel,), {"server": server})()
     model.start()
     return model
 
@@ -614,17 +602,10 @@ def _check(model: ControlPlaneModel) -> None:
         model.teardown()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="a slot leaks through a revoked batch: the child reaches a stale delivery of the "
-    "concurrency-limited task, slot.lua admits it without checking that the entry is still "
-    "the child's, the scoreboard's start then refuses it and nothing releases the slot",
-)
 def test_a_stale_delivery_of_a_revoked_batch_leaves_no_slot_taken(
     fsync_server: RedisServer,
 ) -> None:
-    m = _machine(fsync_server, stale_conc=True)
+    m = _machine(fsync_server)
     for task in (PLAIN, CONC):
         m.enqueue(kind="job", tasks=[task] * 3, priority="normal", arg=0)
     m.fetch(_Pick("a"), 2)
@@ -635,14 +616,8 @@ def test_a_stale_delivery_of_a_revoked_batch_leaves_no_slot_taken(
     _check(m)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="a job cancelled with terminate=True after its child fetched it, before it "
-    "started, still starts: the start path does not look at the tombstone",
-)
 def test_a_job_cancelled_before_its_start_does_not_start(fsync_server: RedisServer) -> None:
-    m = _machine(fsync_server, cancelled_must_not_start=True)
+    m = _machine(fsync_server)
     m.enqueue(kind="job", tasks=[PLAIN] * 3, priority="normal", arg=0)
     m.fetch(_Pick("a"), 1)
     m.cancel(_Pick(m.jobs[0]), terminate=True)
@@ -652,17 +627,10 @@ def test_a_job_cancelled_before_its_start_does_not_start(fsync_server: RedisServ
         m.teardown()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="cancel.lua removes a job that a slot's release moved from held back to its "
-    "stream (the slot is kept for it) without letting the next held job in: that one "
-    "waits until another job of the task arrives and ends",
-)
 def test_a_cancelled_job_on_its_way_to_a_slot_lets_the_next_one_in(
     fsync_server: RedisServer,
 ) -> None:
-    m = _machine(fsync_server, held_needs_a_taker=True)
+    m = _machine(fsync_server)
     for _ in range(3):
         m.enqueue(kind="job", tasks=[CONC] * 3, priority="normal", arg=0)
     m.fetch(_Pick("a"), 1)

@@ -107,6 +107,8 @@ def test_scripts_declare_their_keys() -> None:
         ("_flow.lua", _CHECKS[2]),
         ("_record.lua", "return string.match(stream, '^(.*):[^:]*$') .. ':job:' .. job_id"),
         ("_record.lua", "return string.match(stream, '^(.*):[^:]*$') .. ':done:' .. job_id"),
+        ("cancel.lua", "local held_head = prefix .. ':held:'"),
+        ("cancel.lua", "local running = prefix .. ':running:' .. string.sub(held, #held_head + 1)"),
     ]
 
 

@@ -15,6 +15,8 @@ local run_ops
 -- Concurrency limits: move jobs waiting for a slot of `running` (at most `n` members) from
 -- `held` back into their streams (`prefix` .. ':' .. priority), while slots are free, and
 -- count them out of the queue's held jobs. `taken` slots are about to be used by the caller.
+-- A moved job's record notes the slot kept free for it ('slot_for': "<n>|<held key>"), so
+-- that a cancel before it takes the slot passes the slot on (cancel.lua).
 local PRIORITY_NAMES = {'high', 'normal', 'low'}
 local function refill(running, held, n, prefix, taken, now)
   local free = n - redis.call('ZCARD', running) - taken
@@ -33,7 +35,7 @@ local function refill(running, held, n, prefix, taken, now)
       if job then
         local rec = prefix .. ':job:' .. job
         if redis.call('EXISTS', rec) == 1 then
-          redis.call('HSET', rec, 'entry', id)
+          redis.call('HSET', rec, 'entry', id, 'slot_for', n .. '|' .. held)
           redis.call('HDEL', rec, 'held')
         end
       end

@@ -6,6 +6,8 @@
 --       tombstone, counts hash, then record and done list of each later workflow step (the
 --       record's 'later' field, read and checked by the caller).
 -- ARGV: job id, group, ttl ms, terminate ('1' or '0'), then each later step's ttl ms.
+-- Keys named in the record ('held', 'slot_for') are used only if they are this queue's held
+-- sets (the record is untrusted); the running set of a held set is derived from it.
 -- Returns the outcome: 'cancelled', 'running' (not interrupted), 'terminating', 'unknown',
 -- or the final state the job had already reached.
 local rec, id = KEYS[1], ARGV[1]
@@ -45,8 +47,27 @@ local function remove_member(set, due, skip_first_line)
   return false
 end
 
+-- A key read from the record, if it is one of this queue's held sets; else nil.
+local prefix = string.sub(rec, 1, #rec - #id - 5)  -- rec is '<queue>:job:<id>'
+local held_head = prefix .. ':held:'
+local function own_held(key)
+  if type(key) == 'string' and #key > #held_head and string.sub(key, 1, #held_head) == held_head
+  then return key end
+  return nil
+end
+
+-- A job moved back from a held set to its stream had a slot kept free for it: the next held
+-- job takes it now (else it would wait until another job of the task came and ended).
+local function pass_on_slot(now)
+  local n, held = string.match(redis.call('HGET', rec, 'slot_for') or '', '^(%d+)|(.+)$')
+  held = own_held(held)
+  if not (n and held) then return end
+  local running = prefix .. ':running:' .. string.sub(held, #held_head + 1)
+  refill(running, held, tonumber(n), prefix, 0, now)
+end
+
 local removed = false
-local held = redis.call('HGET', rec, 'held')
+local held = own_held(redis.call('HGET', rec, 'held'))
 if state == 'waiting' and held then  -- waiting for a concurrency slot, out of its stream
   for _, m in ipairs(redis.call('ZRANGE', held, 0, -1)) do
     if body_job_id(string.match(m, '^%d\n[^\n]*\n(.*)$') or '') == id then
@@ -74,6 +95,7 @@ local now = now_ms()
 if removed then
   local lock = redis.call('HGET', rec, 'unique')  -- a unique job's lock goes with it
   if lock and redis.call('GET', lock) == id then redis.call('DEL', lock) end
+  if state == 'waiting' and not held then pass_on_slot(now) end
   finish_record(rec, KEYS[2], 'cancelled', tonumber(ARGV[3]), now)
   for j = 1, (#KEYS - 11) / 2 do  -- the steps after it will never start either
     finish_record(KEYS[10 + 2 * j], KEYS[11 + 2 * j], 'cancelled', tonumber(ARGV[4 + j]), now)
