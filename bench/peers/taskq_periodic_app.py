@@ -23,7 +23,7 @@ import time
 from redis import Redis
 
 import taskq
-from bench.job import counter_client
+from bench.common.job import counter_client
 from bench.peers.base import redis_url
 from bench.peers.featurebase import Feature, taskq_cli
 

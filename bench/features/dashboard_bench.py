@@ -5,7 +5,7 @@ Fills a private ``redis-server`` in seconds (a Lua loop of XADDs per batch, no r
 job), adds a worker's heartbeat record with busy children, one job with a status record and
 a minute of throughput, starts ``taskq dashboard`` as its own process, then times each page
 over HTTP (warm-up first; p50, p95 and max of ``--requests`` requests). Prints the table and
-writes the "Dashboard" section of ``bench/RESULTS-features.md``. Exit status 2 if a page's
+writes the "Dashboard" section of ``bench/results/RESULTS-features.md``. Exit status 2 if a page's
 p95 is over the budget.
 
     .venv/bin/python bench/dashboard_bench.py [--quick]
@@ -27,11 +27,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.features import write_section
-from bench.redis_server import PrivateRedis
-from bench.report import md_table
+from bench.common.redis_server import PrivateRedis
+from bench.common.report import md_table
+from bench.features.family import write_section
 from taskq import App
 from taskq.broker.series import Series, minute_of
 from taskq.broker.workers import WorkerRegistry
@@ -44,7 +44,7 @@ from taskq.worker.outcome import JobCounts
 from taskq.worker.record import ChildRecord, WorkerRecord
 
 BUDGET_MS = 200.0
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 QUEUE = "tasks"
 
 FILL = """
@@ -167,7 +167,7 @@ def time_page(port: int, path: str, requests: int) -> list[float]:
 
 def start_dashboard(redis_url: str, port: int, log: Path) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TASKQ_REDIS_URL": redis_url}
-    cmd = [sys.executable, "-m", "taskq", "-A", "bench.dashboard_bench:app", "dashboard"]
+    cmd = [sys.executable, "-m", "taskq", "-A", "bench.features.dashboard_bench:app", "dashboard"]
     with open(log, "ab") as out:
         proc = subprocess.Popen(
             [*cmd, "--port", str(port)], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT

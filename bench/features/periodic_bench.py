@@ -23,7 +23,7 @@ max; and the Redis cost, from ``INFO commandstats`` over the phase: EVALSHA, EVA
 calls per tick and per worker-second, with a ``MONITOR`` count of the scripts behind the
 EVALSHAs (``periodic.lua`` is the tick claim).
 
-Writes the "Periodic" section of bench/RESULTS-features.md; bench/README.md ("Feature
+Writes the "Periodic" section of bench/results/RESULTS-features.md; bench/README.md ("Feature
 benchmarks") explains it. Exit status 1 if a measurement failed, else 2 if a phase had a
 duplicate or a missing tick, else 0.
 """
@@ -43,18 +43,18 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from redis import Redis
 
-from bench import envs, features
-from bench.agent import BenchError, start_worker
-from bench.features import AgentCtx, Family, Params, Size, latency_figures, num
-from bench.job import counter_client
-from bench.procs import stop_tree
-from bench.redistime import Window
-from bench.report import md_table
-from bench.run import Entry
+from bench.common import envs
+from bench.common.job import counter_client
+from bench.common.procs import BenchError, start_worker, stop_tree
+from bench.common.redistime import Window
+from bench.common.report import md_table, num
+from bench.common.runner import Entry
+from bench.features import family
+from bench.features.family import AgentCtx, Family, Params, Size, latency_figures
 
 KEY = "periodic"
 PHASES = ("steady", "kill")
@@ -476,7 +476,7 @@ ENTRIES = {
 FAMILY = Family(
     key=KEY,
     title="Periodic",
-    module="bench.periodic_bench",
+    module="bench.features.periodic_bench",
     attr="PERIODIC",
     systems=list(ENTRIES.values()),
     sizes=[Size("seconds", 60, 15, "run time of each phase, s")],
@@ -499,7 +499,7 @@ def with_defaults(argv: Sequence[str]) -> list[str]:
 
 def checks_failed(quick: bool) -> bool:
     """True if the section just written has a duplicate or a missing tick."""
-    _, json_path = features.result_paths(quick)
+    _, json_path = family.result_paths(quick)
     data = json.loads(json_path.read_text())[KEY]
     runs = [r for r in data["systems"].get("taskq", []) if "error" not in r]
     return any(check(r["phases"][t]) != "ok" for r in runs for t in PHASES)
@@ -507,7 +507,7 @@ def checks_failed(quick: bool) -> bool:
 
 def main() -> int:
     argv = with_defaults(sys.argv[1:])
-    status = features.main(FAMILY, argv)
+    status = family.main(FAMILY, argv)
     orchestrator = argv[0] not in ("agent", "raw", "probe")
     if status == 0 and orchestrator and checks_failed("--quick" in argv):
         print("\n!!! duplicate or missing ticks (see the table)", file=sys.stderr)

@@ -5,11 +5,11 @@ Each family is one module with its own entry point (``bench/results_bench.py``,
 :class:`Family`. The same module runs three ways:
 
 * ``python bench/<family>_bench.py [--quick]``: the orchestrator, in the project's
-  venv. It sets up the bench venvs (:mod:`bench.envs`), starts a private
-  ``redis-server`` (:mod:`bench.redis_server`), pins it and the producers like
+  venv. It sets up the bench venvs (:mod:`bench.common.envs`), starts a private
+  ``redis-server`` (:mod:`bench.common.redis_server`), pins it and the producers like
   ``run.py``, runs every selected system and raw floor ``--runs`` times (each from
-  an empty Redis) and writes the family's section of ``bench/RESULTS-features.md``
-  and ``bench/results-features.json`` (``-quick`` variants with ``--quick``),
+  an empty Redis) and writes the family's section of ``bench/results/RESULTS-features.md``
+  and ``bench/results/results-features.json`` (``-quick`` variants with ``--quick``),
   keeping the other families' sections.
 * ``python -m bench.<family>_bench agent --module <peer module> ...``: one system's
   round, inside that system's venv; prints one JSON object on its last line.
@@ -54,14 +54,13 @@ from redis import Redis
 from redis.exceptions import RedisError
 from redis.utils import HIREDIS_AVAILABLE
 
-from bench import envs, record
-from bench.agent import BenchError, percentile, start_worker
-from bench.procs import pin_self, stop_tree, unpin_self
-from bench.report import md_table
-from bench.run import RAWS, Entry, Runner, loadavg, machine, taskq_problem
+from bench.common import envs, record
+from bench.common.procs import BenchError, pin_self, start_worker, stop_tree, unpin_self
+from bench.common.report import md_table, percentile
+from bench.common.runner import RAWS, Entry, Runner, loadavg, machine, taskq_problem
 
 if TYPE_CHECKING:  # imported where it is used: it imports taskq, which the peers' venvs lack
-    from bench.redis_server import PrivateRedis
+    from bench.common.redis_server import PrivateRedis
 
 REPO = envs.REPO
 # sections of RESULTS-features.md, in this order
@@ -76,7 +75,7 @@ ORDER = (
     "dashboard",
     "cluster",
 )
-COMMANDS = {key: f".venv/bin/python bench/{key}_bench.py" for key in ORDER}
+COMMANDS = {key: f".venv/bin/python bench/features/{key}_bench.py" for key in ORDER}
 RAW_LABELS = {"raw": "raw floor (redis-py)", "raw-hiredis": "raw floor (redis-py + hiredis)"}
 POLL_S = 0.001
 Params = dict[str, Any]
@@ -297,7 +296,7 @@ def new_data(family: Family, args: argparse.Namespace) -> dict[str, Any]:
 def run_family(family: Family, argv: Sequence[str] | None = None) -> int:
     """The orchestrator: measure, write the family's section; 1 if a measurement failed."""
     args = parse_args(family, argv)
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    signal.signal(signal.SIGTERM, exit_on_sigterm)
     started = time.monotonic()
     systems, raws = select(family, args.only)
     if not args.no_setup:
@@ -306,7 +305,7 @@ def run_family(family: Family, argv: Sequence[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix=f"taskq-bench-{family.key}-"))
     (workdir / "logs").mkdir()
     print(f"work dir {workdir}; load average {loadavg()}", flush=True)
-    from bench.redis_server import PrivateRedis  # here: it imports taskq (not in peer venvs)
+    from bench.common.redis_server import PrivateRedis  # here: it imports taskq (not in peer venvs)
 
     with PrivateRedis(workdir, args.redis_server) as server:
         runner = Runner(args, server, workdir)
@@ -337,7 +336,7 @@ def run_family(family: Family, argv: Sequence[str] | None = None) -> int:
     return 1 if runner.failures else 0
 
 
-def _exit_on_sigterm(signum: int, frame: object) -> None:
+def exit_on_sigterm(signum: int, frame: object) -> None:
     """SIGTERM unwinds like Ctrl-C: agents, workers and redis-server get stopped."""
     raise SystemExit(128 + signum)
 
@@ -346,11 +345,11 @@ def _exit_on_sigterm(signum: int, frame: object) -> None:
 
 
 def result_paths(quick: bool) -> tuple[Path, Path]:
-    """bench/RESULTS-features.md and bench/results-features.json (or their -quick variants)."""
+    """bench/results/RESULTS-features.md and results-features.json (or their -quick variants)."""
     suffix = "-quick" if quick else ""
     return (
-        envs.BENCH / f"RESULTS-features{suffix}.md",
-        envs.BENCH / f"results-features{suffix}.json",
+        envs.RESULTS / f"RESULTS-features{suffix}.md",
+        envs.RESULTS / f"results-features{suffix}.json",
     )
 
 
@@ -367,7 +366,7 @@ def write_section(key: str, data: dict[str, Any], quick: bool) -> tuple[Path, Pa
         "# taskq feature benchmarks",
         "",
         "Each section is written by its own command and measured in one run of it, on a "
-        "private `redis-server`; methodology in [README.md](README.md#feature-benchmarks). "
+        "private `redis-server`; methodology in [README.md](../README.md#feature-benchmarks). "
         "Compare ratios within a section, not absolute figures across sections.",
     ]
     for k in ORDER:
@@ -451,16 +450,6 @@ def median_of(runs: Sequence[Params], key: str) -> float | None:
     return statistics.median(values) if values else None
 
 
-def ratio(a: float | None, b: float | None) -> str:
-    """``a / b`` as "1.23x", or "n/a"."""
-    return "n/a" if a is None or not b else f"{a / b:.2f}x"
-
-
-def num(v: float | None, fmt: str = ",.0f") -> str:
-    """A figure for humans, or "n/a"."""
-    return "n/a" if v is None else format(v, fmt)
-
-
 def label(data: dict[str, Any], name: str) -> str:
     """Display name of a system or raw floor of a results document."""
     return str(data["meta"]["labels"].get(name, name))
@@ -495,7 +484,7 @@ class AgentCtx:
 
     @property
     def record_dir(self) -> Path:
-        """Where the tasks' completion records go (:mod:`bench.record`)."""
+        """Where the tasks' completion records go (:mod:`bench.common.record`)."""
         path = self.workdir / "records"
         path.mkdir(parents=True, exist_ok=True)
         return path
@@ -557,7 +546,7 @@ def main(family: Family, argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in ("agent", "raw", "probe"):
         return run_family(family, argv)
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    signal.signal(signal.SIGTERM, exit_on_sigterm)
     args = _agent_args(argv)
     ctx = AgentCtx(args.redis_url, json.loads(args.params), Path(args.workdir))
     os.environ["BENCH_REDIS_URL"] = args.redis_url

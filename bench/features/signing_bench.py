@@ -6,9 +6,9 @@ Usage, from the repository root::
     .venv/bin/python bench/signing_bench.py --quick    # 5,000 jobs, 2,000 enqueues, 1 run
 
 taskq only, no peer and no raw floor (issue 17, point 6: signing on >= 90 % of off for each
-figure). Every run, for signing off and on, each in a fresh ``bench.agent`` round from an
+figure). Every run, for signing off and on, each in a fresh ``bench.compare.agent`` round from an
 empty Redis on the main bench's plain app (bench/peers/taskq_app.py: its ``noop`` task, the
-main bench's ``bench.job.job``, and its worker command ``taskq worker -c 2``):
+main bench's ``bench.common.job.job``, and its worker command ``taskq worker -c 2``):
 
 * **single-call enqueue**: ``--enqueue-jobs`` ``noop.delay(i, t)``, one round trip each, no
   worker running (the main bench's enqueue round);
@@ -29,7 +29,7 @@ these), and checks the "on" setup: a producer with ``App(signing_keys=[key])`` w
 bodies, and a worker with only ``TASKQ_SIGNING_KEYS`` runs a signed job and dead-letters an
 unsigned one. Each target is the median over the runs of each run's own on / off ratio.
 
-Writes the "Signing" section of bench/RESULTS-features.md; bench/README.md ("Feature
+Writes the "Signing" section of bench/results/RESULTS-features.md; bench/README.md ("Feature
 benchmarks") explains it. Exit status 1 if a measurement failed, else 2 if a target was
 missed or the check failed, else 0.
 """
@@ -48,15 +48,17 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench import envs, features, report
-from bench.agent import BenchError
-from bench.features import AgentCtx, Family, Params, Size, num
-from bench.job import COUNTER, counter_client
+from bench.common import envs
+from bench.common.job import COUNTER, counter_client
+from bench.common.procs import BenchError
+from bench.common.report import md_table, num
+from bench.common.runner import Entry, brief, loadavg
+from bench.compare import report
+from bench.features import family
+from bench.features.family import AgentCtx, Family, Params, Size
 from bench.peers.taskq_signing_app import ENV, KEY, QUEUE
-from bench.report import md_table
-from bench.run import Entry, brief, loadavg
 
 FAMILY_KEY = "signing"
 MODES = ("off", "on")
@@ -138,7 +140,7 @@ def micro(number: int) -> Params:
     return out | {"body_bytes_off": len(off), "body_bytes_on": len(on), "number": number}
 
 
-def _wait(what: str, done: Callable[[], bool], running: features.Workers) -> None:
+def _wait(what: str, done: Callable[[], bool], running: family.Workers) -> None:
     bound = time.monotonic() + CHECK_TIMEOUT_S
     while not done():
         if time.monotonic() > bound:
@@ -167,7 +169,7 @@ def check(ctx: AgentCtx) -> Params:
     bodies = [fields[b"body"] for _, fields in entries]
     flags = [is_signed(b) for b in bodies]
     counter = counter_client(ctx.url)
-    with signing_env("on"), features.workers([taskq_app.SYSTEM.worker_argv(1)], ctx, "check") as w:
+    with signing_env("on"), family.workers([taskq_app.SYSTEM.worker_argv(1)], ctx, "check") as w:
         _wait("the signed job's run", lambda: int(counter.get(COUNTER) or 0) >= 1, w)
         _wait("the unsigned job's dead letter", lambda: r.xlen(keys.deadletter) >= 1, w)
         time.sleep(0.3)
@@ -264,16 +266,16 @@ def no_raw(ctx: AgentCtx) -> Params:
 
 
 def _entry(entry: Entry, mode: str) -> Entry:
-    """The bench.agent round of taskq variant ``entry`` with signing ``mode``: the main
+    """The bench.compare.agent round of taskq variant ``entry`` with signing ``mode``: the main
     bench's plain app either way (``mode`` only decides TASKQ_SIGNING_KEYS)."""
     return Entry(f"{entry.name}-signing-{mode}", "taskq_app", entry.venv,
                  f"{entry.label}, signing {mode}", True)  # fmt: skip
 
 
-def signing_rounds(s: features.Session, systems: Sequence[Entry], run: int) -> None:
+def signing_rounds(s: family.Session, systems: Sequence[Entry], run: int) -> None:
     """Run ``run`` of the enqueue and drain rounds, signing off and on, for each taskq variant.
 
-    Each round is the main bench's (``python -m bench.agent``, a fresh agent from an empty
+    Each round is the main bench's (``python -m bench.compare.agent``, a fresh agent from an empty
     Redis): the single-call enqueue round, then the drain round (bulk enqueue, then the
     worker spawned and timed), then the drain's clean pass; the off and on rounds of each kind
     back to back, alternating which goes first from one run to the next. In run 1 also the
@@ -312,9 +314,9 @@ def signing_rounds(s: features.Session, systems: Sequence[Entry], run: int) -> N
 
 
 def _round(
-    s: features.Session, entry: Entry, mode: str, run: int, phases: str, clean: bool
+    s: family.Session, entry: Entry, mode: str, run: int, phases: str, clean: bool
 ) -> Params:
-    """One bench.agent round of ``entry`` with signing ``mode`` (run 0: the accounting pass,
+    """One bench.compare.agent round of ``entry`` with signing ``mode`` (run 0: the accounting pass,
     at ACCOUNT_JOBS jobs); the load average just before it is kept with the result."""
     n, m = s.args.drain_jobs, s.args.enqueue_jobs
     sizes = (min(n, ACCOUNT_JOBS), min(m, ACCOUNT_JOBS // 4)) if phases == "account" else (n, m)
@@ -711,7 +713,7 @@ ENTRIES = {
 FAMILY = Family(
     key=FAMILY_KEY,
     title="Signing",
-    module="bench.signing_bench",
+    module="bench.features.signing_bench",
     attr="SIGNING",
     systems=list(ENTRIES.values()),
     sizes=[
@@ -729,7 +731,7 @@ FAMILY = Family(
 
 def checks_failed(quick: bool) -> bool:
     """True if the section just written missed a target or its check failed."""
-    _, json_path = features.result_paths(quick)
+    _, json_path = family.result_paths(quick)
     data = json.loads(json_path.read_text())[FAMILY_KEY]
     missed = any(t["pass"] is False for t in targets(data).values())
     return missed or any(not c["ok"] for c in check_results(data))
@@ -740,7 +742,7 @@ def main() -> int:
     orchestrator = not argv or argv[0] not in ("agent", "raw", "probe")
     if orchestrator and os.environ.pop(ENV, None) is not None:
         print(f"note: {ENV} unset for the off rounds and the check", flush=True)
-    status = features.main(FAMILY, argv)
+    status = family.main(FAMILY, argv)
     if status == 0 and orchestrator and checks_failed("--quick" in argv):
         print("\n!!! a signing target was missed or the check failed (see the tables)",
               file=sys.stderr)  # fmt: skip

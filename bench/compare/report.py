@@ -1,4 +1,4 @@
-"""Medians, target ratios, Redis budgets and the Markdown report (bench/RESULTS.md)."""
+"""Medians, target ratios, Redis budgets and the Markdown report (bench/results/RESULTS.md)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from bench.redistime import cost, median_cost
+from bench.common.redistime import cost, median_cost
+from bench.common.report import md_table, med
 
 # ---- pass/fail thresholds (issue 12); bench/README.md "Targets" explains each one
 DRAIN_VS_BEST_PEER = 2.5  # drain at default settings, times the best peer's drain
@@ -55,12 +56,6 @@ def budget_prefetch_values() -> list[str]:
     """The --prefetch values that the budgets and the floor target need measured."""
     values = [k.split()[1] for k in REDIS_BUDGET_US if k.startswith("--prefetch ")]
     return sorted({*values, FLOOR_PREFETCH}, key=int)
-
-
-def med(values: Sequence[float | None]) -> float | None:
-    """Median of the values that exist, None if there are none."""
-    present = [v for v in values if v is not None]
-    return statistics.median(present) if present else None
 
 
 def dig(run: Run, *path: str) -> Any:
@@ -327,13 +322,6 @@ def exceeded_budgets(by_variant: dict[str, list[dict[str, Any]]]) -> list[str]:
 # ----------------------------------------------------------------- markdown
 
 
-def md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """A GitHub Markdown table."""
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
 def figures_table(labels: dict[str, str], summary: dict[str, Summary]) -> str:
     """Main figures, one row per system."""
     header = [
@@ -561,10 +549,10 @@ def _versions_table(meta: dict[str, Any], labels: dict[str, str]) -> str:
 
 
 def render(data: dict[str, Any], labels: dict[str, str]) -> str:
-    """The whole bench/RESULTS.md."""
+    """The whole bench/results/RESULTS.md."""
     meta, summary = data["meta"], data["summary"]
     out = ["# taskq benchmark results", "",
-           "Written by `bench/run.py`; methodology in [README.md](README.md). Feature "
+           "Written by `bench/run.py`; methodology in [README.md](../README.md). Feature "
            "benchmarks (stored results, chords, async tasks): "
            "[RESULTS-features.md](RESULTS-features.md).", "",
            *_header(meta), "", "## Targets", ""]  # fmt: skip

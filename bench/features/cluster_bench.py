@@ -33,13 +33,13 @@ from typing import Any
 
 import redis
 
-from bench.cluster_app import QUEUES, app, noop
+from bench.peers.taskq_cluster_app import QUEUES, app, noop
 from taskq import App
 from taskq.keys import partition_names
 from tests.redis_server import RedisServer
 from tests.topologies import RedisCluster
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TARGET = 0.85
 
 
@@ -78,7 +78,7 @@ def start_worker(url: str, log: Path, layout: Layout) -> subprocess.Popen[bytes]
     env = {k: v for k, v in os.environ.items() if not k.startswith("TASKQ_")}
     env.update(PYTHONPATH=str(ROOT), TASKQ_REDIS_URL=url, TASKQ_BLOCK_MS="100")
     env["TASKQ_PARTITIONS"] = ",".join(f"{q}={n}" for q, n in layout.partitions.items())
-    cmd = [sys.executable, "-m", "taskq", "worker", "-A", "bench.cluster_app:app"]
+    cmd = [sys.executable, "-m", "taskq", "worker", "-A", "bench.peers.taskq_cluster_app:app"]
     cmd += ["-Q", ",".join(layout.read), "-c", "2", "--loglevel", "warning"]
     return subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=log.open("ab"), stderr=subprocess.STDOUT)
 

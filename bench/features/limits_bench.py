@@ -32,7 +32,7 @@ Each run, every part from an empty Redis:
   first (same priority: they sit ahead of the noop jobs in the stream). Pass: the backlog
   half's drain rate is at least 90 % of the plain one's (ratio of the medians).
 
-Writes the "Limits" section of bench/RESULTS-features.md; bench/README.md ("Feature
+Writes the "Limits" section of bench/results/RESULTS-features.md; bench/README.md ("Feature
 benchmarks") explains it. Exit status 1 if a measurement failed, else 2 if a check failed,
 else 0.
 """
@@ -48,16 +48,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench import envs, features, record
-from bench.agent import BenchError
-from bench.features import AgentCtx, Family, Params, Size, num
-from bench.job import COUNTER, counter_client
-from bench.periodic_bench import Phase, environ
-from bench.redistime import Window
-from bench.report import md_table
-from bench.run import Entry
+from bench.common import envs, record
+from bench.common.job import COUNTER, counter_client
+from bench.common.procs import BenchError
+from bench.common.redistime import Window
+from bench.common.report import md_table, num
+from bench.common.runner import Entry
+from bench.features import family
+from bench.features.family import AgentCtx, Family, Params, Size
+from bench.features.periodic_bench import Phase, environ
 
 KEY = "limits"
 HALVES = ("plain", "backlog")  # the two halves of the drain part
@@ -224,7 +225,7 @@ def drain_half(system: Any, ctx: AgentCtx, half: str) -> Params:
     window = Window(ctx.url)
     window.start()
     argvs = system.worker_argvs(ctx.procs, ctx.concurrency)
-    with features.workers(argvs, ctx, f"drain-{half}") as running:
+    with family.workers(argvs, ctx, f"drain-{half}") as running:
         t_spawn = running.t_start
         done_ns = wait_counter(client, n, running, ctx.deadline)
         time.sleep(SETTLE_S)
@@ -257,7 +258,7 @@ def drain_half(system: Any, ctx: AgentCtx, half: str) -> Params:
     }  # fmt: skip
 
 
-def wait_counter(client: Any, n: int, running: features.Workers, deadline_s: float) -> int:
+def wait_counter(client: Any, n: int, running: family.Workers, deadline_s: float) -> int:
     """Poll ``bench:incr`` until it reaches ``n``; ``time.time_ns()`` when it was seen there."""
     start = time.monotonic()
     last, moved, polls = -1, start, 0
@@ -295,7 +296,7 @@ def no_raw(ctx: AgentCtx) -> Params:
 # ------------------------------------------------------------------ orchestrator side
 
 
-def drain_rounds(s: features.Session, systems: Sequence[Entry], run: int) -> None:
+def drain_rounds(s: family.Session, systems: Sequence[Entry], run: int) -> None:
     """Run ``run`` of the drain: its two halves, each a fresh agent from an empty Redis,
     in the order plain, backlog in odd runs and backlog, plain in even ones."""
     halves = HALVES if run % 2 else HALVES[::-1]
@@ -307,7 +308,7 @@ def drain_rounds(s: features.Session, systems: Sequence[Entry], run: int) -> Non
                 res = s.call(entry.venv, "agent", f"{entry.name}-{half}-{run}",
                              ["--module", entry.module])  # fmt: skip
             node[half].append(res | {"run": run, "order": order})
-            print(f"{head}  {entry.name:<14} drain {half}: {features._brief(res)}", flush=True)
+            print(f"{head}  {entry.name:<14} drain {half}: {family._brief(res)}", flush=True)
 
 
 # ------------------------------------------------------------------ report
@@ -548,7 +549,7 @@ ENTRIES = {
 FAMILY = Family(
     key=KEY,
     title="Limits",
-    module="bench.limits_bench",
+    module="bench.features.limits_bench",
     attr="LIMITS",
     systems=list(ENTRIES.values()),
     sizes=[
@@ -568,7 +569,7 @@ FAMILY = Family(
 
 def checks_failed(quick: bool) -> bool:
     """True if the section just written has a rate check or the drain target failed."""
-    _, json_path = features.result_paths(quick)
+    _, json_path = family.result_paths(quick)
     data = json.loads(json_path.read_text())[KEY]
     runs = [r for r in data["systems"].get("taskq", []) if "error" not in r]
     bad_rate = any(rate_check(r) != "ok" for r in runs)
@@ -577,7 +578,7 @@ def checks_failed(quick: bool) -> bool:
 
 def main() -> int:
     argv = sys.argv[1:]
-    status = features.main(FAMILY, argv)
+    status = family.main(FAMILY, argv)
     orchestrator = not argv or argv[0] not in ("agent", "raw", "probe")
     if status == 0 and orchestrator and checks_failed("--quick" in argv):
         print("\n!!! a rate check or the drain target failed (see the tables)", file=sys.stderr)

@@ -21,7 +21,7 @@ enqueue span and one run span per job). The family's own round measures, in one 
 the per-job costs of the hooks (``timeit``): ``App.encode`` with and without the enqueue
 hook, ``around_job`` around a no-op run, and the body size.
 
-Writes the "Otel" section of bench/RESULTS-features.md; bench/README.md ("Feature
+Writes the "Otel" section of bench/results/RESULTS-features.md; bench/README.md ("Feature
 benchmarks") explains it. Exit status 1 if a measurement failed, else 0.
 """
 
@@ -36,16 +36,17 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench import envs, features, record
-from bench.agent import BenchError
-from bench.features import AgentCtx, Family, Params, Size, num
-from bench.job import counter_client
-from bench.limits_bench import wait_counter
-from bench.periodic_bench import environ
-from bench.report import md_table
-from bench.run import Entry
+from bench.common import envs, record
+from bench.common.job import counter_client
+from bench.common.procs import BenchError
+from bench.common.report import md_table, num
+from bench.common.runner import Entry
+from bench.features import family
+from bench.features.family import AgentCtx, Family, Params, Size
+from bench.features.limits_bench import wait_counter
+from bench.features.periodic_bench import environ
 
 KEY = "otel"
 ENV = "BENCH_OTEL"  # read by bench/peers/taskq_otel_app.py at import: "on" or "off"
@@ -118,7 +119,7 @@ def drain_half(system: Any, ctx: AgentCtx, half: str) -> Params:
     system.enqueue_noop(n, BATCH)
     enqueue_s = time.perf_counter() - t0
     system.flush()
-    with features.workers(system.worker_argvs(ctx.procs), ctx, f"drain-{half}") as running:
+    with family.workers(system.worker_argvs(ctx.procs), ctx, f"drain-{half}") as running:
         done_ns = wait_counter(client, n, running, ctx.deadline)
     starts = sorted(ns for i, ns in record.read_records(ctx.record_dir))
     if len(starts) < n:
@@ -150,7 +151,7 @@ def no_raw(ctx: AgentCtx) -> Params:
 # ------------------------------------------------------------------ orchestrator side
 
 
-def drain_rounds(s: features.Session, systems: Sequence[Entry], run: int) -> None:
+def drain_rounds(s: family.Session, systems: Sequence[Entry], run: int) -> None:
     """Run ``run`` of the drain: off and on, each a fresh agent from an empty Redis, in the
     order off, on in odd runs and on, off in even ones."""
     halves = HALVES if run % 2 else HALVES[::-1]
@@ -166,7 +167,7 @@ def drain_rounds(s: features.Session, systems: Sequence[Entry], run: int) -> Non
                     "worker_argv"
                 ]
             print(f"run {run}/{s.args.runs}  {entry.name} drain, otel {half}: "
-                  f"{features._brief(res)}", flush=True)  # fmt: skip
+                  f"{family._brief(res)}", flush=True)  # fmt: skip
 
 
 # ------------------------------------------------------------------ report
@@ -297,7 +298,7 @@ ENTRIES = [Entry("taskq", "taskq_otel_app", envs.PROJECT_VENV, "taskq", is_taskq
 FAMILY = Family(
     key=KEY,
     title="Otel",
-    module="bench.otel_bench",
+    module="bench.features.otel_bench",
     attr="OTEL",
     systems=ENTRIES,
     sizes=[Size("drain_jobs", 20_000, 5_000, "jobs of each drain half")],
@@ -310,4 +311,4 @@ FAMILY = Family(
 
 
 if __name__ == "__main__":
-    sys.exit(features.main(FAMILY))
+    sys.exit(family.main(FAMILY))
