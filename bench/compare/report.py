@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from bench.common.redistime import cost, median_cost
-from bench.common.report import md_table, med
+from bench.common.report import md_table, med, verdict
 
-# ---- pass/fail thresholds (issue 12); bench/README.md "Targets" explains each one
+# ---- pass/fail thresholds; bench/README.md "Targets" explains each one
 DRAIN_VS_BEST_PEER = 2.5  # drain at default settings, times the best peer's drain
 FLOOR_PREFETCH = "64"  # the --prefetch value held to the raw floor
 DRAIN_VS_FLOOR = 0.85  # drain at --prefetch FLOOR_PREFETCH, share of the raw floor
@@ -488,7 +488,7 @@ def targets_table(by_variant: dict[str, list[dict[str, Any]]], labels: dict[str,
         for v in variants:
             t = by_variant[v][i]
             fail = "**BUDGET EXCEEDED**" if t["kind"] == "budget" else "**FAIL**"
-            row += [_shown(t), {True: "**PASS**", False: fail, None: "n/a"}[t["pass"]]]
+            row += [_shown(t), fail if t["pass"] is False else verdict(t["pass"])]
             details.append(t["detail"])
         rows.append([*row, "; ".join(details)])
     return md_table(header, rows)

@@ -128,7 +128,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--no-setup", action="store_true", help="do not create/update bench venvs")
     p.add_argument("--keep-workdir", action="store_true", help="keep worker logs and records")
-    p.add_argument("--out", type=Path, help="report path (bench/results/RESULTS.md; --quick: -quick)")
+    p.add_argument(
+        "--out", type=Path, help="report path (bench/results/RESULTS.md; --quick: -quick)"
+    )
     args = p.parse_args(argv)
     for key, value in (QUICK if args.quick else FULL).items():
         if getattr(args, key) is None:

@@ -2,9 +2,9 @@
 
 Usage, from the repository root::
 
-    .venv/bin/python bench/async_bench.py            # full: 10,000 jobs, 3 runs
-    .venv/bin/python bench/async_bench.py --quick    # 5,000 jobs, 1 run
-    .venv/bin/python bench/async_bench.py --only arq,raw
+    .venv/bin/python bench/features/async_bench.py            # full: 10,000 jobs, 3 runs
+    .venv/bin/python bench/features/async_bench.py --quick    # 5,000 jobs, 1 run
+    .venv/bin/python bench/features/async_bench.py --only arq,raw
 
 For each system (taskq ``async def`` tasks with ``--async-concurrency``, arq with
 ``max_jobs``, taskiq-redis with ``--max-async-tasks``; ``--concurrency`` jobs in flight
@@ -46,7 +46,7 @@ STREAM, GROUP = "rawasync:jobs", "rawasync"
 BLOCK = 500
 """Enqueues per block of the interleaved producer loop."""
 ENQUEUE_TARGET = 0.9
-"""Issue 16: async enqueue >= 90 % of a raw ``redis.asyncio`` XADD loop."""
+"""Target: async enqueue >= 90 % of a raw ``redis.asyncio`` XADD loop."""
 FIELDS: dict[Any, Any] = {"job": b"x" * 64}  # a small job message, as in bench/raw.py
 
 

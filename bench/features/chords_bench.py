@@ -2,9 +2,9 @@
 
 Usage, from the repository root::
 
-    .venv/bin/python bench/chords_bench.py            # full: 10,000 headers, 3 runs
-    .venv/bin/python bench/chords_bench.py --quick    # 2,000 headers, 1 run
-    .venv/bin/python bench/chords_bench.py --only celery,raw
+    .venv/bin/python bench/features/chords_bench.py            # full: 10,000 headers, 3 runs
+    .venv/bin/python bench/features/chords_bench.py --quick    # 2,000 headers, 1 run
+    .venv/bin/python bench/features/chords_bench.py --only celery,raw
 
 On an idle worker with 2 processes, each system submits
 ``chord(group(add.s(i, i) for i in range(N)), tsum.s())`` and waits for the body's

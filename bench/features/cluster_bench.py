@@ -1,4 +1,4 @@
-"""Redis Cluster against one server, same workers (issue 18, point 6).
+"""Redis Cluster against one server, same workers: jobs/s and the Redis CPU per job.
 
 Each round enqueues N no-op jobs spread over three queues (``{b0}``, ``{b1}``, ``{b2}``: on the
 cluster, one per master) with the same ``taskq worker -c 2``, once on one redis-server and
@@ -10,7 +10,7 @@ the network I/O), deltas over the drain divided by the jobs of that master's que
 2-core machine the workers, not Redis, bound the throughput, so wall time says nothing about
 shard scaling; the CPU per job per shard does.
 
-    PYTHONPATH=. python bench/cluster_bench.py [--jobs 30000] [--rounds 3] [--partitioned]
+    PYTHONPATH=. python bench/features/cluster_bench.py [--jobs 30000] [--rounds 3] [--partitioned]
 
 ``--partitioned``: one queue in three partitions (``partitions={"w": 3}``, each partition on
 its own master) instead of three queues, on both topologies.
@@ -33,6 +33,7 @@ from typing import Any
 
 import redis
 
+from bench.common.rounds import alternating
 from bench.peers.taskq_cluster_app import QUEUES, app, noop
 from taskq import App
 from taskq.keys import partition_names
@@ -178,7 +179,7 @@ def main() -> int:
             masters = [cluster.master_of(f"{q}:high").port for q in layout.physical]
             assert len(set(masters)) == len(masters), masters  # one queue per master
             for k in range(args.rounds):
-                order = ["single", "cluster"] if k % 2 == 0 else ["cluster", "single"]
+                order = alternating(("single", "cluster"), k + 1)
                 got: dict[str, dict[str, Any]] = {}
                 for which in order:
                     url, ports = (

@@ -1,5 +1,5 @@
-"""Dashboard benchmark (issue 19, point 4): every page answers within 200 ms with 1,000,000
-waiting jobs and 10,000 dead letters.
+"""Dashboard benchmark: how long each page takes to answer (budget: p95 under 200 ms) with
+1,000,000 waiting jobs and 10,000 dead letters.
 
 Fills a private ``redis-server`` in seconds (a Lua loop of XADDs per batch, no round trip per
 job), adds a worker's heartbeat record with busy children, one job with a status record and
@@ -8,7 +8,7 @@ over HTTP (warm-up first; p50, p95 and max of ``--requests`` requests). Prints t
 writes the "Dashboard" section of ``bench/results/RESULTS-features.md``. Exit status 2 if a page's
 p95 is over the budget.
 
-    .venv/bin/python bench/dashboard_bench.py [--quick]
+    .venv/bin/python bench/features/dashboard_bench.py [--quick]
 """
 
 from __future__ import annotations
@@ -240,7 +240,8 @@ def main() -> int:
             "",
             f"- Date: {dt.datetime.now(dt.timezone.utc).isoformat(timespec='seconds')} "
             f"(took {(time.monotonic() - started) / 60:.1f} min)",
-            f"- Command, from the repository root: `.venv/bin/python bench/dashboard_bench.py"
+            "- Command, from the repository root: "
+            "`.venv/bin/python bench/features/dashboard_bench.py"
             f"{' --quick' if args.quick else ''}`",
             f"- Machine: {os.cpu_count()} cores, {platform.platform()}; the dashboard, the HTTP "
             "client and Redis share these cores",

@@ -2,9 +2,9 @@
 
 Usage, from the repository root::
 
-    .venv/bin/python bench/results_bench.py            # full: 1,000 probes, 3 runs
-    .venv/bin/python bench/results_bench.py --quick    # 200 probes, 1 run
-    .venv/bin/python bench/results_bench.py --only celery,raw
+    .venv/bin/python bench/features/results_bench.py            # full: 1,000 probes, 3 runs
+    .venv/bin/python bench/features/results_bench.py --quick    # 200 probes, 1 run
+    .venv/bin/python bench/features/results_bench.py --only celery,raw
 
 For each system (taskq with ``store_results=True``, Celery with the Redis result
 backend, RQ, arq) on an idle worker with 2 processes: ``--probes`` round trips of
@@ -14,7 +14,7 @@ floor does the same with plain redis-py: XADD of the job, worker XREADGROUP, the
 result with one RPUSH to a per-job list (and XACK+XDEL in the same round trip), which
 the producer waits for with BLPOP.
 
-For taskq also the drain with results on against results off (issue 13: on >= 80 % of
+For taskq also the drain with results on against results off (target: on >= 80 % of
 off): ``--drain-jobs`` no-op jobs (the main bench's task, bench/job.py) drained by
 ``taskq worker -c 2`` on the plain app and on ``App(store_results=True)``, each in the
 main bench's drain round (bench/agent.py), with its Redis time per job (bench/redistime.py:
@@ -44,6 +44,7 @@ from redis import Redis
 from bench.common import envs
 from bench.common.procs import BenchError
 from bench.common.report import md_table, num, ratio
+from bench.common.rounds import alternating
 from bench.common.runner import Entry, brief
 from bench.compare import report
 from bench.compare.run import RAW_FOR, SYSTEMS
@@ -204,7 +205,7 @@ def raw(ctx: AgentCtx) -> Params:
 
 # ------------------------------------------------------------------ drain, results on vs off
 
-DRAIN_VS_OFF = 0.80  # issue 13: drain with results on, share of the drain with results off
+DRAIN_VS_OFF = 0.80  # target: drain with results on, share of the drain with results off
 MODES = {"off": "taskq_app", "on": "taskq_results_app"}  # bench/peers module of each half
 ACCOUNT_JOBS = 2_000  # jobs of the untimed MONITOR accounting pass (as run.py's default)
 # What run.Runner.agent reads from the options besides this family's own: the main bench's
@@ -236,7 +237,7 @@ def drain_rounds(s: family.Session, systems: Sequence[Entry], run: int) -> None:
         vars(s.args).setdefault(key, value)
     meta = s.data["meta"].setdefault("drain", {})
     meta.setdefault("clean_cpus", s.runner.clean_cpus)
-    modes = ("off", "on") if run % 2 else ("on", "off")
+    modes = alternating(("off", "on"), run)
     head = f"run {run}/{s.args.runs}"
     for entry in variants:
         node = s.data.setdefault("drain", {}).setdefault(
@@ -367,7 +368,7 @@ def render_drain(data: dict[str, Any]) -> list[str]:
     t_row = [f"drain with results on vs off ({num(n)} jobs)", f">= {DRAIN_VS_OFF:.0%}"]
     for label, t in targets:
         t_header += [label, ""]
-        verdict = {True: "**PASS**", False: "**FAIL**", None: "n/a"}[t["pass"]]
+        verdict = report.verdict(t["pass"])
         t_row += [_pct(t["value"], 1.0), verdict]
     t_header.append("compared")
     t_row.append("; ".join(t["detail"] for _, t in targets))

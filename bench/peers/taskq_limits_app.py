@@ -1,4 +1,4 @@
-"""taskq rate limits (the limits family, bench/limits_bench.py).
+"""taskq rate limits (the limits family, bench/features/limits_bench.py).
 
 Two tasks on queue ``lbench``, same (default) priority:
 

@@ -1,4 +1,4 @@
-"""taskq with OpenTelemetry on or off (the otel family, bench/otel_bench.py).
+"""taskq with OpenTelemetry on or off (the otel family, bench/features/otel_bench.py).
 
 ``BENCH_OTEL=on`` (set by the bench for its "on" half, in the agent and so in the workers)
 instruments the app with :mod:`taskq.contrib.otel` and gives every process that uses it an

@@ -1,6 +1,6 @@
 """taskq with stored results (results and chords families; the results family's drain).
 
-Stored results (issue 13): ``App(redis_url=..., store_results=True)``, so every job keeps
+Stored results: ``App(redis_url=..., store_results=True)``, so every job keeps
 its status record ``tasks:job:<id>`` and, once it ends, if a waiter registered, the
 one-element done list ``tasks:done:<id>`` that ``add.delay(1, 2).result(timeout=5)`` blocks
 on (``BLMOVE``); both are the new keys under the queue's prefix (``tasks:``) that the memory

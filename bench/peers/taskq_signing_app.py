@@ -1,4 +1,4 @@
-"""taskq with signed job bodies (the signing family, bench/signing_bench.py).
+"""taskq with signed job bodies (the signing family, bench/features/signing_bench.py).
 
 The family's drain and enqueue rounds need no app of their own: they run the main bench's
 plain app (``bench/peers/taskq_app.py``, its ``noop`` task and its worker command line)
