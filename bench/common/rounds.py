@@ -11,6 +11,7 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from bench.common.procs import BenchError
 from bench.common.report import div, med
 
 Params = dict[str, Any]
@@ -35,6 +36,14 @@ def environ(extra: Mapping[str, str]) -> Iterator[None]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def half_of(env: str, halves: Sequence[str]) -> str | None:
+    """The half an agent round is for (``env``, set by the orchestrator), None when unset."""
+    half = os.environ.get(env)
+    if half and half not in halves:
+        raise BenchError(f"{env}={half!r}: expected one of {', '.join(halves)}")
+    return half or None
 
 
 def fig(res: Params | None, key: str) -> float | None:

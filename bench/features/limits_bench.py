@@ -39,7 +39,6 @@ else 0.
 
 from __future__ import annotations
 
-import os
 import statistics
 import sys
 import time
@@ -54,7 +53,7 @@ from bench.common.job import counter_client
 from bench.common.procs import BenchError
 from bench.common.redistime import Window
 from bench.common.report import div, md_table, med, num, pct, verdict
-from bench.common.rounds import fig, half_medians
+from bench.common.rounds import fig, half_medians, half_of
 from bench.common.runner import Entry
 from bench.features import family
 from bench.features.family import AgentCtx, Family, Params, Size
@@ -260,12 +259,8 @@ def drain_half(system: Any, ctx: AgentCtx, half: str) -> Params:
 
 def agent(system: Any, ctx: AgentCtx) -> Params:
     """The rate phase, or (``BENCH_LIMITS_HALF`` set by the orchestrator) one drain half."""
-    half = os.environ.get(ENV_HALF)
-    if half:
-        if half not in HALVES:
-            raise BenchError(f"{ENV_HALF}={half!r}: expected one of {', '.join(HALVES)}")
-        return drain_half(system, ctx, half)
-    return rate_phase(system, ctx)
+    half = half_of(ENV_HALF, HALVES)
+    return rate_phase(system, ctx) if half is None else drain_half(system, ctx, half)
 
 
 # ------------------------------------------------------------------ orchestrator side

@@ -42,7 +42,7 @@ from bench.common import envs, record, rounds
 from bench.common.job import counter_client
 from bench.common.procs import BenchError
 from bench.common.report import div, md_table, num, pct
-from bench.common.rounds import fig, half_medians
+from bench.common.rounds import fig, half_medians, half_of
 from bench.common.runner import Entry
 from bench.features import family
 from bench.features.family import AgentCtx, Family, Params, Size
@@ -95,10 +95,8 @@ def micro(ctx: AgentCtx) -> Params:
 
 def agent(system: Any, ctx: AgentCtx) -> Params:
     """A drain half (``BENCH_OTEL`` set by the orchestrator), else the micro-costs."""
-    half = os.environ.get(ENV)
+    half = half_of(ENV, HALVES)
     if half:
-        if half not in HALVES:
-            raise BenchError(f"{ENV}={half!r}: expected one of {', '.join(HALVES)}")
         if system.on != (half == "on"):
             raise BenchError(f"{ENV}={half} but the app was loaded with tracing {system.on}")
         return drain_half(system, ctx, half)
