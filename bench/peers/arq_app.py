@@ -18,9 +18,9 @@ from arq import create_pool
 from arq.connections import ArqRedis, RedisSettings
 from arq.jobs import Job
 
+from bench.common.record import record
 from bench.peers.base import cli, redis_url
 from bench.peers.featurebase import NAP_S, Async, Results
-from bench.record import record
 
 POLL_S = float(os.environ.get("BENCH_ARQ_POLL_S", "0.005"))
 LOG_CONFIG: dict[str, Any] = {

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from celery import Celery, group
 
-from bench.job import job
+from bench.common.job import job
 from bench.peers.base import Item, System, cli, redis_url
 
 app = Celery("bench", broker=redis_url())
@@ -15,7 +15,7 @@ app.conf.update(task_ignore_result=True, broker_connection_retry_on_startup=True
 
 @app.task
 def noop(i: int, t_ns: int) -> None:
-    """Benchmark task: one record and one Redis INCR (bench.job)."""
+    """Benchmark task: one record and one Redis INCR (bench.common.job)."""
     job(i)
 
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import dramatiq
 from dramatiq.brokers.redis import RedisBroker
 
-from bench.job import job
+from bench.common.job import job
 from bench.peers.base import Item, System, cli, redis_url
 
 broker = RedisBroker(url=redis_url())
@@ -19,7 +19,7 @@ logging.getLogger("dramatiq").setLevel(logging.WARNING)
 
 @dramatiq.actor
 def noop(i: int, t_ns: int) -> None:
-    """Benchmark task: one record and one Redis INCR (bench.job)."""
+    """Benchmark task: one record and one Redis INCR (bench.common.job)."""
     job(i)
 
 

@@ -7,7 +7,7 @@ Its tasks are the same for every system:
 * ``add(a, b)`` returns ``a + b`` (results, chord headers);
 * ``tsum(values)`` returns ``sum(values)`` (chord body);
 * ``nap(i)`` awaits ``asyncio.sleep(NAP_S)``, then writes job ``i``'s completion
-  record (:func:`bench.record.record`, no Redis round trip).
+  record (:func:`bench.common.record.record`, no Redis round trip).
 
 A taskq module also defines ``problem(family) -> str | None``: why the family cannot
 run yet (the taskq feature it needs does not exist), or None.

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from huey import RedisHuey
 
-from bench.job import job
+from bench.common.job import job
 from bench.peers.base import Item, System, cli, redis_url
 
 huey = RedisHuey("bench", url=redis_url())
@@ -14,7 +14,7 @@ huey = RedisHuey("bench", url=redis_url())
 
 @huey.task()
 def noop(i: int, t_ns: int) -> None:
-    """Benchmark task: one record and one Redis INCR (bench.job)."""
+    """Benchmark task: one record and one Redis INCR (bench.common.job)."""
     job(i)
 
 

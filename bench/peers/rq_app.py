@@ -11,12 +11,12 @@ from collections.abc import Sequence
 from redis import Redis
 from rq import Queue
 
-from bench.job import job
+from bench.common.job import job
 from bench.peers.base import Item, System, cli, redis_url
 
 
 def noop(i: int, t_ns: int) -> None:
-    """Benchmark task: one record and one Redis INCR (bench.job)."""
+    """Benchmark task: one record and one Redis INCR (bench.common.job)."""
     job(i)
 
 

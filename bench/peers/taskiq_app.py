@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from taskiq_redis import RedisStreamBroker
 
-from bench.job import job
+from bench.common.job import job
 from bench.peers.base import Item, System, cli, redis_url
 
 # consumer_id="0": a group created by the worker also sees jobs enqueued
@@ -17,7 +17,7 @@ broker = RedisStreamBroker(url=redis_url(), consumer_id="0")
 
 @broker.task
 async def noop(i: int, t_ns: int) -> None:
-    """Benchmark task: one record and one Redis INCR (bench.job)."""
+    """Benchmark task: one record and one Redis INCR (bench.common.job)."""
     job(i)
 
 

@@ -11,9 +11,9 @@ import asyncio
 
 from taskiq_redis import RedisStreamBroker
 
+from bench.common.record import record
 from bench.peers.base import cli, redis_url
 from bench.peers.featurebase import NAP_S, Async
-from bench.record import record
 
 broker = RedisStreamBroker(url=redis_url(), consumer_id="0")
 

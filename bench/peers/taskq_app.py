@@ -6,7 +6,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench.job import job
+from bench.common.job import job
 from bench.peers.base import Item, System, redis_url
 from taskq import App
 
@@ -15,7 +15,7 @@ app = App(redis_url=redis_url(), queue="tasks")
 
 @app.task
 def noop(i: int, t_ns: int) -> None:
-    """Benchmark task: one record and one Redis INCR (bench.job)."""
+    """Benchmark task: one record and one Redis INCR (bench.common.job)."""
     job(i)
 
 

@@ -13,9 +13,9 @@ import asyncio
 import subprocess
 from typing import Any
 
+from bench.common.record import record
 from bench.peers.base import redis_url
 from bench.peers.featurebase import NAP_S, Async, taskq_cli
-from bench.record import record
 from taskq import App
 
 app = App(redis_url=redis_url(), queue="tasks")

@@ -1,12 +1,13 @@
-"""taskq rate limits (the limits family, bench/limits_bench.py).
+"""taskq rate limits (the limits family, bench/features/limits_bench.py).
 
 Two tasks on queue ``lbench``, same (default) priority:
 
 * ``limited(i)``, ``rate_limit="50/s"``: writes job ``LIMITED_BASE + i``'s start record
-  (:func:`bench.record.record`, ``time.time_ns()`` at the task's start, to a per-process file:
-  no Redis round trip) and nothing else, so every Redis command of its phase is the queue's;
-* ``noop(i)``, no limit: the main bench's task body (:func:`bench.job.job`: the record, then
-  one ``INCR`` of ``bench:incr``), the counter a drain is timed by.
+  (:func:`bench.common.record.record`, ``time.time_ns()`` at the task's start, to a
+  per-process file: no Redis round trip) and nothing else, so every Redis command of its
+  phase is the queue's;
+* ``noop(i)``, no limit: the main bench's task body (:func:`bench.common.job.job`: the
+  record, then one ``INCR`` of ``bench:incr``), the counter a drain is timed by.
 
 The bench reads the records after the workers stopped: starts per window, per second, and
 which limited jobs started during a drain.
@@ -15,10 +16,10 @@ which limited jobs started during a drain.
 from __future__ import annotations
 
 import taskq
-from bench.job import job
+from bench.common.job import job
+from bench.common.record import record
 from bench.peers.base import redis_url
 from bench.peers.featurebase import Feature, taskq_cli
-from bench.record import record
 
 QUEUE = "lbench"
 RATE = "50/s"
@@ -36,7 +37,7 @@ def limited(i: int) -> None:
 
 @app.task
 def noop(i: int) -> None:
-    """Benchmark task: one record and one Redis INCR (bench.job)."""
+    """Benchmark task: one record and one Redis INCR (bench.common.job)."""
     job(i)
 
 

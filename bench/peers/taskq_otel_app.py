@@ -1,4 +1,4 @@
-"""taskq with OpenTelemetry on or off (the otel family, bench/otel_bench.py).
+"""taskq with OpenTelemetry on or off (the otel family, bench/features/otel_bench.py).
 
 ``BENCH_OTEL=on`` (set by the bench for its "on" half, in the agent and so in the workers)
 instruments the app with :mod:`taskq.contrib.otel` and gives every process that uses it an
@@ -7,7 +7,7 @@ queue, 512 per batch) over :class:`CountingExporter`, which keeps no span and wr
 it was handed to ``otel-spans-<pid>`` in the record directory: the producer's, set up in
 ``setup()``, and each worker child's, in ``child_start`` (after the fork). Anything else
 (``off``, unset) is the plain app. The task is the main bench's ``noop(i)``
-(:func:`bench.job.job`: one record, one ``INCR``).
+(:func:`bench.common.job.job`: one record, one ``INCR``).
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import taskq
-from bench.job import job
+from bench.common.job import job
+from bench.common.record import ENV_DIR
 from bench.peers.base import redis_url
 from bench.peers.featurebase import Feature, taskq_cli
-from bench.record import ENV_DIR
 
 ENV = "BENCH_OTEL"
 QUEUE = "obench"
@@ -33,7 +33,7 @@ app = taskq.App(redis_url=redis_url(), queue=QUEUE)
 
 @app.task
 def noop(i: int) -> None:
-    """Benchmark task: one record and one Redis INCR (bench.job)."""
+    """Benchmark task: one record and one Redis INCR (bench.common.job)."""
     job(i)
 
 

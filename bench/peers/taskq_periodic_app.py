@@ -1,4 +1,4 @@
-"""taskq periodic jobs (the periodic family, bench/periodic_bench.py).
+"""taskq periodic jobs (the periodic family, bench/features/periodic_bench.py).
 
 ``beat()`` runs every second (``app.add_periodic(beat, every=1, name="beat")``) on queue
 ``pbench``: every ``taskq worker`` of that queue schedules it, and exactly one job should be
@@ -23,7 +23,7 @@ import time
 from redis import Redis
 
 import taskq
-from bench.job import counter_client
+from bench.common.job import counter_client
 from bench.peers.base import redis_url
 from bench.peers.featurebase import Feature, taskq_cli
 

@@ -1,14 +1,14 @@
 """taskq with stored results (results and chords families; the results family's drain).
 
-Stored results (issue 13): ``App(redis_url=..., store_results=True)``, so every job keeps
+Stored results: ``App(redis_url=..., store_results=True)``, so every job keeps
 its status record ``tasks:job:<id>`` and, once it ends, if a waiter registered, the
 one-element done list ``tasks:done:<id>`` that ``add.delay(1, 2).result(timeout=5)`` blocks
 on (``BLMOVE``); both are the new keys under the queue's prefix (``tasks:``) that the memory
 phase sizes.
 
 :data:`SYSTEM` is the results-on half of the results family's "drain with results on vs
-off": the main bench's ``noop`` task (:func:`bench.job.job`) on this app, drained by
-``bench.agent`` exactly as ``bench/peers/taskq_app.py``'s plain app is (the results-off
+off": the main bench's ``noop`` task (:func:`bench.common.job.job`) on this app, drained by
+``bench.compare.agent`` exactly as ``bench/peers/taskq_app.py``'s plain app is (the results-off
 half).
 
 The chords family runs ``chord(group(add.s(i, i) ...), tsum.s()).apply_async().result(...)``.
@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import taskq
-from bench.job import job
+from bench.common.job import job
 from bench.peers.base import Item, System, redis_url
 from bench.peers.featurebase import Chords, Results, taskq_cli
 
@@ -123,8 +123,9 @@ class TaskqChords(Chords):
 
 
 class TaskqResultsDrain(System):
-    """``bench.agent``'s view of this app (the drain with results on): ``noop.delay`` for one
-    job, ``noop.starmap`` for a batch, as bench/peers/taskq_app.py does on the plain app."""
+    """``bench.compare.agent``'s view of this app (the drain with results on): ``noop.delay``
+    for one job, ``noop.starmap`` for a batch, as bench/peers/taskq_app.py does on the plain
+    app."""
 
     name = "taskq-results-on"
     packages = ("taskq", "redis", "hiredis", "msgpack")

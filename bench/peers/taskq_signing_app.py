@@ -1,4 +1,4 @@
-"""taskq with signed job bodies (the signing family, bench/signing_bench.py).
+"""taskq with signed job bodies (the signing family, bench/features/signing_bench.py).
 
 The family's drain and enqueue rounds need no app of their own: they run the main bench's
 plain app (``bench/peers/taskq_app.py``, its ``noop`` task and its worker command line)
@@ -7,10 +7,10 @@ round's environment (signing on): the producer's ``App`` and the worker's read i
 producer signs every body and the worker runs only signed ones. The two halves differ in
 that variable alone.
 
-:data:`SIGNING` is the family's own round (:func:`bench.signing_bench.agent`): the encode and
-decode micro-costs with and without a signer, and a check that the "on" setup does what it
-claims (a producer with ``App(signing_keys=[KEY])`` writes signed bodies, and a worker that
-gets only ``TASKQ_SIGNING_KEYS`` runs them and dead-letters an unsigned one).
+:data:`SIGNING` is the family's own round (:func:`bench.features.signing_bench.agent`): the
+encode and decode micro-costs with and without a signer, and a check that the "on" setup does
+what it claims (a producer with ``App(signing_keys=[KEY])`` writes signed bodies, and a worker
+that gets only ``TASKQ_SIGNING_KEYS`` runs them and dead-letters an unsigned one).
 """
 
 from __future__ import annotations

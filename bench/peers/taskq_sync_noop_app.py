@@ -3,8 +3,8 @@ without async tasks, so its worker runs the sync loop (adaptive prefetch)."""
 
 from __future__ import annotations
 
+from bench.common.record import record
 from bench.peers.base import redis_url
-from bench.record import record
 from taskq import App
 
 app = App(redis_url=redis_url(), queue="tasks")

@@ -1,15 +1,15 @@
 """Shared machinery of the feature benchmarks: results, chords and async.
 
-Each family is one module with its own entry point (``bench/results_bench.py``,
-``bench/chords_bench.py``, ``bench/async_bench.py``) that describes itself as a
+Each family is one module with its own entry point (``bench/features/results_bench.py``,
+``bench/features/chords_bench.py``, ``bench/features/async_bench.py``) that describes itself as a
 :class:`Family`. The same module runs three ways:
 
 * ``python bench/<family>_bench.py [--quick]``: the orchestrator, in the project's
-  venv. It sets up the bench venvs (:mod:`bench.envs`), starts a private
-  ``redis-server`` (:mod:`bench.redis_server`), pins it and the producers like
+  venv. It sets up the bench venvs (:mod:`bench.common.envs`), starts a private
+  ``redis-server`` (:mod:`bench.common.redis_server`), pins it and the producers like
   ``run.py``, runs every selected system and raw floor ``--runs`` times (each from
-  an empty Redis) and writes the family's section of ``bench/RESULTS-features.md``
-  and ``bench/results-features.json`` (``-quick`` variants with ``--quick``),
+  an empty Redis) and writes the family's section of ``bench/results/RESULTS-features.md``
+  and ``bench/results/results-features.json`` (``-quick`` variants with ``--quick``),
   keeping the other families' sections.
 * ``python -m bench.<family>_bench agent --module <peer module> ...``: one system's
   round, inside that system's venv; prints one JSON object on its last line.
@@ -54,14 +54,15 @@ from redis import Redis
 from redis.exceptions import RedisError
 from redis.utils import HIREDIS_AVAILABLE
 
-from bench import envs, record
-from bench.agent import BenchError, percentile, start_worker
-from bench.procs import pin_self, stop_tree, unpin_self
-from bench.report import md_table
-from bench.run import RAWS, Entry, Runner, loadavg, machine, taskq_problem
+from bench.common import envs, record
+from bench.common.job import COUNTER
+from bench.common.procs import STALL_S, BenchError, pin_self, start_worker, stop_tree, unpin_self
+from bench.common.report import md_table, percentile
+from bench.common.rounds import alternating, environ
+from bench.common.runner import RAWS, Entry, Runner, loadavg, machine, taskq_problem
 
 if TYPE_CHECKING:  # imported where it is used: it imports taskq, which the peers' venvs lack
-    from bench.redis_server import PrivateRedis
+    from bench.common.redis_server import PrivateRedis
 
 REPO = envs.REPO
 # sections of RESULTS-features.md, in this order
@@ -76,7 +77,7 @@ ORDER = (
     "dashboard",
     "cluster",
 )
-COMMANDS = {key: f".venv/bin/python bench/{key}_bench.py" for key in ORDER}
+COMMANDS = {key: f".venv/bin/python bench/features/{key}_bench.py" for key in ORDER}
 RAW_LABELS = {"raw": "raw floor (redis-py)", "raw-hiredis": "raw floor (redis-py + hiredis)"}
 POLL_S = 0.001
 Params = dict[str, Any]
@@ -98,10 +99,13 @@ class Family:
 
     ``attr`` names the object each peer module exposes for this family (``RESULTS``,
     ``CHORDS``, ``ASYNC``). ``agent(system, ctx)`` measures one system inside its venv;
-    ``raw(ctx)`` the raw floor; ``render(data)`` returns the section's Markdown body.
+    ``raw(ctx)`` the raw floor (a family with ``raws=()`` has none); ``render(data)``
+    returns the section's Markdown body.
     ``extra(session, systems, run)``, if given, makes the family's further rounds of run
     ``run`` (after the raw floors and the systems; ``systems`` are those that can run) and
-    keeps their figures in ``session.data`` itself.
+    keeps their figures in ``session.data`` itself. ``failed(data)``, if given, reads the
+    section just written and says which of the family's checks or targets failed, if any:
+    the orchestrator then exits with status 2.
     """
 
     key: str
@@ -111,10 +115,11 @@ class Family:
     systems: Sequence[Entry]
     sizes: Sequence[Size]
     agent: Callable[[Any, AgentCtx], Params]
-    raw: Callable[[AgentCtx], Params]
     render: Callable[[dict[str, Any]], list[str]]
+    raw: Callable[[AgentCtx], Params] | None = None
     raws: Sequence[str] = ("raw", "raw-hiredis")
     extra: Callable[[Session, Sequence[Entry], int], None] | None = None
+    failed: Callable[[dict[str, Any]], str | None] | None = None
 
     def label(self, name: str) -> str:
         """Display name of a system or raw floor."""
@@ -273,6 +278,27 @@ def measure(s: Session, systems: Sequence[Entry], raws: Sequence[str]) -> None:
             s.family.extra(s, systems, run)
 
 
+def halves_rounds(
+    s: Session, systems: Sequence[Entry], run: int, env: str, halves: Sequence[str], what: str
+) -> None:
+    """Run ``run`` of a comparison in two halves of the family's own agent round: for each
+    taskq system one fresh agent per half from an empty Redis, with ``env`` set to the half's
+    name, in :func:`~bench.common.rounds.alternating` order. Kept in
+    ``s.data["drain"][system][half]`` with their run and order (1: went first)."""
+    head = f"run {run}/{s.args.runs}"
+    for entry in (e for e in systems if e.is_taskq):
+        node = s.data.setdefault("drain", {}).setdefault(entry.name, {h: [] for h in halves})
+        info = s.data["meta"]["systems"].setdefault(entry.name, {})
+        for order, half in enumerate(alternating(halves, run), 1):
+            with environ({env: half}):
+                res = s.call(entry.venv, "agent", f"{entry.name}-{half}-{run}",
+                             ["--module", entry.module])  # fmt: skip
+            node[half].append(res | {"run": run, "order": order})
+            if res.get("worker_argv"):
+                info.setdefault("worker_argv", res["worker_argv"])
+            print(f"{head}  {entry.name:<14} {what} {half}: {_brief(res)}", flush=True)
+
+
 def new_data(family: Family, args: argparse.Namespace) -> dict[str, Any]:
     """The family's results document, before any measurement."""
     return {
@@ -297,7 +323,7 @@ def new_data(family: Family, args: argparse.Namespace) -> dict[str, Any]:
 def run_family(family: Family, argv: Sequence[str] | None = None) -> int:
     """The orchestrator: measure, write the family's section; 1 if a measurement failed."""
     args = parse_args(family, argv)
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    signal.signal(signal.SIGTERM, exit_on_sigterm)
     started = time.monotonic()
     systems, raws = select(family, args.only)
     if not args.no_setup:
@@ -306,7 +332,7 @@ def run_family(family: Family, argv: Sequence[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix=f"taskq-bench-{family.key}-"))
     (workdir / "logs").mkdir()
     print(f"work dir {workdir}; load average {loadavg()}", flush=True)
-    from bench.redis_server import PrivateRedis  # here: it imports taskq (not in peer venvs)
+    from bench.common.redis_server import PrivateRedis  # here: it imports taskq (not in peer venvs)
 
     with PrivateRedis(workdir, args.redis_server) as server:
         runner = Runner(args, server, workdir)
@@ -334,10 +360,20 @@ def run_family(family: Family, argv: Sequence[str] | None = None) -> int:
         shutil.rmtree(workdir, ignore_errors=True)
     if runner.failures:
         print(f"\n!!! {runner.failures} measurement(s) failed", file=sys.stderr, flush=True)
-    return 1 if runner.failures else 0
+    if runner.failures:
+        return 1
+    return 2 if family_failed(family, json_path) else 0
 
 
-def _exit_on_sigterm(signum: int, frame: object) -> None:
+def family_failed(family: Family, json_path: Path) -> bool:
+    """True, with a line on stderr, if the family's own checks fail on its section as stored."""
+    why = family.failed(json.loads(json_path.read_text())[family.key]) if family.failed else None
+    if why:
+        print(f"\n!!! {why} (see the tables)", file=sys.stderr, flush=True)
+    return why is not None
+
+
+def exit_on_sigterm(signum: int, frame: object) -> None:
     """SIGTERM unwinds like Ctrl-C: agents, workers and redis-server get stopped."""
     raise SystemExit(128 + signum)
 
@@ -346,11 +382,11 @@ def _exit_on_sigterm(signum: int, frame: object) -> None:
 
 
 def result_paths(quick: bool) -> tuple[Path, Path]:
-    """bench/RESULTS-features.md and bench/results-features.json (or their -quick variants)."""
+    """bench/results/RESULTS-features.md and results-features.json (or their -quick variants)."""
     suffix = "-quick" if quick else ""
     return (
-        envs.BENCH / f"RESULTS-features{suffix}.md",
-        envs.BENCH / f"results-features{suffix}.json",
+        envs.RESULTS / f"RESULTS-features{suffix}.md",
+        envs.RESULTS / f"results-features{suffix}.json",
     )
 
 
@@ -367,7 +403,7 @@ def write_section(key: str, data: dict[str, Any], quick: bool) -> tuple[Path, Pa
         "# taskq feature benchmarks",
         "",
         "Each section is written by its own command and measured in one run of it, on a "
-        "private `redis-server`; methodology in [README.md](README.md#feature-benchmarks). "
+        "private `redis-server`; methodology in [README.md](../README.md#feature-benchmarks). "
         "Compare ratios within a section, not absolute figures across sections.",
     ]
     for k in ORDER:
@@ -451,16 +487,6 @@ def median_of(runs: Sequence[Params], key: str) -> float | None:
     return statistics.median(values) if values else None
 
 
-def ratio(a: float | None, b: float | None) -> str:
-    """``a / b`` as "1.23x", or "n/a"."""
-    return "n/a" if a is None or not b else f"{a / b:.2f}x"
-
-
-def num(v: float | None, fmt: str = ",.0f") -> str:
-    """A figure for humans, or "n/a"."""
-    return "n/a" if v is None else format(v, fmt)
-
-
 def label(data: dict[str, Any], name: str) -> str:
     """Display name of a system or raw floor of a results document."""
     return str(data["meta"]["labels"].get(name, name))
@@ -495,7 +521,7 @@ class AgentCtx:
 
     @property
     def record_dir(self) -> Path:
-        """Where the tasks' completion records go (:mod:`bench.record`)."""
+        """Where the tasks' completion records go (:mod:`bench.common.record`)."""
         path = self.workdir / "records"
         path.mkdir(parents=True, exist_ok=True)
         return path
@@ -534,6 +560,8 @@ def _round(family: Family, args: argparse.Namespace, ctx: AgentCtx) -> Params:
     try:
         if args.mode == "raw":
             ctx.out["versions"] = versions(("redis",))
+            if family.raw is None:
+                raise BenchError(f"the {family.key} family has no raw floor")
             return ctx.out | family.raw(ctx)
         module = importlib.import_module(f"bench.peers.{args.module}")
         if args.mode == "probe":
@@ -557,7 +585,7 @@ def main(family: Family, argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in ("agent", "raw", "probe"):
         return run_family(family, argv)
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    signal.signal(signal.SIGTERM, exit_on_sigterm)
     args = _agent_args(argv)
     ctx = AgentCtx(args.redis_url, json.loads(args.params), Path(args.workdir))
     os.environ["BENCH_REDIS_URL"] = args.redis_url
@@ -616,6 +644,27 @@ def bounded(what: str, timeout_s: float, done: Callable[[], bool]) -> float:
             raise BenchError(f"{what}: not done after {timeout_s:.0f}s")
         time.sleep(POLL_S)
     return time.monotonic() - start
+
+
+def wait_counter(client: Any, n: int, running: Workers, deadline_s: float) -> int:
+    """Poll ``bench:incr`` until it reaches ``n``; ``time.time_ns()`` when it was seen there."""
+    start = time.monotonic()
+    last, moved, polls = -1, start, 0
+    while True:
+        count = int(client.get(COUNTER) or 0)
+        now = time.monotonic()
+        if count >= n:
+            return time.time_ns()
+        if count != last:
+            last, moved = count, now
+        if now - moved > STALL_S:
+            raise BenchError(f"drain stalled at {count:,} of {n:,} jobs for {STALL_S:.0f}s")
+        if now - start > deadline_s:
+            raise BenchError(f"drain: {count:,} of {n:,} jobs after {deadline_s:.0f}s")
+        polls += 1
+        if polls % 200 == 0:
+            running.check_alive()
+        time.sleep(POLL_S)
 
 
 def latency_figures(lat_ms: list[float], sent: int) -> Params:

@@ -1,4 +1,4 @@
-"""Medians, target ratios, Redis budgets and the Markdown report (bench/RESULTS.md)."""
+"""Medians, target ratios, Redis budgets and the Markdown report (bench/results/RESULTS.md)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from bench.redistime import cost, median_cost
+from bench.common.redistime import cost, median_cost
+from bench.common.report import md_table, med, verdict
 
-# ---- pass/fail thresholds (issue 12); bench/README.md "Targets" explains each one
+# ---- pass/fail thresholds; bench/README.md "Targets" explains each one
 DRAIN_VS_BEST_PEER = 2.5  # drain at default settings, times the best peer's drain
 FLOOR_PREFETCH = "64"  # the --prefetch value held to the raw floor
 DRAIN_VS_FLOOR = 0.85  # drain at --prefetch FLOOR_PREFETCH, share of the raw floor
@@ -55,12 +56,6 @@ def budget_prefetch_values() -> list[str]:
     """The --prefetch values that the budgets and the floor target need measured."""
     values = [k.split()[1] for k in REDIS_BUDGET_US if k.startswith("--prefetch ")]
     return sorted({*values, FLOOR_PREFETCH}, key=int)
-
-
-def med(values: Sequence[float | None]) -> float | None:
-    """Median of the values that exist, None if there are none."""
-    present = [v for v in values if v is not None]
-    return statistics.median(present) if present else None
 
 
 def dig(run: Run, *path: str) -> Any:
@@ -327,13 +322,6 @@ def exceeded_budgets(by_variant: dict[str, list[dict[str, Any]]]) -> list[str]:
 # ----------------------------------------------------------------- markdown
 
 
-def md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """A GitHub Markdown table."""
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
 def figures_table(labels: dict[str, str], summary: dict[str, Summary]) -> str:
     """Main figures, one row per system."""
     header = [
@@ -500,7 +488,7 @@ def targets_table(by_variant: dict[str, list[dict[str, Any]]], labels: dict[str,
         for v in variants:
             t = by_variant[v][i]
             fail = "**BUDGET EXCEEDED**" if t["kind"] == "budget" else "**FAIL**"
-            row += [_shown(t), {True: "**PASS**", False: fail, None: "n/a"}[t["pass"]]]
+            row += [_shown(t), fail if t["pass"] is False else verdict(t["pass"])]
             details.append(t["detail"])
         rows.append([*row, "; ".join(details)])
     return md_table(header, rows)
@@ -561,10 +549,10 @@ def _versions_table(meta: dict[str, Any], labels: dict[str, str]) -> str:
 
 
 def render(data: dict[str, Any], labels: dict[str, str]) -> str:
-    """The whole bench/RESULTS.md."""
+    """The whole bench/results/RESULTS.md."""
     meta, summary = data["meta"], data["summary"]
     out = ["# taskq benchmark results", "",
-           "Written by `bench/run.py`; methodology in [README.md](README.md). Feature "
+           "Written by `bench/run.py`; methodology in [README.md](../README.md). Feature "
            "benchmarks (stored results, chords, async tasks): "
            "[RESULTS-features.md](RESULTS-features.md).", "",
            *_header(meta), "", "## Targets", ""]  # fmt: skip

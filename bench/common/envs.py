@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parent
+BENCH = Path(__file__).resolve().parents[1]
 REPO = BENCH.parent
 PROJECT_VENV = REPO / ".venv"
 PEERS_VENV = BENCH / ".venv-peers"
@@ -22,6 +22,7 @@ NOHIREDIS_VENV = BENCH / ".venv-taskq-nohiredis"
 PEER_REQUIREMENTS = BENCH / "requirements-peers.txt"
 ARQ_VENV = BENCH / ".venv-arq"
 ARQ_REQUIREMENTS = BENCH / "requirements-arq.txt"
+RESULTS = BENCH / "results"  # the stored reports and raw measurements
 STAMP = ".bench-stamp"
 
 

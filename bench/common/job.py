@@ -1,14 +1,14 @@
 """The body of every system's benchmark task: one record, then one Redis ``INCR``.
 
 :func:`job` is the same for taskq and every peer. It first calls
-:func:`bench.record.record` (the start time the harness reads), then makes one
+:func:`bench.common.record.record` (the start time the harness reads), then makes one
 ``INCR`` of :data:`COUNTER` on the bench's Redis: the "no-op plus one Redis call
 per job" shape the targets are for. The client is created lazily in each
 process, after any fork, and is shared by that process's threads (redis-py
 clients are thread-safe through their connection pool). It sends nothing but
 the ``INCR``s (RESP2: no ``HELLO`` or ``CLIENT SETINFO`` on connect), so the only command the bench
 adds to a system's Redis traffic is the ``INCR``, which the Redis-time figures
-subtract (see :mod:`bench.redistime`).
+subtract (see :mod:`bench.common.redistime`).
 
 ``BENCH_TASK_INCR=0`` (``run.py --no-incr``) drops the ``INCR``: a pure no-op.
 """
@@ -21,7 +21,7 @@ from typing import Any
 
 from redis import Redis
 
-from bench.record import record
+from bench.common.record import record
 
 COUNTER = "bench:incr"
 ENV_INCR = "BENCH_TASK_INCR"

@@ -2,9 +2,9 @@
 
 Usage, from the repository root::
 
-    .venv/bin/python bench/chords_bench.py            # full: 10,000 headers, 3 runs
-    .venv/bin/python bench/chords_bench.py --quick    # 2,000 headers, 1 run
-    .venv/bin/python bench/chords_bench.py --only celery,raw
+    .venv/bin/python bench/features/chords_bench.py            # full: 10,000 headers, 3 runs
+    .venv/bin/python bench/features/chords_bench.py --quick    # 2,000 headers, 1 run
+    .venv/bin/python bench/features/chords_bench.py --only celery,raw
 
 On an idle worker with 2 processes, each system submits
 ``chord(group(add.s(i, i) for i in range(N)), tsum.s())`` and waits for the body's
@@ -15,7 +15,7 @@ consumers reading 100 at a time that store each batch's results with one RPUSH a
 count them with one INCRBY (plus XACK+XDEL) in one round trip, and the consumer whose
 INCRBY reaches N enqueues the body, which reads the list with LRANGE and pushes the sum
 that the producer waits for with BLPOP. Writes the "Chords" section of
-bench/RESULTS-features.md; bench/README.md ("Feature benchmarks") explains it.
+bench/results/RESULTS-features.md; bench/README.md ("Feature benchmarks") explains it.
 """
 
 from __future__ import annotations
@@ -29,18 +29,20 @@ from multiprocessing.sharedctypes import Synchronized
 from pathlib import Path
 from typing import Any, cast
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import multiprocessing as mp
 
 from redis import Redis
 
-from bench import envs, features
-from bench.agent import BenchError
-from bench.features import AgentCtx, Family, Params, Size, median_of, num, ratio
+from bench.common import envs
+from bench.common.procs import BenchError
+from bench.common.report import md_table, num, ratio
+from bench.common.runner import Entry
+from bench.compare.run import RAW_FOR, SYSTEMS
+from bench.features import family
+from bench.features.family import AgentCtx, Family, Params, Size, median_of
 from bench.peers.featurebase import Chords, tsum_expected
-from bench.report import md_table
-from bench.run import RAW_FOR, SYSTEMS, Entry
 
 WARMUP_N = 10  # an untimed chord of this size first: the worker is up
 REPEATS, REPEAT_S = 5, 2.0  # a timed chord is repeated while the repeats total under 2 s
@@ -120,7 +122,7 @@ def measure(system: Chords, ctx: AgentCtx, running: AbstractContextManager[Any])
 
 def agent(system: Chords, ctx: AgentCtx) -> Params:
     """One system's round, in its venv: its worker CLI with ``procs`` processes."""
-    return measure(system, ctx, features.workers(system.worker_argvs(ctx.procs), ctx))
+    return measure(system, ctx, family.workers(system.worker_argvs(ctx.procs), ctx))
 
 
 # ------------------------------------------------------------------ raw floor
@@ -163,7 +165,7 @@ class RawChords(Chords):
         return n
 
     def wait_plain(self, handles: Any, timeout_s: float) -> None:
-        features.bounded("raw plain drain", timeout_s, lambda: self.done.value >= handles)
+        family.bounded("raw plain drain", timeout_s, lambda: self.done.value >= handles)
 
     def plain_results(self, handles: Any, timeout_s: float) -> list[Any]:
         pipe = self.r.pipeline(transaction=False)
@@ -233,7 +235,7 @@ def raw(ctx: AgentCtx) -> Params:
     r = ctx.redis()
     r.xgroup_create(STREAM, GROUP, id="0", mkstream=True)
     done = mp.get_context("fork").Value("q", 0)
-    running = features.forked(_raw_worker, ctx.procs, (ctx.url, done))
+    running = family.forked(_raw_worker, ctx.procs, (ctx.url, done))
     return measure(RawChords(r, done), ctx, running)
 
 
@@ -254,7 +256,7 @@ def _row(label: str, runs: list[Params], floor: list[Params]) -> list[str]:
         label, num(m("chord_s"), ".3f"), num(m("chord_rate")), num(m("submit_s"), ".3f"),
         ratio(m("chord_s"), median_of(floor, "chord_s")), num(m("plain_s"), ".3f"),
         num(m("plain_rate")), num(m("chord_vs_plain"), ".2f"),
-        f"{len(features.ok_runs(runs))}/{len(runs)}",
+        f"{len(family.ok_runs(runs))}/{len(runs)}",
     ]  # fmt: skip
 
 
@@ -262,11 +264,11 @@ def render(data: dict[str, Any]) -> list[str]:
     """The section body: one table, every ratio from this run."""
     n = data["meta"]["params"]["chord_size"]
     rows = [
-        _row(features.label(data, name), runs, data["raw"].get(RAW_FOR.get(name, "raw"), []))
+        _row(family.label(data, name), runs, data["raw"].get(RAW_FOR.get(name, "raw"), []))
         for group in ("systems", "raw")
         for name, runs in data[group].items()
     ]
-    rows += features.not_available_rows(data, len(HEADER))
+    rows += family.not_available_rows(data, len(HEADER))
     peers = [v for p in ("celery",) if (v := median_of(data["systems"].get(p, []), "chord_s"))]
     lines = [
         f"A chord of {n:,} headers `add(i, i)` and the body `tsum(results)` on an idle worker "
@@ -281,7 +283,7 @@ def render(data: dict[str, Any]) -> list[str]:
     ]
     for name in (x for x in data["systems"] if ENTRIES[x].is_taskq):
         mine = median_of(data["systems"][name], "chord_s")
-        lines.append(f"\n- {features.label(data, name)} chord vs Celery: "
+        lines.append(f"\n- {family.label(data, name)} chord vs Celery: "
                      f"{ratio(mine, peers[0] if peers else None)}")  # fmt: skip
     return lines
 
@@ -297,7 +299,7 @@ ENTRIES = {
 FAMILY = Family(
     key="chords",
     title="Chords",
-    module="bench.chords_bench",
+    module="bench.features.chords_bench",
     attr="CHORDS",
     systems=list(ENTRIES.values()),
     sizes=[Size("chord_size", 10_000, 2_000, "header jobs of the chord (and plain jobs)")],
@@ -308,4 +310,4 @@ FAMILY = Family(
 
 
 if __name__ == "__main__":
-    sys.exit(features.main(FAMILY))
+    sys.exit(family.main(FAMILY))

@@ -5,10 +5,10 @@
 * ``consume_batched``: N messages waiting; 2 processes loop XREADGROUP
   COUNT 100 then one pipelined XACK+XDEL per batch.
 * ``consume_floor``: the drain's raw floor: ``consume_batched`` plus, per
-  message, the benchmark task's one ``INCR`` round trip (:mod:`bench.job`).
+  message, the benchmark task's one ``INCR`` round trip (:mod:`bench.common.job`).
 * ``consume_queue_floor``: ``consume_batched`` plus, per message, what any
   queue's worker must do at the least: decode the message's msgpack job body
-  and call the benchmark task itself (:func:`bench.job.job`: its record and its
+  and call the benchmark task itself (:func:`bench.common.job.job`: its record and its
   ``INCR`` on its own connection). The least a Python queue can do for the
   same jobs, against which the raw floor's share is read.
 * ``consume_single``: the same as ``consume_batched`` with COUNT 1 and one
@@ -16,13 +16,13 @@
 
 Consumers are started and connected first, then released together; the time
 runs from the release to the last acknowledgement. Every loop is bracketed by
-a commandstats window (:class:`bench.redistime.Window`), so each ceiling also
+a commandstats window (:class:`bench.common.redistime.Window`), so each ceiling also
 reports its Redis time per message. The consumers may use every CPU, as workers
 do. With ``--clean-cpus``, the three consume ceilings are then run once more
 (under ``"clean"``) with the consumers confined to those CPUs, which run.py
 picks so that nothing preempts redis-server: the clean Redis time per message.
 Prints one JSON object.
-Run as ``python -m bench.raw --redis-url URL`` (run.py does this).
+Run as ``python -m bench.compare.raw --redis-url URL`` (run.py does this).
 """
 
 from __future__ import annotations
@@ -44,10 +44,10 @@ import msgpack
 from redis import Redis
 from redis.utils import HIREDIS_AVAILABLE
 
-from bench.job import COUNTER, ENV_URL, job
-from bench.procs import confine_self, parse_cpus, pin_self, unpin_self
-from bench.record import ENV_DIR
-from bench.redistime import Window
+from bench.common.job import COUNTER, ENV_URL, job
+from bench.common.procs import confine_self, parse_cpus, pin_self, unpin_self
+from bench.common.record import ENV_DIR
+from bench.common.redistime import Window
 
 STREAM = "raw:stream"
 GROUP = "raw"

@@ -1,14 +1,14 @@
-"""Dashboard benchmark (issue 19, point 4): every page answers within 200 ms with 1,000,000
-waiting jobs and 10,000 dead letters.
+"""Dashboard benchmark: how long each page takes to answer (budget: p95 under 200 ms) with
+1,000,000 waiting jobs and 10,000 dead letters.
 
 Fills a private ``redis-server`` in seconds (a Lua loop of XADDs per batch, no round trip per
 job), adds a worker's heartbeat record with busy children, one job with a status record and
 a minute of throughput, starts ``taskq dashboard`` as its own process, then times each page
 over HTTP (warm-up first; p50, p95 and max of ``--requests`` requests). Prints the table and
-writes the "Dashboard" section of ``bench/RESULTS-features.md``. Exit status 2 if a page's
+writes the "Dashboard" section of ``bench/results/RESULTS-features.md``. Exit status 2 if a page's
 p95 is over the budget.
 
-    .venv/bin/python bench/dashboard_bench.py [--quick]
+    .venv/bin/python bench/features/dashboard_bench.py [--quick]
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.features import write_section
-from bench.redis_server import PrivateRedis
-from bench.report import md_table
+from bench.common.redis_server import PrivateRedis
+from bench.common.report import md_table
+from bench.features.family import write_section
 from taskq import App
 from taskq.broker.series import Series, minute_of
 from taskq.broker.workers import WorkerRegistry
@@ -44,7 +44,7 @@ from taskq.worker.outcome import JobCounts
 from taskq.worker.record import ChildRecord, WorkerRecord
 
 BUDGET_MS = 200.0
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 QUEUE = "tasks"
 
 FILL = """
@@ -167,7 +167,7 @@ def time_page(port: int, path: str, requests: int) -> list[float]:
 
 def start_dashboard(redis_url: str, port: int, log: Path) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TASKQ_REDIS_URL": redis_url}
-    cmd = [sys.executable, "-m", "taskq", "-A", "bench.dashboard_bench:app", "dashboard"]
+    cmd = [sys.executable, "-m", "taskq", "-A", "bench.features.dashboard_bench:app", "dashboard"]
     with open(log, "ab") as out:
         proc = subprocess.Popen(
             [*cmd, "--port", str(port)], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
@@ -240,7 +240,8 @@ def main() -> int:
             "",
             f"- Date: {dt.datetime.now(dt.timezone.utc).isoformat(timespec='seconds')} "
             f"(took {(time.monotonic() - started) / 60:.1f} min)",
-            f"- Command, from the repository root: `.venv/bin/python bench/dashboard_bench.py"
+            "- Command, from the repository root: "
+            "`.venv/bin/python bench/features/dashboard_bench.py"
             f"{' --quick' if args.quick else ''}`",
             f"- Machine: {os.cpu_count()} cores, {platform.platform()}; the dashboard, the HTTP "
             "client and Redis share these cores",

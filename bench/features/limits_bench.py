@@ -2,9 +2,9 @@
 
 Usage, from the repository root::
 
-    .venv/bin/python bench/limits_bench.py             # full: 20 s, 20,000 noop jobs, 3 runs
-    .venv/bin/python bench/limits_bench.py --quick     # 8 s, 5,000 noop jobs, 1 run
-    .venv/bin/python bench/limits_bench.py --seconds 60 --runs 5
+    .venv/bin/python bench/features/limits_bench.py          # full: 20 s, 20,000 jobs, 3 runs
+    .venv/bin/python bench/features/limits_bench.py --quick  # 8 s, 5,000 jobs, 1 run
+    .venv/bin/python bench/features/limits_bench.py --seconds 60 --runs 5
 
 taskq only, no peer and no raw floor. The app (bench/peers/taskq_limits_app.py) has, on queue
 ``lbench``, ``limited(i)`` with ``rate_limit="50/s"`` (it writes its start record,
@@ -32,15 +32,13 @@ Each run, every part from an empty Redis:
   first (same priority: they sit ahead of the noop jobs in the stream). Pass: the backlog
   half's drain rate is at least 90 % of the plain one's (ratio of the medians).
 
-Writes the "Limits" section of bench/RESULTS-features.md; bench/README.md ("Feature
+Writes the "Limits" section of bench/results/RESULTS-features.md; bench/README.md ("Feature
 benchmarks") explains it. Exit status 1 if a measurement failed, else 2 if a check failed,
 else 0.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import statistics
 import sys
 import time
@@ -48,16 +46,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench import envs, features, record
-from bench.agent import BenchError
-from bench.features import AgentCtx, Family, Params, Size, num
-from bench.job import COUNTER, counter_client
-from bench.periodic_bench import Phase, environ
-from bench.redistime import Window
-from bench.report import md_table
-from bench.run import Entry
+from bench.common import envs, record, rounds
+from bench.common.job import counter_client
+from bench.common.procs import BenchError
+from bench.common.redistime import Window
+from bench.common.report import div, md_table, med, num, pct, verdict
+from bench.common.rounds import fig, half_medians, half_of
+from bench.common.runner import Entry
+from bench.features import family
+from bench.features.family import AgentCtx, Family, Params, Size
+from bench.features.periodic_bench import Phase
 
 KEY = "limits"
 HALVES = ("plain", "backlog")  # the two halves of the drain part
@@ -224,9 +224,9 @@ def drain_half(system: Any, ctx: AgentCtx, half: str) -> Params:
     window = Window(ctx.url)
     window.start()
     argvs = system.worker_argvs(ctx.procs, ctx.concurrency)
-    with features.workers(argvs, ctx, f"drain-{half}") as running:
+    with family.workers(argvs, ctx, f"drain-{half}") as running:
         t_spawn = running.t_start
-        done_ns = wait_counter(client, n, running, ctx.deadline)
+        done_ns = family.wait_counter(client, n, running, ctx.deadline)
         time.sleep(SETTLE_S)
         stats = window.stop(n)
     noop = _starts(ctx, system.limited_base, limited=False)
@@ -257,57 +257,18 @@ def drain_half(system: Any, ctx: AgentCtx, half: str) -> Params:
     }  # fmt: skip
 
 
-def wait_counter(client: Any, n: int, running: features.Workers, deadline_s: float) -> int:
-    """Poll ``bench:incr`` until it reaches ``n``; ``time.time_ns()`` when it was seen there."""
-    start = time.monotonic()
-    last, moved, polls = -1, start, 0
-    while True:
-        count = int(client.get(COUNTER) or 0)
-        now = time.monotonic()
-        if count >= n:
-            return time.time_ns()
-        if count != last:
-            last, moved = count, now
-        if now - moved > STALL_S:
-            raise BenchError(f"drain stalled at {count:,} of {n:,} jobs for {STALL_S:.0f}s")
-        if now - start > deadline_s:
-            raise BenchError(f"drain: {count:,} of {n:,} jobs after {deadline_s:.0f}s")
-        polls += 1
-        if polls % 200 == 0:
-            running.check_alive()
-        time.sleep(POLL_S)
-
-
 def agent(system: Any, ctx: AgentCtx) -> Params:
     """The rate phase, or (``BENCH_LIMITS_HALF`` set by the orchestrator) one drain half."""
-    half = os.environ.get(ENV_HALF)
-    if half:
-        if half not in HALVES:
-            raise BenchError(f"{ENV_HALF}={half!r}: expected one of {', '.join(HALVES)}")
-        return drain_half(system, ctx, half)
-    return rate_phase(system, ctx)
-
-
-def no_raw(ctx: AgentCtx) -> Params:
-    raise BenchError("the limits family has no raw floor")
+    half = half_of(ENV_HALF, HALVES)
+    return rate_phase(system, ctx) if half is None else drain_half(system, ctx, half)
 
 
 # ------------------------------------------------------------------ orchestrator side
 
 
-def drain_rounds(s: features.Session, systems: Sequence[Entry], run: int) -> None:
-    """Run ``run`` of the drain: its two halves, each a fresh agent from an empty Redis,
-    in the order plain, backlog in odd runs and backlog, plain in even ones."""
-    halves = HALVES if run % 2 else HALVES[::-1]
-    head = f"run {run}/{s.args.runs}"
-    for entry in (e for e in systems if e.is_taskq):
-        node = s.data.setdefault("drain", {}).setdefault(entry.name, {h: [] for h in HALVES})
-        for order, half in enumerate(halves, 1):
-            with environ({ENV_HALF: half}):
-                res = s.call(entry.venv, "agent", f"{entry.name}-{half}-{run}",
-                             ["--module", entry.module])  # fmt: skip
-            node[half].append(res | {"run": run, "order": order})
-            print(f"{head}  {entry.name:<14} drain {half}: {features._brief(res)}", flush=True)
+def drain_rounds(s: family.Session, systems: Sequence[Entry], run: int) -> None:
+    """Run ``run`` of the drain: plain and backlog, each a fresh agent from an empty Redis."""
+    family.halves_rounds(s, systems, run, ENV_HALF, HALVES, "drain")
 
 
 # ------------------------------------------------------------------ report
@@ -344,19 +305,11 @@ def rate_check(p: Params) -> str:
     return "ok" if not bad else "**FAIL** (" + ", ".join(bad) + ")"
 
 
-def _pct(v: float | None) -> str:
-    return "n/a" if v is None else f"{100 * v:.1f} %"
-
-
-def _div(a: float | None, b: float | None) -> float | None:
-    return None if a is None or not b else a / b
-
-
 def _rate_row(run: int, p: Params) -> list[str]:
     s = p["starts"]
     return [
         str(run), num(p["ran_s"], ".1f"), num(p["first_start_after_spawn_s"], ".2f"),
-        f"{s['starts_in_run']:,}", f"{s['expected']:,}", _pct(s["total_off"]),
+        f"{s['starts_in_run']:,}", f"{s['expected']:,}", pct(s["total_off"]),
         f"{s['starts_recorded']:,}", f"{s['max_1s']}", f"{s['max_0.98s']}",
         num(s["min_span_over_limit_ms"], ",.1f"),
         f"{num(s['per_second_p50'], 'g')} / {s['per_second_min']} / {s['per_second_max']}",
@@ -375,36 +328,15 @@ def _cost_row(run: int, p: Params) -> list[str]:
     ]  # fmt: skip
 
 
-def _fig(res: Params | None, key: str) -> float | None:
-    if res is None or "error" in res:
-        return None
-    value = res["figures"].get(key)
-    return None if value is None else float(value)
-
-
 def _red(res: Params | None, key: str) -> float | None:
     return None if res is None or "error" in res else float(res["redis"][key])
 
 
-def drain_pairs(node: dict[str, list[Params]]) -> list[tuple[int, Params | None, Params | None]]:
-    """(run, plain half, backlog half) of every run."""
-    runs = sorted({r["run"] for h in HALVES for r in node.get(h, [])})
-    by = {h: {r["run"]: r for r in node.get(h, [])} for h in HALVES}
-    return [(run, by["plain"].get(run), by["backlog"].get(run)) for run in runs]
-
-
 def drain_summary(node: dict[str, list[Params]]) -> Params:
     """Medians of each half's rates over the runs that did not fail; the target."""
-
-    def med(half: str, key: str) -> float | None:
-        values = [v for r in node.get(half, []) if (v := _fig(r, key)) is not None]
-        return statistics.median(values) if values else None
-
-    out = {f"{h}_{k}": med(h, k) for h in HALVES for k in ("rate", "steady_rate")}
-    out["limited_started"] = med("backlog", "limited_started")
-    out["ratio"] = _div(out["backlog_rate"], out["plain_rate"])
-    out["steady_ratio"] = _div(out["backlog_steady_rate"], out["plain_steady_rate"])
-    out["pass"] = None if out["ratio"] is None else out["ratio"] >= DRAIN_VS_PLAIN
+    out = half_medians(node, HALVES, ("rate", "steady_rate"))
+    out["limited_started"] = med([fig(r, "limited_started") for r in node.get("backlog", [])])
+    out["pass"] = None if out["rate_ratio"] is None else out["rate_ratio"] >= DRAIN_VS_PLAIN
     return out
 
 
@@ -413,21 +345,20 @@ def _drain_row(run: int, plain: Params | None, back: Params | None) -> list[str]
     startup = [num(None if r is None or "error" in r else r["startup_s"], ".2f")
                for r in (plain, back)]  # fmt: skip
     return [
-        str(run), order, num(_fig(plain, "rate")), num(_fig(back, "rate")),
-        _pct(_div(_fig(back, "rate"), _fig(plain, "rate"))), num(_fig(plain, "steady_rate")),
-        num(_fig(back, "steady_rate")),
-        _pct(_div(_fig(back, "steady_rate"), _fig(plain, "steady_rate"))),
-        " / ".join(startup), num(_fig(back, "limited_started"), ",.0f"),
+        str(run), order, num(fig(plain, "rate")), num(fig(back, "rate")),
+        pct(div(fig(back, "rate"), fig(plain, "rate"))), num(fig(plain, "steady_rate")),
+        num(fig(back, "steady_rate")),
+        pct(div(fig(back, "steady_rate"), fig(plain, "steady_rate"))),
+        " / ".join(startup), num(fig(back, "limited_started"), ",.0f"),
         " / ".join(num(_red(r, "evalsha_per_job"), ".3f") for r in (plain, back)),
     ]  # fmt: skip
 
 
 def _median_row(m: Params) -> list[str]:
-    verdict = "n/a" if m["pass"] is None else ("PASS" if m["pass"] else "**FAIL**")
     return [
-        "**median**", f"target ≥ {DRAIN_VS_PLAIN:.0%}: {verdict}", num(m["plain_rate"]),
-        num(m["backlog_rate"]), f"**{_pct(m['ratio'])}**", num(m["plain_steady_rate"]),
-        num(m["backlog_steady_rate"]), _pct(m["steady_ratio"]), "",
+        "**median**", f"target ≥ {DRAIN_VS_PLAIN:.0%}: {verdict(m['pass'])}", num(m["plain_rate"]),
+        num(m["backlog_rate"]), f"**{pct(m['rate_ratio'])}**", num(m["plain_steady_rate"]),
+        num(m["backlog_steady_rate"]), pct(m["steady_rate_ratio"]), "",
         num(m["limited_started"], ",.0f"),
         "",
     ]  # fmt: skip
@@ -468,7 +399,7 @@ def render(data: dict[str, Any]) -> list[str]:
     ok = [(i + 1, r) for i, r in enumerate(runs) if "error" not in r]
     rate: Params = ok[0][1]["rate"] if ok else {"starts": 50, "window_ms": 1000, "text": "50/s"}
     node = data.get("drain", {}).get("taskq", {})
-    pairs = drain_pairs(node)
+    pairs = rounds.pairs(node, HALVES)
     m = drain_summary(node)
     workers = (
         f"{procs} separate `taskq worker -A bench.peers.taskq_limits_app:app -c {conc} "
@@ -531,8 +462,7 @@ def render(data: dict[str, Any]) -> list[str]:
         lines += _rate_notes(i, p)
     for run, plain, back in pairs:
         lines += [_drain_note(run, h, r) for h, r in (("plain", plain), ("backlog", back)) if r]
-    errors = [f"- drain {h}, run {r['run']}: {r['error']}" for h in HALVES
-              for r in node.get(h, []) if "error" in r]  # fmt: skip
+    errors = rounds.errors(node, HALVES, "drain")
     if errors:
         lines += ["", "Drain errors:", "", *errors]
     if data["meta"]["skipped"]:
@@ -545,10 +475,20 @@ ENTRIES = {
     for e in [Entry("taskq", "taskq_limits_app", envs.PROJECT_VENV, "taskq", is_taskq=True)]
 }
 
+
+def failed(data: dict[str, Any]) -> str | None:
+    """What failed in the stored section: a rate check or the drain target, if any."""
+    runs = [r for r in data["systems"].get("taskq", []) if "error" not in r]
+    bad_rate = any(rate_check(r) != "ok" for r in runs)
+    if bad_rate or drain_summary(data.get("drain", {}).get("taskq", {}))["pass"] is False:
+        return "a rate check or the drain target failed"
+    return None
+
+
 FAMILY = Family(
     key=KEY,
     title="Limits",
-    module="bench.limits_bench",
+    module="bench.features.limits_bench",
     attr="LIMITS",
     systems=list(ENTRIES.values()),
     sizes=[
@@ -559,31 +499,12 @@ FAMILY = Family(
         Size("concurrency", 2, 2, "processes of each worker command (-c)"),
     ],
     agent=agent,
-    raw=no_raw,
     render=render,
     raws=(),
     extra=drain_rounds,
+    failed=failed,
 )
 
 
-def checks_failed(quick: bool) -> bool:
-    """True if the section just written has a rate check or the drain target failed."""
-    _, json_path = features.result_paths(quick)
-    data = json.loads(json_path.read_text())[KEY]
-    runs = [r for r in data["systems"].get("taskq", []) if "error" not in r]
-    bad_rate = any(rate_check(r) != "ok" for r in runs)
-    return bad_rate or drain_summary(data.get("drain", {}).get("taskq", {}))["pass"] is False
-
-
-def main() -> int:
-    argv = sys.argv[1:]
-    status = features.main(FAMILY, argv)
-    orchestrator = not argv or argv[0] not in ("agent", "raw", "probe")
-    if status == 0 and orchestrator and checks_failed("--quick" in argv):
-        print("\n!!! a rate check or the drain target failed (see the tables)", file=sys.stderr)
-        return 2
-    return status
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(family.main(FAMILY))

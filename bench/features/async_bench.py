@@ -2,9 +2,9 @@
 
 Usage, from the repository root::
 
-    .venv/bin/python bench/async_bench.py            # full: 10,000 jobs, 3 runs
-    .venv/bin/python bench/async_bench.py --quick    # 5,000 jobs, 1 run
-    .venv/bin/python bench/async_bench.py --only arq,raw
+    .venv/bin/python bench/features/async_bench.py            # full: 10,000 jobs, 3 runs
+    .venv/bin/python bench/features/async_bench.py --quick    # 5,000 jobs, 1 run
+    .venv/bin/python bench/features/async_bench.py --only arq,raw
 
 For each system (taskq ``async def`` tasks with ``--async-concurrency``, arq with
 ``max_jobs``, taskiq-redis with ``--max-async-tasks``; ``--concurrency`` jobs in flight
@@ -14,7 +14,7 @@ then the workers are started and drain them: time from spawning the workers to t
 job's end, and jobs/s. Raw floors with plain ``redis.asyncio``: one ``await xadd`` per
 job; and 2 forked consumers, each an event loop with ``--concurrency`` sleeps in flight,
 that XREADGROUP as many jobs as they have room for and XACK+XDEL the finished ones in
-the same round trip. Writes the "Async" section of bench/RESULTS-features.md;
+the same round trip. Writes the "Async" section of bench/results/RESULTS-features.md;
 bench/README.md ("Feature benchmarks") explains it.
 """
 
@@ -29,22 +29,24 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from redis import asyncio as aioredis
 
-from bench import envs, features, record
-from bench.agent import STALL_S, BenchError
-from bench.features import AgentCtx, Family, Params, Size, Workers, median_of, num, ratio
+from bench.common import envs, record
+from bench.common.procs import STALL_S, BenchError
+from bench.common.report import md_table, num, ratio
+from bench.common.runner import Entry
+from bench.compare.run import RAW_FOR, SYSTEMS
+from bench.features import family
+from bench.features.family import AgentCtx, Family, Params, Size, Workers, median_of
 from bench.peers.featurebase import NAP_S, Async
-from bench.report import md_table
-from bench.run import RAW_FOR, SYSTEMS, Entry
 
 STREAM, GROUP = "rawasync:jobs", "rawasync"
 BLOCK = 500
 """Enqueues per block of the interleaved producer loop."""
 ENQUEUE_TARGET = 0.9
-"""Issue 16: async enqueue >= 90 % of a raw ``redis.asyncio`` XADD loop."""
+"""Target: async enqueue >= 90 % of a raw ``redis.asyncio`` XADD loop."""
 FIELDS: dict[Any, Any] = {"job": b"x" * 64}  # a small job message, as in bench/raw.py
 
 
@@ -85,7 +87,7 @@ def wait_finished(running: Workers, rec_dir: Path, n: int, deadline_s: float) ->
             raise BenchError(f"drain stalled: no job ended for {STALL_S:.0f}s ({before}/{n})")
         if time.monotonic() > stop:
             raise BenchError(f"drain not finished after {deadline_s:.0f}s ({before}/{n})")
-        time.sleep(features.POLL_S)
+        time.sleep(family.POLL_S)
     return sorted(ends.values())
 
 
@@ -110,7 +112,7 @@ def agent(system: Async, ctx: AgentCtx) -> Params:
     record.clear(ctx.record_dir)
     os.environ["BENCH_ASYNC_CONCURRENCY"] = str(ctx.concurrency)  # arq reads it at import
     argvs = system.worker_argvs(ctx.procs, ctx.concurrency)
-    with features.workers(argvs, ctx) as running:
+    with family.workers(argvs, ctx) as running:
         drain = drain_figures(
             n, running.t_start, wait_finished(running, ctx.record_dir, n, ctx.deadline)
         )
@@ -176,7 +178,7 @@ def _noop_drain(system: Any, ctx: AgentCtx, kind: str) -> Params:
     record.clear(ctx.record_dir)
     system.noop_enqueue(kind, ctx.jobs)
     argvs = system.noop_argvs(kind, ctx.procs, ctx.concurrency)
-    with features.workers(argvs, ctx, tag=f"noop-{kind}") as running:
+    with family.workers(argvs, ctx, tag=f"noop-{kind}") as running:
         ends = wait_finished(running, ctx.record_dir, ctx.jobs, ctx.deadline)
         return drain_figures(ctx.jobs, running.t_start, ends, nap_s=0.0)
 
@@ -286,7 +288,7 @@ def _consume(ctx: AgentCtx) -> Params:
     r.xgroup_create(STREAM, GROUP, id="0")
     fork = mp.get_context("fork")
     barrier, out = fork.Barrier(ctx.procs + 1), fork.Queue()
-    with features.forked(_raw_consumer, ctx.procs, (ctx, barrier, out)):
+    with family.forked(_raw_consumer, ctx.procs, (ctx, barrier, out)):
         barrier.wait(timeout=30)
         barrier.wait(timeout=30)
         t0 = time.time_ns()
@@ -329,7 +331,7 @@ def _row(label: str, runs: list[Params], floor: list[Params], bound: float) -> l
         label, num(m("enqueue_rate")), ratio(m("enqueue_rate"), median_of(floor, "enqueue_rate")),
         num(m("drain_s"), ".3f"), num(m("drain_rate")), ratio(m("drain_rate"), bound),
         ratio(m("drain_rate"), median_of(floor, "drain_rate")), num(m("steady_rate")),
-        num(m("startup_s"), ".2f"), f"{len(features.ok_runs(runs))}/{len(runs)}",
+        num(m("startup_s"), ".2f"), f"{len(family.ok_runs(runs))}/{len(runs)}",
     ]  # fmt: skip
 
 
@@ -338,11 +340,11 @@ def render(data: dict[str, Any]) -> list[str]:
     p = data["meta"]["params"]
     bound = p["procs"] * p["concurrency"] / NAP_S  # jobs/s if only the sleeps took time
     rows = [
-        _row(features.label(data, n), runs, data["raw"].get(RAW_FOR.get(n, "raw"), []), bound)
+        _row(family.label(data, n), runs, data["raw"].get(RAW_FOR.get(n, "raw"), []), bound)
         for group in ("systems", "raw")
         for n, runs in data[group].items()
     ]
-    rows += features.not_available_rows(data, len(HEADER))
+    rows += family.not_available_rows(data, len(HEADER))
     peers = [n for n, e in ENTRIES.items() if not e.is_taskq and n in data["systems"]]
     out = [
         f"{p['jobs']:,} jobs that each `await asyncio.sleep({NAP_S})`, {p['procs']} worker "
@@ -360,7 +362,7 @@ def render(data: dict[str, Any]) -> list[str]:
         a, s = median_of(runs, "noop_async_rate"), median_of(runs, "noop_sync_rate")
         if a and s:
             out.append(
-                f"\n- {features.label(data, name)} no-op drain after the first job, "
+                f"\n- {family.label(data, name)} no-op drain after the first job, "
                 f"{p['procs']} processes: `async def` tasks ({p['concurrency']} in flight per "
                 f"process) {a:,.0f} jobs/s, sync tasks (one at a time per process, adaptive "
                 f"prefetch) {s:,.0f} jobs/s: async/sync {ratio(a, s)}"
@@ -370,7 +372,7 @@ def render(data: dict[str, Any]) -> list[str]:
             each = ", ".join(f"{r['figures']['interleaved_ratio']:.2f}x" for r in runs)
             verdict = "PASS" if mixed >= ENQUEUE_TARGET else "**FAIL**"
             out.append(
-                f"\n- {features.label(data, name)} enqueue vs the raw `redis.asyncio` XADD loop, "
+                f"\n- {family.label(data, name)} enqueue vs the raw `redis.asyncio` XADD loop, "
                 f"interleaved in one process (blocks of {BLOCK}, median of the block pairs' "
                 f"ratios; target >= {ENQUEUE_TARGET:.0%}): **{mixed:.2f}x** {verdict} (each "
                 f"run: {each}); the table's enqueue column is from separate rounds"
@@ -380,7 +382,7 @@ def render(data: dict[str, Any]) -> list[str]:
             if best:
                 value, peer = max(best)
                 mine = median_of(data["systems"][name], key)
-                out.append(f"\n- {features.label(data, name)} {what} vs best peer ({peer}): "
+                out.append(f"\n- {family.label(data, name)} {what} vs best peer ({peer}): "
                            f"{ratio(mine, value)}")  # fmt: skip
     return out
 
@@ -397,7 +399,7 @@ ENTRIES = {
 FAMILY = Family(
     key="async",
     title="Async",
-    module="bench.async_bench",
+    module="bench.features.async_bench",
     attr="ASYNC",
     systems=list(ENTRIES.values()),
     sizes=[
@@ -411,4 +413,4 @@ FAMILY = Family(
 
 
 if __name__ == "__main__":
-    sys.exit(features.main(FAMILY))
+    sys.exit(family.main(FAMILY))

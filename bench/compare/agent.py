@@ -5,11 +5,11 @@ jobs, then start the worker and time it until all N ran), optionally followed
 by ``latency`` and ``idle`` on the same, now idle, worker. The harness runs
 ``enqueue`` and ``drain`` in separate agent processes so that no client-side
 cache outlives the FLUSHALL between them. Every enqueue loop and every drain
-is bracketed by a commandstats window (:class:`bench.redistime.Window`).
+is bracketed by a commandstats window (:class:`bench.common.redistime.Window`).
 
 ``account`` is the untimed accounting pass: the same single-call enqueues,
 bulk enqueue and drain, with ``MONITOR`` on instead of the windows, to learn
-which commands run inside scripts and MULTI/EXEC (:class:`bench.redistime.CommandLog`).
+which commands run inside scripts and MULTI/EXEC (:class:`bench.common.redistime.CommandLog`).
 
 ``--worker-cpus`` confines the worker and everything it forks to those CPUs (set
 before the worker's ``exec``, so every child inherits it, and checked on the
@@ -17,7 +17,7 @@ whole tree after the drain). ``run.py`` uses it for the clean pass: a ``drain``
 round with the worker tree and the producer kept off redis-server's CPU, so that
 nothing preempts Redis in the middle of a command and inflates its commandstats.
 
-Started by ``bench/run.py`` as ``python -m bench.agent --module celery_app ...``
+Started by ``bench/run.py`` as ``python -m bench.compare.agent --module celery_app ...``
 with the interpreter of the venv that has the system installed. Prints one
 JSON object on the last line of stdout. Every loop is bounded in time.
 """
@@ -29,15 +29,13 @@ import contextlib
 import importlib
 import importlib.metadata
 import json
-import math
 import os
 import shlex
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Collection
-from functools import partial
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,30 +43,27 @@ from redis import Redis
 from redis.exceptions import RedisError
 from redis.utils import HIREDIS_AVAILABLE
 
-from bench import job, record, redistime
-from bench.peers.base import System
-from bench.procs import (
-    confine_self,
+from bench.common import job, record, redistime
+from bench.common.procs import (
+    STALL_S,
+    BenchError,
     descendants,
     format_cpus,
     parse_cpus,
     pin_self,
     rss_kb,
+    start_worker,
     stop_tree,
     tree_affinity,
     tree_cpu_seconds,
-    unpin_self,
 )
+from bench.common.report import percentile
+from bench.peers.base import System
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 LATENCY_BASE = 1 << 40  # job indices of latency probes, apart from drain jobs
 POLL_S = 0.005
-STALL_S = 30.0  # a drain with no new job for this long has failed
 SETTLE_S = 0.5  # after the last job starts, for its ack to reach Redis before the window closes
-
-
-class BenchError(RuntimeError):
-    """A phase could not complete (worker died, deadline passed, ...)."""
 
 
 class Meter:
@@ -182,12 +177,6 @@ def drain(
         "steady_rate": (total - 1) / steady if steady > 0 else None,
         "duplicates": records - total,
     }
-
-
-def percentile(sorted_values: list[float], q: float) -> float:
-    """Nearest-rank percentile of an already sorted list."""
-    rank = max(1, math.ceil(q / 100 * len(sorted_values)))
-    return sorted_values[min(rank, len(sorted_values)) - 1]
 
 
 def latency(
@@ -322,27 +311,6 @@ def enqueue_phases(
     return out
 
 
-def start_worker(
-    argv: list[str], log_path: str, cpus: Collection[int] = ()
-) -> tuple[subprocess.Popen[bytes], int]:
-    """Spawn the worker CLI in its own session; returns it and the time just before.
-
-    The worker may use every CPU, or only ``cpus`` when given: the affinity is set in
-    the child before ``exec``, so the processes and threads it starts inherit it.
-    """
-    with open(log_path, "ab") as log:
-        t_start = time.time_ns()
-        worker = subprocess.Popen(
-            argv,
-            cwd=REPO,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=partial(confine_self, cpus) if cpus else unpin_self,
-        )
-    return worker, t_start
-
-
 def check_confined(worker: subprocess.Popen[bytes], cpus: frozenset[int]) -> list[int]:
     """The CPUs the worker tree's threads may use; raises if any may run outside ``cpus``."""
     allowed = tree_affinity(worker.pid)
@@ -417,14 +385,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return out | meter.result()
 
 
-def _exit_on_sigterm(signum: int, frame: object) -> None:
+def exit_on_sigterm(signum: int, frame: object) -> None:
     """Turn SIGTERM into SystemExit so that ``finally`` stops the worker."""
     raise SystemExit(128 + signum)
 
 
 def main() -> None:
     """Entry point: run, print JSON (errors as {"error": ...})."""
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    signal.signal(signal.SIGTERM, exit_on_sigterm)
     args = parse_args()
     try:
         result = run(args)

@@ -1,4 +1,4 @@
-"""Redis Cluster against one server, same workers (issue 18, point 6).
+"""Redis Cluster against one server, same workers: jobs/s and the Redis CPU per job.
 
 Each round enqueues N no-op jobs spread over three queues (``{b0}``, ``{b1}``, ``{b2}``: on the
 cluster, one per master) with the same ``taskq worker -c 2``, once on one redis-server and
@@ -10,7 +10,7 @@ the network I/O), deltas over the drain divided by the jobs of that master's que
 2-core machine the workers, not Redis, bound the throughput, so wall time says nothing about
 shard scaling; the CPU per job per shard does.
 
-    PYTHONPATH=. python bench/cluster_bench.py [--jobs 30000] [--rounds 3] [--partitioned]
+    PYTHONPATH=. python bench/features/cluster_bench.py [--jobs 30000] [--rounds 3] [--partitioned]
 
 ``--partitioned``: one queue in three partitions (``partitions={"w": 3}``, each partition on
 its own master) instead of three queues, on both topologies.
@@ -33,13 +33,14 @@ from typing import Any
 
 import redis
 
-from bench.cluster_app import QUEUES, app, noop
+from bench.common.rounds import alternating
+from bench.peers.taskq_cluster_app import QUEUES, app, noop
 from taskq import App
 from taskq.keys import partition_names
 from tests.redis_server import RedisServer
 from tests.topologies import RedisCluster
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TARGET = 0.85
 
 
@@ -78,7 +79,7 @@ def start_worker(url: str, log: Path, layout: Layout) -> subprocess.Popen[bytes]
     env = {k: v for k, v in os.environ.items() if not k.startswith("TASKQ_")}
     env.update(PYTHONPATH=str(ROOT), TASKQ_REDIS_URL=url, TASKQ_BLOCK_MS="100")
     env["TASKQ_PARTITIONS"] = ",".join(f"{q}={n}" for q, n in layout.partitions.items())
-    cmd = [sys.executable, "-m", "taskq", "worker", "-A", "bench.cluster_app:app"]
+    cmd = [sys.executable, "-m", "taskq", "worker", "-A", "bench.peers.taskq_cluster_app:app"]
     cmd += ["-Q", ",".join(layout.read), "-c", "2", "--loglevel", "warning"]
     return subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=log.open("ab"), stderr=subprocess.STDOUT)
 
@@ -178,7 +179,7 @@ def main() -> int:
             masters = [cluster.master_of(f"{q}:high").port for q in layout.physical]
             assert len(set(masters)) == len(masters), masters  # one queue per master
             for k in range(args.rounds):
-                order = ["single", "cluster"] if k % 2 == 0 else ["cluster", "single"]
+                order = alternating(("single", "cluster"), k + 1)
                 got: dict[str, dict[str, Any]] = {}
                 for which in order:
                     url, ports = (

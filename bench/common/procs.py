@@ -1,4 +1,5 @@
-"""Process-tree helpers built on /proc (Linux only, no psutil)."""
+"""Processes: CPU pinning, starting a worker in its own session, its tree's CPU and RSS, and
+stopping it (built on /proc: Linux only, no psutil)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,18 @@ import signal
 import subprocess
 import time
 from collections.abc import Collection
+from functools import partial
 from pathlib import Path
+
+from bench.common import envs
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 ALL_CPUS = frozenset(os.sched_getaffinity(0))  # taken at import, before any pinning
+STALL_S = 30.0  # a drain with no new job for this long has failed
+
+
+class BenchError(RuntimeError):
+    """A phase could not complete (worker died, deadline passed, ...)."""
 
 
 def pin_self(cpu: int) -> None:
@@ -150,3 +159,24 @@ def stop_tree(proc: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:
         os.killpg(sid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=grace_s)
+
+
+def start_worker(
+    argv: list[str], log_path: str, cpus: Collection[int] = ()
+) -> tuple[subprocess.Popen[bytes], int]:
+    """Spawn the worker CLI in its own session; returns it and the time just before.
+
+    The worker may use every CPU, or only ``cpus`` when given: the affinity is set in
+    the child before ``exec``, so the processes and threads it starts inherit it.
+    """
+    with open(log_path, "ab") as log:
+        t_start = time.time_ns()
+        worker = subprocess.Popen(
+            argv,
+            cwd=envs.REPO,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=partial(confine_self, cpus) if cpus else unpin_self,
+        )
+    return worker, t_start

@@ -2,9 +2,9 @@
 
 Usage, from the repository root::
 
-    .venv/bin/python bench/periodic_bench.py              # full: 60 s per phase, 1 run
-    .venv/bin/python bench/periodic_bench.py --quick      # 15 s per phase
-    .venv/bin/python bench/periodic_bench.py --seconds 120 --runs 3
+    .venv/bin/python bench/features/periodic_bench.py              # full: 60 s per phase, 1 run
+    .venv/bin/python bench/features/periodic_bench.py --quick      # 15 s per phase
+    .venv/bin/python bench/features/periodic_bench.py --seconds 120 --runs 3
 
 Here ``--procs`` (default 3) is the number of separate ``taskq worker -Q pbench -c 1``
 processes, each with its own master, so each schedules the periodic job itself; ``--runs``
@@ -23,7 +23,7 @@ max; and the Redis cost, from ``INFO commandstats`` over the phase: EVALSHA, EVA
 calls per tick and per worker-second, with a ``MONITOR`` count of the scripts behind the
 EVALSHAs (``periodic.lua`` is the tick claim).
 
-Writes the "Periodic" section of bench/RESULTS-features.md; bench/README.md ("Feature
+Writes the "Periodic" section of bench/results/RESULTS-features.md; bench/README.md ("Feature
 benchmarks") explains it. Exit status 1 if a measurement failed, else 2 if a phase had a
 duplicate or a missing tick, else 0.
 """
@@ -31,30 +31,30 @@ duplicate or a missing tick, else 0.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from redis import Redis
 
-from bench import envs, features
-from bench.agent import BenchError, start_worker
-from bench.features import AgentCtx, Family, Params, Size, latency_figures, num
-from bench.job import counter_client
-from bench.procs import stop_tree
-from bench.redistime import Window
-from bench.report import md_table
-from bench.run import Entry
+from bench.common import envs
+from bench.common.job import counter_client
+from bench.common.procs import BenchError, start_worker, stop_tree
+from bench.common.redistime import Window
+from bench.common.report import md_table, num
+from bench.common.rounds import environ
+from bench.common.runner import Entry
+from bench.features import family
+from bench.features.family import AgentCtx, Family, Params, Size, latency_figures
 
 KEY = "periodic"
 PHASES = ("steady", "kill")
@@ -67,21 +67,6 @@ COUNTED = ("evalsha", "eval", "hgetall")  # the commandstats rows reported
 
 
 # ------------------------------------------------------------------ agent side
-
-
-@contextlib.contextmanager
-def environ(extra: Mapping[str, str]) -> Iterator[None]:
-    """``extra`` in this process's environment (the workers' too) for the block."""
-    saved = {k: os.environ.get(k) for k in extra}
-    os.environ.update(extra)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def script_names() -> dict[str, str]:
@@ -346,10 +331,6 @@ def agent(system: Any, ctx: AgentCtx) -> Params:
     return {"figures": figures, "phases": phases}
 
 
-def no_raw(ctx: AgentCtx) -> Params:
-    raise BenchError("the periodic family has no raw floor")
-
-
 # ------------------------------------------------------------------ report
 
 TICKS_HEADER = [
@@ -473,17 +454,26 @@ ENTRIES = {
     for e in [Entry("taskq", "taskq_periodic_app", envs.PROJECT_VENV, "taskq", is_taskq=True)]
 }
 
+
+def failed(data: dict[str, Any]) -> str | None:
+    """What failed in the stored section: a duplicate or a missing tick, if any."""
+    runs = [r for r in data["systems"].get("taskq", []) if "error" not in r]
+    if any(check(r["phases"][t]) != "ok" for r in runs for t in PHASES):
+        return "duplicate or missing ticks"
+    return None
+
+
 FAMILY = Family(
     key=KEY,
     title="Periodic",
-    module="bench.periodic_bench",
+    module="bench.features.periodic_bench",
     attr="PERIODIC",
     systems=list(ENTRIES.values()),
     sizes=[Size("seconds", 60, 15, "run time of each phase, s")],
     agent=agent,
-    raw=no_raw,
     render=render,
     raws=(),
+    failed=failed,
 )
 
 
@@ -497,23 +487,5 @@ def with_defaults(argv: Sequence[str]) -> list[str]:
     return [*extra, *argv]
 
 
-def checks_failed(quick: bool) -> bool:
-    """True if the section just written has a duplicate or a missing tick."""
-    _, json_path = features.result_paths(quick)
-    data = json.loads(json_path.read_text())[KEY]
-    runs = [r for r in data["systems"].get("taskq", []) if "error" not in r]
-    return any(check(r["phases"][t]) != "ok" for r in runs for t in PHASES)
-
-
-def main() -> int:
-    argv = with_defaults(sys.argv[1:])
-    status = features.main(FAMILY, argv)
-    orchestrator = argv[0] not in ("agent", "raw", "probe")
-    if status == 0 and orchestrator and checks_failed("--quick" in argv):
-        print("\n!!! duplicate or missing ticks (see the table)", file=sys.stderr)
-        return 2
-    return status
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(family.main(FAMILY, with_defaults(sys.argv[1:])))

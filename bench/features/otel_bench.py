@@ -2,10 +2,10 @@
 
 Usage, from the repository root::
 
-    .venv/bin/python bench/otel_bench.py            # full: 20,000 jobs, 3 runs
-    .venv/bin/python bench/otel_bench.py --quick    # 5,000 jobs, 1 run
+    .venv/bin/python bench/features/otel_bench.py            # full: 20,000 jobs, 3 runs
+    .venv/bin/python bench/features/otel_bench.py --quick    # 5,000 jobs, 1 run
 
-taskq only, no peer and no raw floor (issue 20, point 6). The app
+taskq only, no peer and no raw floor. The app
 (bench/peers/taskq_otel_app.py) has the main bench's ``noop(i)`` (one record, one ``INCR``)
 on queue ``obench``; with ``BENCH_OTEL=on`` it is instrumented, and the producer and every
 worker child get an SDK ``TracerProvider`` with a ``BatchSpanProcessor`` (SDK defaults) over
@@ -21,7 +21,7 @@ enqueue span and one run span per job). The family's own round measures, in one 
 the per-job costs of the hooks (``timeit``): ``App.encode`` with and without the enqueue
 hook, ``around_job`` around a no-op run, and the body size.
 
-Writes the "Otel" section of bench/RESULTS-features.md; bench/README.md ("Feature
+Writes the "Otel" section of bench/results/RESULTS-features.md; bench/README.md ("Feature
 benchmarks") explains it. Exit status 1 if a measurement failed, else 0.
 """
 
@@ -36,16 +36,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench import envs, features, record
-from bench.agent import BenchError
-from bench.features import AgentCtx, Family, Params, Size, num
-from bench.job import counter_client
-from bench.limits_bench import wait_counter
-from bench.periodic_bench import environ
-from bench.report import md_table
-from bench.run import Entry
+from bench.common import envs, record, rounds
+from bench.common.job import counter_client
+from bench.common.procs import BenchError
+from bench.common.report import div, md_table, num, pct
+from bench.common.rounds import fig, half_medians, half_of
+from bench.common.runner import Entry
+from bench.features import family
+from bench.features.family import AgentCtx, Family, Params, Size
 
 KEY = "otel"
 ENV = "BENCH_OTEL"  # read by bench/peers/taskq_otel_app.py at import: "on" or "off"
@@ -95,10 +95,8 @@ def micro(ctx: AgentCtx) -> Params:
 
 def agent(system: Any, ctx: AgentCtx) -> Params:
     """A drain half (``BENCH_OTEL`` set by the orchestrator), else the micro-costs."""
-    half = os.environ.get(ENV)
+    half = half_of(ENV, HALVES)
     if half:
-        if half not in HALVES:
-            raise BenchError(f"{ENV}={half!r}: expected one of {', '.join(HALVES)}")
         if system.on != (half == "on"):
             raise BenchError(f"{ENV}={half} but the app was loaded with tracing {system.on}")
         return drain_half(system, ctx, half)
@@ -118,8 +116,8 @@ def drain_half(system: Any, ctx: AgentCtx, half: str) -> Params:
     system.enqueue_noop(n, BATCH)
     enqueue_s = time.perf_counter() - t0
     system.flush()
-    with features.workers(system.worker_argvs(ctx.procs), ctx, f"drain-{half}") as running:
-        done_ns = wait_counter(client, n, running, ctx.deadline)
+    with family.workers(system.worker_argvs(ctx.procs), ctx, f"drain-{half}") as running:
+        done_ns = family.wait_counter(client, n, running, ctx.deadline)
     starts = sorted(ns for i, ns in record.read_records(ctx.record_dir))
     if len(starts) < n:
         raise BenchError(f"{half}: {len(starts)} start records for {n} jobs")
@@ -143,69 +141,15 @@ def drain_half(system: Any, ctx: AgentCtx, half: str) -> Params:
     }  # fmt: skip
 
 
-def no_raw(ctx: AgentCtx) -> Params:
-    raise BenchError("the otel family has no raw floor")
-
-
 # ------------------------------------------------------------------ orchestrator side
 
 
-def drain_rounds(s: features.Session, systems: Sequence[Entry], run: int) -> None:
-    """Run ``run`` of the drain: off and on, each a fresh agent from an empty Redis, in the
-    order off, on in odd runs and on, off in even ones."""
-    halves = HALVES if run % 2 else HALVES[::-1]
-    for entry in (e for e in systems if e.is_taskq):
-        node = s.data.setdefault("drain", {}).setdefault(entry.name, {h: [] for h in HALVES})
-        for order, half in enumerate(halves, 1):
-            with environ({ENV: half}):
-                res = s.call(entry.venv, "agent", f"{entry.name}-{half}-{run}",
-                             ["--module", entry.module])  # fmt: skip
-            node[half].append(res | {"run": run, "order": order})
-            if res.get("worker_argv"):
-                s.data["meta"]["systems"].setdefault(entry.name, {})["worker_argv"] = res[
-                    "worker_argv"
-                ]
-            print(f"run {run}/{s.args.runs}  {entry.name} drain, otel {half}: "
-                  f"{features._brief(res)}", flush=True)  # fmt: skip
+def drain_rounds(s: family.Session, systems: Sequence[Entry], run: int) -> None:
+    """Run ``run`` of the drain: off and on, each a fresh agent from an empty Redis."""
+    family.halves_rounds(s, systems, run, ENV, HALVES, "drain, otel")
 
 
 # ------------------------------------------------------------------ report
-
-
-def _fig(res: Params | None, key: str) -> float | None:
-    if res is None or "error" in res:
-        return None
-    value = res["figures"].get(key)
-    return None if value is None else float(value)
-
-
-def _div(a: float | None, b: float | None) -> float | None:
-    return None if a is None or not b else a / b
-
-
-def _pct(v: float | None) -> str:
-    return "n/a" if v is None else f"{100 * v:.1f} %"
-
-
-def pairs(node: dict[str, list[Params]]) -> list[tuple[int, Params | None, Params | None]]:
-    """(run, off half, on half) of every run."""
-    by = {h: {r["run"]: r for r in node.get(h, [])} for h in HALVES}
-    runs = sorted(set(by["off"]) | set(by["on"]))
-    return [(run, by["off"].get(run), by["on"].get(run)) for run in runs]
-
-
-def summary(node: dict[str, list[Params]]) -> Params:
-    """Medians of each half's figures over the runs that did not fail; their ratios."""
-
-    def med(half: str, key: str) -> float | None:
-        values = [v for r in node.get(half, []) if (v := _fig(r, key)) is not None]
-        return statistics.median(values) if values else None
-
-    keys = ("rate", "steady_rate", "enqueue_rate")
-    out: Params = {f"{h}_{k}": med(h, k) for h in HALVES for k in keys}
-    for k in keys:
-        out[f"{k}_ratio"] = _div(out[f"on_{k}"], out[f"off_{k}"])
-    return out
 
 
 HEADER = [
@@ -224,21 +168,21 @@ def _row(run: int, off: Params | None, on: Params | None) -> list[str]:
         sp = on["spans"]
         spans = f"{sp['producer']:,} + {sp['workers']:,} ({sp['worker_processes']} children)"
     return [
-        str(run), order, num(_fig(off, "rate")), num(_fig(on, "rate")),
-        _pct(_div(_fig(on, "rate"), _fig(off, "rate"))), num(_fig(off, "steady_rate")),
-        num(_fig(on, "steady_rate")),
-        _pct(_div(_fig(on, "steady_rate"), _fig(off, "steady_rate"))),
-        f"{num(_fig(off, 'enqueue_rate'))} / {num(_fig(on, 'enqueue_rate'))}",
+        str(run), order, num(fig(off, "rate")), num(fig(on, "rate")),
+        pct(div(fig(on, "rate"), fig(off, "rate"))), num(fig(off, "steady_rate")),
+        num(fig(on, "steady_rate")),
+        pct(div(fig(on, "steady_rate"), fig(off, "steady_rate"))),
+        f"{num(fig(off, 'enqueue_rate'))} / {num(fig(on, 'enqueue_rate'))}",
         " / ".join(startup), spans,
     ]  # fmt: skip
 
 
 def _median_row(m: Params) -> list[str]:
     return [
-        "**median**", "", num(m["off_rate"]), num(m["on_rate"]), f"**{_pct(m['rate_ratio'])}**",
-        num(m["off_steady_rate"]), num(m["on_steady_rate"]), _pct(m["steady_rate_ratio"]),
+        "**median**", "", num(m["off_rate"]), num(m["on_rate"]), f"**{pct(m['rate_ratio'])}**",
+        num(m["off_steady_rate"]), num(m["on_steady_rate"]), pct(m["steady_rate_ratio"]),
         f"{num(m['off_enqueue_rate'])} / {num(m['on_enqueue_rate'])} "
-        f"({_pct(m['enqueue_rate_ratio'])})",
+        f"({pct(m['enqueue_rate_ratio'])})",
         "", "",
     ]  # fmt: skip
 
@@ -266,7 +210,7 @@ def render(data: dict[str, Any]) -> list[str]:
     params = data["meta"]["params"]
     n, procs = params["drain_jobs"], params["procs"]
     node = data.get("drain", {}).get("taskq", {})
-    m = summary(node)
+    m = half_medians(node, HALVES, ("rate", "steady_rate", "enqueue_rate"))
     lines = [
         f"{n:,} jobs of the main bench's `noop(i)` (one record, one `INCR`) on queue `obench`, "
         f"bulk-enqueued (`starmap`, batches of {BATCH:,}), then drained by `taskq worker -A "
@@ -279,12 +223,11 @@ def render(data: dict[str, Any]) -> list[str]:
         "Each half in a fresh agent from an empty Redis, alternating which goes first; the "
         "ratio is of the medians (each run's own shown).",
         "",
-        md_table(HEADER, [*(_row(*p) for p in pairs(node)), _median_row(m)]),
+        md_table(HEADER, [*(_row(*p) for p in rounds.pairs(node, HALVES)), _median_row(m)]),
         "",
         *_micro_lines(data["systems"].get("taskq", [])),
     ]
-    errors = [f"- drain {h}, run {r['run']}: {r['error']}" for h in HALVES
-              for r in node.get(h, []) if "error" in r]  # fmt: skip
+    errors = rounds.errors(node, HALVES, "drain")
     if errors:
         lines += ["", "Drain errors:", "", *errors]
     if data["meta"]["skipped"]:
@@ -297,12 +240,11 @@ ENTRIES = [Entry("taskq", "taskq_otel_app", envs.PROJECT_VENV, "taskq", is_taskq
 FAMILY = Family(
     key=KEY,
     title="Otel",
-    module="bench.otel_bench",
+    module="bench.features.otel_bench",
     attr="OTEL",
     systems=ENTRIES,
     sizes=[Size("drain_jobs", 20_000, 5_000, "jobs of each drain half")],
     agent=agent,
-    raw=no_raw,
     render=render,
     raws=(),
     extra=drain_rounds,
@@ -310,4 +252,4 @@ FAMILY = Family(
 
 
 if __name__ == "__main__":
-    sys.exit(features.main(FAMILY))
+    sys.exit(family.main(FAMILY))

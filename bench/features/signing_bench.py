@@ -2,13 +2,13 @@
 
 Usage, from the repository root::
 
-    .venv/bin/python bench/signing_bench.py            # full: 20,000 jobs, 10,000 enqueues, 3 runs
-    .venv/bin/python bench/signing_bench.py --quick    # 5,000 jobs, 2,000 enqueues, 1 run
+    .venv/bin/python bench/features/signing_bench.py          # full: 20,000 jobs, 10,000 enqueues
+    .venv/bin/python bench/features/signing_bench.py --quick  # 5,000 jobs, 2,000 enqueues, 1 run
 
-taskq only, no peer and no raw floor (issue 17, point 6: signing on >= 90 % of off for each
-figure). Every run, for signing off and on, each in a fresh ``bench.agent`` round from an
+taskq only, no peer and no raw floor (target: signing on >= 90 % of off for each
+figure). Every run, for signing off and on, each in a fresh ``bench.compare.agent`` round from an
 empty Redis on the main bench's plain app (bench/peers/taskq_app.py: its ``noop`` task, the
-main bench's ``bench.job.job``, and its worker command ``taskq worker -c 2``):
+main bench's ``bench.common.job.job``, and its worker command ``taskq worker -c 2``):
 
 * **single-call enqueue**: ``--enqueue-jobs`` ``noop.delay(i, t)``, one round trip each, no
   worker running (the main bench's enqueue round);
@@ -29,7 +29,7 @@ these), and checks the "on" setup: a producer with ``App(signing_keys=[key])`` w
 bodies, and a worker with only ``TASKQ_SIGNING_KEYS`` runs a signed job and dead-letters an
 unsigned one. Each target is the median over the runs of each run's own on / off ratio.
 
-Writes the "Signing" section of bench/RESULTS-features.md; bench/README.md ("Feature
+Writes the "Signing" section of bench/results/RESULTS-features.md; bench/README.md ("Feature
 benchmarks") explains it. Exit status 1 if a measurement failed, else 2 if a target was
 missed or the check failed, else 0.
 """
@@ -48,19 +48,22 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench import envs, features, report
-from bench.agent import BenchError
-from bench.features import AgentCtx, Family, Params, Size, num
-from bench.job import COUNTER, counter_client
+from bench.common import envs
+from bench.common.job import COUNTER, counter_client
+from bench.common.procs import BenchError
+from bench.common.report import div, md_table, num, pct
+from bench.common.rounds import alternating
+from bench.common.runner import Entry, brief, loadavg
+from bench.compare import report
+from bench.features import family
+from bench.features.family import AgentCtx, Family, Params, Size
 from bench.peers.taskq_signing_app import ENV, KEY, QUEUE
-from bench.report import md_table
-from bench.run import Entry, brief, loadavg
 
 FAMILY_KEY = "signing"
 MODES = ("off", "on")
-SIGNED_VS_OFF = 0.90  # issue 17, point 6: each figure with signing on, share of signing off
+SIGNED_VS_OFF = 0.90  # target: each figure with signing on, share of signing off
 ACCOUNT_JOBS = 2_000  # jobs of the untimed MONITOR accounting pass (as run.py's default)
 # What run.Runner.agent reads from the options besides this family's own: the main bench's
 # bulk batch, and the task's INCR (the standard shape); no latency or idle phase here.
@@ -138,7 +141,7 @@ def micro(number: int) -> Params:
     return out | {"body_bytes_off": len(off), "body_bytes_on": len(on), "number": number}
 
 
-def _wait(what: str, done: Callable[[], bool], running: features.Workers) -> None:
+def _wait(what: str, done: Callable[[], bool], running: family.Workers) -> None:
     bound = time.monotonic() + CHECK_TIMEOUT_S
     while not done():
         if time.monotonic() > bound:
@@ -167,7 +170,7 @@ def check(ctx: AgentCtx) -> Params:
     bodies = [fields[b"body"] for _, fields in entries]
     flags = [is_signed(b) for b in bodies]
     counter = counter_client(ctx.url)
-    with signing_env("on"), features.workers([taskq_app.SYSTEM.worker_argv(1)], ctx, "check") as w:
+    with signing_env("on"), family.workers([taskq_app.SYSTEM.worker_argv(1)], ctx, "check") as w:
         _wait("the signed job's run", lambda: int(counter.get(COUNTER) or 0) >= 1, w)
         _wait("the unsigned job's dead letter", lambda: r.xlen(keys.deadletter) >= 1, w)
         time.sleep(0.3)
@@ -256,24 +259,20 @@ def agent(system: Any, ctx: AgentCtx) -> Params:
             "interleaved": ab, "check": result}  # fmt: skip
 
 
-def no_raw(ctx: AgentCtx) -> Params:
-    raise BenchError("the signing family has no raw floor")
-
-
 # ------------------------------------------------------------------ orchestrator side
 
 
 def _entry(entry: Entry, mode: str) -> Entry:
-    """The bench.agent round of taskq variant ``entry`` with signing ``mode``: the main
+    """The bench.compare.agent round of taskq variant ``entry`` with signing ``mode``: the main
     bench's plain app either way (``mode`` only decides TASKQ_SIGNING_KEYS)."""
     return Entry(f"{entry.name}-signing-{mode}", "taskq_app", entry.venv,
                  f"{entry.label}, signing {mode}", True)  # fmt: skip
 
 
-def signing_rounds(s: features.Session, systems: Sequence[Entry], run: int) -> None:
+def signing_rounds(s: family.Session, systems: Sequence[Entry], run: int) -> None:
     """Run ``run`` of the enqueue and drain rounds, signing off and on, for each taskq variant.
 
-    Each round is the main bench's (``python -m bench.agent``, a fresh agent from an empty
+    Each round is the main bench's (``python -m bench.compare.agent``, a fresh agent from an empty
     Redis): the single-call enqueue round, then the drain round (bulk enqueue, then the
     worker spawned and timed), then the drain's clean pass; the off and on rounds of each kind
     back to back, alternating which goes first from one run to the next. In run 1 also the
@@ -284,7 +283,7 @@ def signing_rounds(s: features.Session, systems: Sequence[Entry], run: int) -> N
     meta = s.data["meta"].setdefault("rounds", {})
     meta.setdefault("clean_cpus", s.runner.clean_cpus)
     meta.setdefault("loadavg", {})[str(run)] = loadavg()
-    order = MODES if run % 2 else MODES[::-1]
+    order = alternating(MODES, run)
     kinds = [("enqueue", "enqueue", False), ("drain", "drain", False)]
     if s.runner.clean_cpus:
         kinds.append(("clean", "drain", True))
@@ -312,9 +311,9 @@ def signing_rounds(s: features.Session, systems: Sequence[Entry], run: int) -> N
 
 
 def _round(
-    s: features.Session, entry: Entry, mode: str, run: int, phases: str, clean: bool
+    s: family.Session, entry: Entry, mode: str, run: int, phases: str, clean: bool
 ) -> Params:
-    """One bench.agent round of ``entry`` with signing ``mode`` (run 0: the accounting pass,
+    """One bench.compare.agent round of ``entry`` with signing ``mode`` (run 0: the accounting pass,
     at ACCOUNT_JOBS jobs); the load average just before it is kept with the result."""
     n, m = s.args.drain_jobs, s.args.enqueue_jobs
     sizes = (min(n, ACCOUNT_JOBS), min(m, ACCOUNT_JOBS // 4)) if phases == "account" else (n, m)
@@ -332,13 +331,9 @@ def _round(
 # ------------------------------------------------------------------ report
 
 
-def _ok(runs: Sequence[Params]) -> list[Params]:
-    return [r for r in runs if "error" not in r]
-
-
 def mode_summary(node: Params) -> Params:
     """Medians of one mode (signing off or on) over its runs; failed runs left out."""
-    enq, drn, cln = (_ok(node[k]) for k in ("enqueue", "drain", "clean"))
+    enq, drn, cln = (family.ok_runs(node[k]) for k in ("enqueue", "drain", "clean"))
     acc = node["accounting"]
 
     def m(runs: Sequence[Params], *path: str) -> float | None:
@@ -385,12 +380,10 @@ def per_run(
     return [(run, fig("off", run), fig("on", run)) for run in runs]
 
 
-def _div(a: float | None, b: float | None) -> float | None:
-    return None if a is None or not b else a / b
-
-
-def _pct(v: float | None) -> str:
-    return "n/a" if v is None else f"{100 * v:.1f} %"
+def _interleaved(data: dict[str, Any]) -> list[Params]:
+    """The interleaved producer loops of the family rounds that did not fail."""
+    runs = family.ok_runs(data["systems"].get("taskq", []))
+    return [r["interleaved"] for r in runs if "interleaved" in r]
 
 
 def targets(data: dict[str, Any]) -> dict[str, Params]:
@@ -403,22 +396,26 @@ def targets(data: dict[str, Any]) -> dict[str, Params]:
     one round of one pair, which the median of the pairs' ratios leaves out, while a ratio of
     medians can set the off round of one run against the on round of another."""
     node = data.get("rounds", {}).get("taskq")
-    ab = [r["interleaved"] for r in _ok(data["systems"].get("taskq", [])) if "interleaved" in r]
+    ab = [
+        r["interleaved"]
+        for r in family.ok_runs(data["systems"].get("taskq", []))
+        if "interleaved" in r
+    ]
     s = {mode: mode_summary(node[mode]) for mode in MODES} if node else None
     out = {}
     for key in TARGETS:
         t: Params = {"rounds": None, "interleaved": None}
         if node and s:
-            runs = [_div(on, off) for _, off, on in per_run(node, key)]
+            runs = [div(on, off) for _, off, on in per_run(node, key)]
             t["rounds"] = {
                 "value": report.med(runs), "runs": runs, "off": s["off"][key], "on": s["on"][key],
-                "of_medians": _div(s["on"][key], s["off"][key]),
+                "of_medians": div(s["on"][key], s["off"][key]),
             }  # fmt: skip
             if key == "drain":
-                steady = [_div(on, off) for _, off, on in per_run(node, key, "steady_rate")]
+                steady = [div(on, off) for _, off, on in per_run(node, key, "steady_rate")]
                 t["steady"] = {"value": report.med(steady), "runs": steady}
         if key in JUDGED_INTERLEAVED and ab:
-            runs = [_div(r[key]["on"], r[key]["off"]) for r in ab]
+            runs = [div(r[key]["on"], r[key]["off"]) for r in ab]
             t["interleaved"] = {
                 "value": report.med(runs), "runs": runs,
                 "off": report.med([r[key]["off"] for r in ab]),
@@ -434,7 +431,7 @@ def targets(data: dict[str, Any]) -> dict[str, Params]:
 
 def check_results(data: dict[str, Any]) -> list[Params]:
     """The family rounds' checks (one per run that did not fail)."""
-    return [r["check"] for r in _ok(data["systems"].get("taskq", []))]
+    return [r["check"] for r in family.ok_runs(data["systems"].get("taskq", []))]
 
 
 def _us_cell(c: Params | None) -> str:
@@ -470,7 +467,11 @@ AB_HEADER = ["producer loop, interleaved in one process", "signing off (jobs/s)"
 
 def _ab_rows(data: dict[str, Any]) -> list[list[str]]:
     """The interleaved producer loops: medians of each mode's rate, their ratio, each run's."""
-    runs = [r["interleaved"] for r in _ok(data["systems"].get("taskq", [])) if "interleaved" in r]
+    runs = [
+        r["interleaved"]
+        for r in family.ok_runs(data["systems"].get("taskq", []))
+        if "interleaved" in r
+    ]
     if not runs:
         return []
     rows = []
@@ -479,19 +480,19 @@ def _ab_rows(data: dict[str, Any]) -> list[list[str]]:
                        "block")):  # fmt: skip
         off = report.med([r[key]["off"] for r in runs])
         on = report.med([r[key]["on"] for r in runs])
-        each = ", ".join(_pct(_div(r[key]["on"], r[key]["off"])) for r in runs)
+        each = ", ".join(pct(div(r[key]["on"], r[key]["off"])) for r in runs)
         label = what.format(block=runs[0]["one_block"], batch=f"{runs[0]['bulk_batch']:,}")
         cpu = {mode: report.med([r[key].get(f"cpu_us_{mode}") for r in runs]) for mode in MODES}
         added = None if None in cpu.values() else cpu["on"] - cpu["off"]  # type: ignore[operator]
         rows.append([f"{label}, {runs[0][key]['jobs']:,} jobs per mode", num(off), num(on),
-                     _pct(_div(on, off)), each,
+                     pct(div(on, off)), each,
                      f"{num(cpu['off'], '.1f')} / {num(cpu['on'], '.1f')}",
                      num(added, ".1f")])  # fmt: skip
     return rows
 
 
 def _micro_med(data: dict[str, Any]) -> Params:
-    runs = [r["micro"] for r in _ok(data["systems"].get("taskq", [])) if "micro" in r]
+    runs = [r["micro"] for r in family.ok_runs(data["systems"].get("taskq", [])) if "micro" in r]
     if not runs:
         return {}
     return {k: report.med([r.get(k) for r in runs]) for k in runs[0]}
@@ -530,7 +531,7 @@ def _expected(mc: Params, off: Params, procs: int) -> list[str]:
     def pred(rate: float | None, added_us: float, share: float) -> str:
         if rate is None:
             return "n/a"
-        return _pct(1 / (1 + added_us * rate / (share * 1e6)))
+        return pct(1 / (1 + added_us * rate / (share * 1e6)))
 
     enc = mc["encode_on"] - mc["encode_off"]
     dec = mc["decode_on"] - mc["decode_off"]
@@ -662,17 +663,17 @@ def render(data: dict[str, Any]) -> list[str]:
 def _target_row(key: str, t: Params, n: int, m: int) -> list[str]:
     _, _, what = TARGETS[key]
     size = f"{m:,} jobs" if key == "enqueue_one" else f"{n:,} jobs"
-    verdict = {True: "**PASS**", False: "**FAIL**", None: "n/a"}[t["pass"]]
+    verdict = report.verdict(t["pass"])
     judged = t[t["judged_on"]] or {"runs": [], "off": None, "on": None}
     source = {"interleaved": "interleaved producer loop", "rounds": "separate rounds"}
     other = t.get("steady") if key == "drain" else t["rounds"]
     other_what = "after 1st job" if key == "drain" else "separate rounds"
     beside = "n/a"
     if other:
-        each = ", ".join(_pct(r) for r in other["runs"])
-        beside = f"{other_what}: {_pct(other['value'])} ({each})"
+        each = ", ".join(pct(r) for r in other["runs"])
+        beside = f"{other_what}: {pct(other['value'])} ({each})"
     return [f"{what}, {size}", f"≥ {SIGNED_VS_OFF:.0%}", source[t["judged_on"]],
-            f"**{_pct(t['value'])}**", verdict, ", ".join(_pct(r) for r in judged["runs"]),
+            f"**{pct(t['value'])}**", verdict, ", ".join(pct(r) for r in judged["runs"]),
             f"{num(judged['off'])} / {num(judged['on'])}", beside]  # fmt: skip
 
 
@@ -696,9 +697,9 @@ def _runs_rows(node: Params, loads: dict[str, str]) -> list[list[str]]:
         cells = [str(run), "on" if first == 1 else "off", loads.get(str(run), "n/a")]
         for key in ("enqueue_one", "enqueue_bulk", "drain"):
             off, on = pairs[key].get(run, (None, None))
-            cells += [f"{num(off)} / {num(on)}", _pct(_div(on, off))]
+            cells += [f"{num(off)} / {num(on)}", pct(div(on, off))]
         off, on = steady.get(run, (None, None))
-        cells.append(_pct(_div(on, off)))
+        cells.append(pct(div(on, off)))
         rows.append(cells)
     return rows
 
@@ -708,10 +709,19 @@ ENTRIES = {
     for e in [Entry("taskq", "taskq_signing_app", envs.PROJECT_VENV, "taskq", is_taskq=True)]
 }
 
+
+def failed(data: dict[str, Any]) -> str | None:
+    """What failed in the stored section: a missed target or the check, if any."""
+    missed = any(t["pass"] is False for t in targets(data).values())
+    if missed or any(not c["ok"] for c in check_results(data)):
+        return "a signing target was missed or the check failed"
+    return None
+
+
 FAMILY = Family(
     key=FAMILY_KEY,
     title="Signing",
-    module="bench.signing_bench",
+    module="bench.features.signing_bench",
     attr="SIGNING",
     systems=list(ENTRIES.values()),
     sizes=[
@@ -720,32 +730,18 @@ FAMILY = Family(
         Size("micro_number", MICRO_NUMBER, MICRO_NUMBER // 4, "calls per timeit repeat"),
     ],
     agent=agent,
-    raw=no_raw,
     render=render,
     raws=(),
     extra=signing_rounds,
+    failed=failed,
 )
-
-
-def checks_failed(quick: bool) -> bool:
-    """True if the section just written missed a target or its check failed."""
-    _, json_path = features.result_paths(quick)
-    data = json.loads(json_path.read_text())[FAMILY_KEY]
-    missed = any(t["pass"] is False for t in targets(data).values())
-    return missed or any(not c["ok"] for c in check_results(data))
 
 
 def main() -> int:
     argv = sys.argv[1:]
-    orchestrator = not argv or argv[0] not in ("agent", "raw", "probe")
-    if orchestrator and os.environ.pop(ENV, None) is not None:
+    if (not argv or argv[0] not in ("agent", "raw", "probe")) and os.environ.pop(ENV, None):
         print(f"note: {ENV} unset for the off rounds and the check", flush=True)
-    status = features.main(FAMILY, argv)
-    if status == 0 and orchestrator and checks_failed("--quick" in argv):
-        print("\n!!! a signing target was missed or the check failed (see the tables)",
-              file=sys.stderr)  # fmt: skip
-        return 2
-    return status
+    return family.main(FAMILY, argv)
 
 
 if __name__ == "__main__":

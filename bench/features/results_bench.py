@@ -2,9 +2,9 @@
 
 Usage, from the repository root::
 
-    .venv/bin/python bench/results_bench.py            # full: 1,000 probes, 3 runs
-    .venv/bin/python bench/results_bench.py --quick    # 200 probes, 1 run
-    .venv/bin/python bench/results_bench.py --only celery,raw
+    .venv/bin/python bench/features/results_bench.py            # full: 1,000 probes, 3 runs
+    .venv/bin/python bench/features/results_bench.py --quick    # 200 probes, 1 run
+    .venv/bin/python bench/features/results_bench.py --only celery,raw
 
 For each system (taskq with ``store_results=True``, Celery with the Redis result
 backend, RQ, arq) on an idle worker with 2 processes: ``--probes`` round trips of
@@ -14,13 +14,13 @@ floor does the same with plain redis-py: XADD of the job, worker XREADGROUP, the
 result with one RPUSH to a per-job list (and XACK+XDEL in the same round trip), which
 the producer waits for with BLPOP.
 
-For taskq also the drain with results on against results off (issue 13: on >= 80 % of
+For taskq also the drain with results on against results off (target: on >= 80 % of
 off): ``--drain-jobs`` no-op jobs (the main bench's task, bench/job.py) drained by
 ``taskq worker -c 2`` on the plain app and on ``App(store_results=True)``, each in the
 main bench's drain round (bench/agent.py), with its Redis time per job (bench/redistime.py:
 a clean pass in every run, the MONITOR accounting pass in run 1).
 
-Writes the "Results" section of bench/RESULTS-features.md; bench/README.md ("Feature
+Writes the "Results" section of bench/results/RESULTS-features.md; bench/README.md ("Feature
 benchmarks") explains it.
 """
 
@@ -37,16 +37,20 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from redis import Redis
 
-from bench import envs, features, report
-from bench.agent import BenchError
-from bench.features import AgentCtx, Family, MemoryProbe, Params, Size, median_of, num, ratio
+from bench.common import envs
+from bench.common.procs import BenchError
+from bench.common.report import md_table, num, ratio
+from bench.common.rounds import alternating
+from bench.common.runner import Entry, brief
+from bench.compare import report
+from bench.compare.run import RAW_FOR, SYSTEMS
+from bench.features import family
+from bench.features.family import AgentCtx, Family, MemoryProbe, Params, Size, median_of
 from bench.peers.featurebase import Results
-from bench.report import md_table
-from bench.run import RAW_FOR, SYSTEMS, Entry, brief
 
 EXPECTED = 3  # add(1, 2)
 WARMUP = 5  # untimed probes first: the worker is up, connections are open
@@ -88,7 +92,7 @@ def probes(system: Results, ctx: AgentCtx) -> Params:
         except Exception as exc:  # a timeout or a peer's error: a lost probe
             errors.append(f"{type(exc).__name__}: {exc}")
     return {
-        **features.latency_figures(lat_ms, len(lat_ms) + len(errors)),
+        **family.latency_figures(lat_ms, len(lat_ms) + len(errors)),
         "first_result_s": startup_s,
         "errors": errors[:3],
     }
@@ -137,7 +141,7 @@ def measure(system: Results, ctx: AgentCtx, running: AbstractContextManager[Any]
 
 def agent(system: Results, ctx: AgentCtx) -> Params:
     """One system's round, in its venv: its worker CLI with ``procs`` processes."""
-    return measure(system, ctx, features.workers(system.worker_argvs(ctx.procs), ctx))
+    return measure(system, ctx, family.workers(system.worker_argvs(ctx.procs), ctx))
 
 
 # ------------------------------------------------------------------ raw floor
@@ -195,13 +199,13 @@ def raw(ctx: AgentCtx) -> Params:
     """The raw floor: ``procs`` forked consumers, the same probes and memory phase."""
     r = ctx.redis()
     r.xgroup_create(STREAM, GROUP, id="0", mkstream=True)
-    running = features.forked(_raw_worker, ctx.procs, (ctx.url,))
+    running = family.forked(_raw_worker, ctx.procs, (ctx.url,))
     return measure(RawResults(r), ctx, running)
 
 
 # ------------------------------------------------------------------ drain, results on vs off
 
-DRAIN_VS_OFF = 0.80  # issue 13: drain with results on, share of the drain with results off
+DRAIN_VS_OFF = 0.80  # target: drain with results on, share of the drain with results off
 MODES = {"off": "taskq_app", "on": "taskq_results_app"}  # bench/peers module of each half
 ACCOUNT_JOBS = 2_000  # jobs of the untimed MONITOR accounting pass (as run.py's default)
 # What run.Runner.agent reads from the options besides this family's own: the main bench's
@@ -210,15 +214,15 @@ AGENT_OPTIONS = {"batch": 1_000, "latency_samples": 0, "idle_seconds": 0.0, "inc
 
 
 def _drain_entry(entry: Entry, mode: str) -> Entry:
-    """The bench.agent round of taskq variant ``entry`` with results ``mode`` ("off"/"on")."""
+    """The bench.compare.agent round of taskq variant ``entry`` with results ``mode`` (off, on)."""
     return Entry(f"{entry.name}-results-{mode}", MODES[mode], entry.venv,
                  f"{entry.label}, results {mode}", True)  # fmt: skip
 
 
-def drain_rounds(s: features.Session, systems: Sequence[Entry], run: int) -> None:
+def drain_rounds(s: family.Session, systems: Sequence[Entry], run: int) -> None:
     """Run ``run`` of the drain with results off and on, for each taskq variant.
 
-    Each half is the main bench's drain round (``python -m bench.agent --phases drain``, a
+    Each half is the main bench's drain round (``python -m bench.compare.agent --phases drain``, a
     fresh agent from an empty Redis): bulk enqueue of ``--drain-jobs`` jobs, then the worker
     is spawned and timed to the last job's start, with a commandstats window. Then the same
     drain as a clean pass (the worker tree off redis-server's CPU) for the Redis time per
@@ -233,7 +237,7 @@ def drain_rounds(s: features.Session, systems: Sequence[Entry], run: int) -> Non
         vars(s.args).setdefault(key, value)
     meta = s.data["meta"].setdefault("drain", {})
     meta.setdefault("clean_cpus", s.runner.clean_cpus)
-    modes = ("off", "on") if run % 2 else ("on", "off")
+    modes = alternating(("off", "on"), run)
     head = f"run {run}/{s.args.runs}"
     for entry in variants:
         node = s.data.setdefault("drain", {}).setdefault(
@@ -364,7 +368,7 @@ def render_drain(data: dict[str, Any]) -> list[str]:
     t_row = [f"drain with results on vs off ({num(n)} jobs)", f">= {DRAIN_VS_OFF:.0%}"]
     for label, t in targets:
         t_header += [label, ""]
-        verdict = {True: "**PASS**", False: "**FAIL**", None: "n/a"}[t["pass"]]
+        verdict = report.verdict(t["pass"])
         t_row += [_pct(t["value"], 1.0), verdict]
     t_header.append("compared")
     t_row.append("; ".join(t["detail"] for _, t in targets))
@@ -404,7 +408,7 @@ def _row(label: str, runs: list[Params], floor: list[Params]) -> list[str]:
         ratio(m("p50_ms"), median_of(floor, "p50_ms")),
         ratio(m("p99_ms"), median_of(floor, "p99_ms")),
         num(m("result_key_bytes")), num(m("result_keys_bytes")), num(m("new_keys_bytes")),
-        num(m("used_memory_bytes")), f"{len(features.ok_runs(runs))}/{len(runs)}",
+        num(m("used_memory_bytes")), f"{len(family.ok_runs(runs))}/{len(runs)}",
     ]  # fmt: skip
 
 
@@ -433,7 +437,7 @@ def _vs_best_peer(data: dict[str, Any]) -> list[str]:
 def _kinds_line(label: str, runs: list[Params]) -> str | None:
     """The memory phase's new keys of one system by kind: median bytes, keys per result."""
     found: dict[str, list[dict[str, float]]] = {}
-    for r in features.ok_runs(runs):
+    for r in family.ok_runs(runs):
         for kind, v in (r.get("memory", {}).get("kinds") or {}).items():
             found.setdefault(kind, []).append(v)
     parts = []
@@ -448,11 +452,11 @@ def _kinds_line(label: str, runs: list[Params]) -> str | None:
 def render(data: dict[str, Any]) -> list[str]:
     """The section body: one table, every ratio from this run."""
     rows = [
-        _row(features.label(data, n), runs, data["raw"].get(RAW_FOR.get(n, "raw"), []))
+        _row(family.label(data, n), runs, data["raw"].get(RAW_FOR.get(n, "raw"), []))
         for group in ("systems", "raw")
         for n, runs in data[group].items()
     ]
-    rows += features.not_available_rows(data, len(HEADER))
+    rows += family.not_available_rows(data, len(HEADER))
     out = [
         "Enqueue `add(1, 2)`, wait for its result with the system's own API, one probe at a "
         "time on an idle worker with 2 processes; latency from just before the enqueue to the "
@@ -469,7 +473,7 @@ def render(data: dict[str, Any]) -> list[str]:
         line
         for group in ("systems", "raw")
         for n, runs in data[group].items()
-        if (line := _kinds_line(features.label(data, n), runs))
+        if (line := _kinds_line(family.label(data, n), runs))
     ]
     if kinds:
         kinds.insert(0, "New keys of the memory phase by kind (ids shown as `*`): `MEMORY USAGE` "
@@ -492,7 +496,7 @@ ENTRIES = {
 FAMILY = Family(
     key="results",
     title="Results",
-    module="bench.results_bench",
+    module="bench.features.results_bench",
     attr="RESULTS",
     systems=list(ENTRIES.values()),
     sizes=[
@@ -508,4 +512,4 @@ FAMILY = Family(
 
 
 if __name__ == "__main__":
-    sys.exit(features.main(FAMILY))
+    sys.exit(family.main(FAMILY))

@@ -4,7 +4,7 @@
 RESETSTAT`` at the start, ``INFO commandstats cpu`` at the end, so the rows are
 exactly the commands run during the phase (``usec`` is the time Redis spent
 executing them, without network I/O). The bench's own ``RESETSTAT`` row is
-dropped, and the benchmark task's ``INCR`` of :data:`bench.job.COUNTER` is
+dropped, and the benchmark task's ``INCR`` of :data:`bench.common.job.COUNTER` is
 taken out of the ``incr`` row (the counter says how many there were) and
 reported on its own: it is the job's work, not the queue's.
 
@@ -28,7 +28,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any, cast
 
-from bench.job import COUNTER, counter_client
+from bench.common.job import COUNTER, counter_client
 
 SCRIPTS = frozenset({"eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro"})
 CONTAINERS = SCRIPTS | {"exec"}

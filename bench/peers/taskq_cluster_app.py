@@ -1,4 +1,4 @@
-"""The app ``bench/cluster_bench.py`` runs under ``taskq worker`` (URL from TASKQ_REDIS_URL)."""
+"""The app bench/features/cluster_bench.py runs under ``taskq worker`` (URL: TASKQ_REDIS_URL)."""
 
 from __future__ import annotations
 
