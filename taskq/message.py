@@ -106,6 +106,11 @@ class Message(_MessageFields):
             headers,
         )
 
+    @property
+    def recorded(self) -> bool:
+        """The job keeps a status record (``result_ttl_s`` is set)."""
+        return self.result_ttl_s is not None
+
     def encode(self, *, max_bytes: int | None = None, signer: Signer | None = None) -> bytes:
         """The msgpack body, signed by ``signer`` if given (see :mod:`taskq.signing`).
 

@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 
 import msgpack
 
+from taskq import record
 from taskq.errors import ResultTooLarge, UnserializableResult
 
 WAITING, SCHEDULED, RUNNING, RETRYING = "waiting", "scheduled", "running", "retrying"
@@ -140,8 +141,9 @@ class JobStatus:
         state: one of :data:`STATES`. A scheduled or retrying job whose due time has passed
             is ``waiting`` (due, about to enter its stream); ``pending`` is a workflow step
             whose turn has not come.
-        tracked: the job keeps a status record (results on); without one, only ``waiting``,
+        recorded: the job keeps a status record (results on); without one, only ``waiting``,
             ``running``, ``succeeded`` (while its entry lingers) and ``unknown`` can be told.
+            (``tracked`` is its older name.)
         attempts: runs used, counting the one in progress while ``running``.
         worker: the consumer running it (only while ``running``).
         due_ms: when a scheduled or retrying job is due (Redis clock, ms).
@@ -152,7 +154,7 @@ class JobStatus:
 
     job_id: str
     state: str
-    tracked: bool = False
+    recorded: bool = False
     task: str = ""
     queue: str = ""
     priority: str = ""
@@ -168,6 +170,11 @@ class JobStatus:
     errors: tuple[AttemptError, ...] = ()
     result: bytes | None = None
     cause: Cause | None = None
+
+    @property
+    def tracked(self) -> bool:
+        """The older name of :attr:`recorded`."""
+        return self.recorded
 
     @property
     def last_error(self) -> AttemptError | None:
@@ -191,30 +198,30 @@ class JobStatus:
             value = text(name)
             return int(value) if value.isdigit() else None
 
-        state = text("state") or UNKNOWN
-        due = read_ms(raw.get(b"due_ms"))
+        state = text(record.STATE) or UNKNOWN
+        due = read_ms(raw.get(record.DUE_MS.encode()))
         if state in (SCHEDULED, RETRYING) and due is not None and due <= now_ms:
             state = WAITING
-        attempts = ms("attempts") or 0
-        args, kwargs = _arguments(raw.get(b"args"))
+        attempts = ms(record.ATTEMPTS) or 0
+        args, kwargs = _arguments(raw.get(record.ARGS.encode()))
         return cls(
             job_id,
             state,
-            tracked=True,
-            task=text("task"),
-            queue=text("queue"),
-            priority=text("priority"),
+            recorded=True,
+            task=text(record.TASK),
+            queue=text(record.QUEUE),
+            priority=text(record.PRIORITY),
             args=args,
             kwargs=kwargs,
             attempts=attempts + 1 if state == RUNNING else attempts,
-            worker=text("worker") or None if state == RUNNING else None,
-            enqueued_ms=ms("enqueued_ms"),
-            started_ms=ms("started_ms"),
-            finished_ms=ms("finished_ms") if state in FINAL else None,
+            worker=text(record.WORKER) or None if state == RUNNING else None,
+            enqueued_ms=ms(record.ENQUEUED_MS),
+            started_ms=ms(record.STARTED_MS),
+            finished_ms=ms(record.FINISHED_MS) if state in FINAL else None,
             due_ms=due if state in (SCHEDULED, RETRYING) else None,
-            entry_id=text("entry") or None,
+            entry_id=text(record.ENTRY) or None,
             errors=_attempt_errors(raw),
-            result=raw.get(b"result") if state == SUCCEEDED else None,
+            result=raw.get(record.RESULT.encode()) if state == SUCCEEDED else None,
             cause=_cause(raw),
         )
 
@@ -223,7 +230,8 @@ class JobStatus:
         return {
             "job_id": self.job_id,
             "state": self.state,
-            "tracked": self.tracked,
+            "recorded": self.recorded,
+            "tracked": self.recorded,  # (its older name, for scripts that read it)
             "task": self.task,
             "queue": self.queue,
             "priority": self.priority,
@@ -276,13 +284,14 @@ def _arguments(raw: bytes | None) -> tuple[tuple[Any, ...], Mapping[str, Any] | 
 def _attempt_errors(raw: Mapping[bytes, bytes]) -> tuple[AttemptError, ...]:
     found = []
     for name, value in raw.items():
-        if not name.startswith(b"attempt:") or not name[8:].isdigit():
+        n = record.attempt_number(name)
+        if n is None:
             continue
         try:
             e = decode_value(value)
             found.append(
                 AttemptError(
-                    int(name[8:]),
+                    n,
                     str(e.get("error_type", "")),
                     str(e.get("error", "")),
                     str(e.get("traceback", "")),
@@ -296,13 +305,14 @@ def _attempt_errors(raw: Mapping[bytes, bytes]) -> tuple[AttemptError, ...]:
 
 
 def _cause(raw: Mapping[bytes, bytes]) -> Cause | None:
-    if b"cause" not in raw:
+    if record.CAUSE.encode() not in raw:
         return None
 
     def text(name: str) -> str:
         return raw.get(name.encode(), b"").decode(errors="replace")
 
-    return Cause(text("cause"), text("cause_task"), text("cause_type"), text("cause_error"))
+    fields = (record.CAUSE, record.CAUSE_TASK, record.CAUSE_TYPE, record.CAUSE_ERROR)
+    return Cause(*(text(f) for f in fields))
 
 
 def _jsonable(value: Any) -> Any:

@@ -22,7 +22,8 @@ class Delivery(NamedTuple):
         deliveries: the entry's delivery count (1 for a fresh read; more once the sweep
             recovered it from a dead worker).
         first_failure_ms: when the job first failed (Redis clock), for a retried job.
-        record_id: the job's id when it keeps a status record (the entry's ``job`` field).
+        record_id: the job's id when it keeps a status record (the entry's ``job`` field);
+            :attr:`recorded` says whether it does.
         malformed: why the entry's fields are not a job's (then it is dead-lettered, never
             run), or None.
     """
@@ -36,6 +37,11 @@ class Delivery(NamedTuple):
     first_failure_ms: int | None = None
     record_id: str | None = None
     malformed: str | None = None
+
+    @property
+    def recorded(self) -> bool:
+        """The job keeps a status record (taskq.record)."""
+        return self.record_id is not None
 
 
 MAX_FIRST_FAILURE_DIGITS = 15

@@ -20,6 +20,7 @@ from typing import Any
 
 import msgpack
 
+from taskq import record
 from taskq.broker.link import Link, script_command
 from taskq.broker.replies import as_int, flat_pairs, info_records, pending_rows, redis_ms, text
 from taskq.broker.steps import Pause, Steps, run
@@ -112,7 +113,7 @@ class Records:
         k = QueueKeys(queue)
         keys = [k.job(job_id), k.done(job_id), *k.streams, k.schedule]
         keys += [*(k.retry(p) for p in PRIORITIES), k.cancel(job_id), k.counts]
-        later = later_steps(self.link.call("HGET", k.job(job_id), "later"))
+        later = later_steps(self.link.call("HGET", k.job(job_id), record.LATER))
         keys += [key for ref in later for key in ref[:2]]
         args = [job_id, GROUP, ttl_ms, int(terminate), *(ref[2] for ref in later)]
         return text(self.link.script("cancel", keys, args))
@@ -190,7 +191,7 @@ def wait_steps(queue: str, job_id: str, timeout_s: float | None) -> Steps[JobSta
         except BrokerUnavailable:
             left_s = deadline - time.monotonic()
             if left_s <= 0:
-                return JobStatus(job_id, WAITING, tracked=True)
+                return JobStatus(job_id, WAITING, recorded=True)
             yield Pause(min(pause_s, left_s))
             pause_s = min(pause_s * 2, RECONNECT_BACKOFF_S[1])
 

@@ -24,7 +24,7 @@ def render_job(s: JobStatus, now_ms: int) -> list[str]:
     lines = [f"job {s.job_id}: {s.state}"]
     if s.state == UNKNOWN:
         return lines
-    if not s.tracked:
+    if not s.recorded:
         lines.append("(no status record: the job does not store results; seen from its entry)")
     rows = _rows(s, now_ms)
     lines += [f"  {name:<9} {value}" for name, value in rows if value is not None]

@@ -6,6 +6,9 @@ pending entry (:func:`taskq.broker.records.status_steps`). The master looks ever
 :data:`MARK_EVERY_S` and marks each job that keeps a record once, with its worker and the
 time its run started, so a long job shows its true start even after its lease renewals have
 reset the entry's idle time.
+
+This is the one path for per-job data written from inside a running task (the child's
+scoreboard entry, this master's guarded flush): see :mod:`taskq.record`.
 """
 
 from __future__ import annotations

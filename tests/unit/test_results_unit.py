@@ -6,6 +6,7 @@ import msgpack
 import pytest
 
 from taskq import App, ConfigError, ResultTooLarge, UnserializableResult
+from taskq.broker.delivery import delivery
 from taskq.errors import DecodeError
 from taskq.message import Message
 from taskq.ops.jobview import render_job
@@ -17,6 +18,19 @@ def test_message_carries_the_result_ttl() -> None:
     assert Message.decode(msg.encode()).result_ttl_s == 60
     assert Message.decode(Message("t").encode()).result_ttl_s is None
     assert "result_ttl_s" not in msgpack.unpackb(Message("t").encode())
+
+
+def test_recorded_is_one_word_for_a_job_that_keeps_a_record() -> None:
+    # The message, the delivery and the status say it alike; the older names still work.
+    assert Message("t", result_ttl_s=60).recorded and not Message("t").recorded
+    where = ("q:normal", "q", "normal")
+    assert delivery(where, "1-0", {b"body": b"x", b"job": b"j1"}).recorded
+    assert not delivery(where, "1-0", {b"body": b"x"}).recorded
+    status = JobStatus.from_record("j", _record(state="waiting"), now_ms=0)
+    assert status.recorded and status.tracked
+    assert status.to_json()["recorded"] and status.to_json()["tracked"]
+    unknown = JobStatus.from_record("j", {}, now_ms=0)
+    assert not unknown.recorded and not unknown.tracked
 
 
 @pytest.mark.parametrize("ttl", [0, -5, "60", True, 1.5])
