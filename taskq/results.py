@@ -141,9 +141,10 @@ class JobStatus:
         state: one of :data:`STATES`. A scheduled or retrying job whose due time has passed
             is ``waiting`` (due, about to enter its stream); ``pending`` is a workflow step
             whose turn has not come.
-        recorded: the job keeps a status record (results on); without one, only ``waiting``,
+        tracked: the job keeps a status record (results on); without one, only ``waiting``,
             ``running``, ``succeeded`` (while its entry lingers) and ``unknown`` can be told.
-            (``tracked`` is its older name.)
+            :attr:`recorded` is the same, in the word the code uses everywhere else (the
+            field keeps its public name).
         attempts: runs used, counting the one in progress while ``running``.
         worker: the consumer running it (only while ``running``).
         due_ms: when a scheduled or retrying job is due (Redis clock, ms).
@@ -154,7 +155,7 @@ class JobStatus:
 
     job_id: str
     state: str
-    recorded: bool = False
+    tracked: bool = False
     task: str = ""
     queue: str = ""
     priority: str = ""
@@ -172,9 +173,9 @@ class JobStatus:
     cause: Cause | None = None
 
     @property
-    def tracked(self) -> bool:
-        """The older name of :attr:`recorded`."""
-        return self.recorded
+    def recorded(self) -> bool:
+        """Whether the job keeps a status record (:attr:`tracked`)."""
+        return self.tracked
 
     @property
     def last_error(self) -> AttemptError | None:
@@ -207,7 +208,7 @@ class JobStatus:
         return cls(
             job_id,
             state,
-            recorded=True,
+            tracked=True,
             task=text(record.TASK),
             queue=text(record.QUEUE),
             priority=text(record.PRIORITY),

@@ -191,7 +191,7 @@ def wait_steps(queue: str, job_id: str, timeout_s: float | None) -> Steps[JobSta
         except BrokerUnavailable:
             left_s = deadline - time.monotonic()
             if left_s <= 0:
-                return JobStatus(job_id, WAITING, recorded=True)
+                return JobStatus(job_id, WAITING, tracked=True)
             yield Pause(min(pause_s, left_s))
             pause_s = min(pause_s * 2, RECONNECT_BACKOFF_S[1])
 

@@ -39,6 +39,7 @@ KEY_KINDS = {
     ("_record", "finish_record", "rec"): "record",
     ("cancel", MAIN, "rec"): "record",
     ("cancel", MAIN, "KEYS[11]"): "counts",
+    ("cancel", "pass_on_slot", "rec"): "record",
     ("deadletter_retry", MAIN, "KEYS[3]"): "record",
     ("drop", MAIN, "KEYS[2]"): "counts",
     ("enqueue", MAIN, "KEYS[2]"): "record",
