@@ -13,7 +13,7 @@ import redis
 
 from taskq import App, JobCancelled
 from taskq.broker import Delivery
-from taskq.broker.limits import ADMITTED, DEFERRED, admit
+from taskq.broker.limits import ADMITTED, DEFERRED, LOST, admit
 from taskq.errors import BrokerError, ConfigError
 from taskq.limits import Rate
 from taskq.ops.inspect import Inspector
@@ -410,3 +410,16 @@ def test_a_purged_running_jobs_slot_is_freed_when_its_worker_stops(
     [third] = broker.fetch("wb:0:1", 1).deliveries
     assert _take(task_app, third, "wb:0:1")
     assert r.zrange(EXCLUSIVE_RUNNING, 0, -1) != [f"wa|{p.msg.id}".encode()]
+
+
+def test_a_stale_delivery_takes_no_start_of_the_rate(task_app: App, r: redis.Redis) -> None:
+    # given a job of a rate-limited task fetched by one consumer, then handed back (a fresh
+    # entry, which another consumer will run)
+    task_app.broker.ensure_groups()
+    tasks.thirds.delay(1)
+    [stale] = _pending(task_app, 1)
+    Finisher(task_app.broker, Executor(task_app)).hand_back(stale, owner="c1")
+    # when the first consumer reaches its stale delivery, limit.lua refuses it and writes
+    # nothing: no start of the window is used up by a run that will not happen
+    assert _admit(task_app, [stale]) == [LOST]
+    assert not r.exists("tasks:limit:thirds")

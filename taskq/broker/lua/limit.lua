@@ -20,7 +20,8 @@
 -- KEYS: the limit's sorted set, stream, schedule, due key, then the jobs' records.
 -- ARGV: group, owner, N, W ms, record ttl ms, then per job: entry id, slot member, schedule
 --       member, index in KEYS of its record (0: none).
--- Returns per job 1 (run it now), 2 (deferred), or 0 (the entry is no longer the owner's).
+-- Returns per job 1 (run it now), 2 (deferred), or 0 (the entry is no longer the owner's:
+-- nothing is written for it).
 local now = now_ms()
 local MAX_N, MAX_WINDOW, MAX_TTL = 1000000, 366 * 86400000, 2 ^ 48
 
@@ -101,7 +102,10 @@ local function slot_back(member, held)
   return next_slot(), false  -- the backlog's slots are packed there: after them
 end
 
-for a = 6, #ARGV, 4 do
+-- The verdict for one job the caller still owns (a stale delivery, e.g. of a batch its
+-- master handed back, is refused before anything is written for it: an admitted start that
+-- never happens would use up one of the window's N).
+local function admit_one(a)
   local entry, member = ARGV[a], ARGV[a + 1]
   local held, slot, admit = redis.call('ZSCORE', key, member), nil, nil
   if held then
@@ -110,26 +114,23 @@ for a = 6, #ARGV, 4 do
     slot = next_slot()
     admit = slot <= now
   end
-  local verdict = 1
-  if not admit and not owned(KEYS[2], ARGV[1], entry, ARGV[2]) then
-    verdict = 0
-  else
-    redis.call('ZADD', key, slot, member)
-    added = true
-    if not admit then
-      verdict = 2
-      redis.call('ZADD', KEYS[3], slot, ARGV[a + 2])
-      deferred[#deferred + 1] = entry
-      first = math.min(first or slot, slot)
-      local rec = tonumber(ARGV[a + 3])
-      if rec > 0 then
-        redis.call('HSET', KEYS[rec], 'state', 'scheduled', 'due_ms', slot)
-        redis.call('HDEL', KEYS[rec], 'worker', 'started_ms')
-        redis.call('PEXPIRE', KEYS[rec], slot - now + tonumber(ARGV[5]))
-      end
-    end
+  redis.call('ZADD', key, slot, member)
+  added = true
+  if admit then return 1 end
+  redis.call('ZADD', KEYS[3], slot, ARGV[a + 2])
+  deferred[#deferred + 1] = entry
+  first = math.min(first or slot, slot)
+  local rec = tonumber(ARGV[a + 3])
+  if rec > 0 then
+    redis.call('HSET', KEYS[rec], 'state', 'scheduled', 'due_ms', slot)
+    redis.call('HDEL', KEYS[rec], 'worker', 'started_ms')
+    redis.call('PEXPIRE', KEYS[rec], slot - now + tonumber(ARGV[5]))
   end
-  out[#out + 1] = verdict
+  return 2
+end
+
+for a = 6, #ARGV, 4 do
+  out[#out + 1] = owned(KEYS[2], ARGV[1], ARGV[a], ARGV[2]) and admit_one(a) or 0
 end
 if added then  -- the set lives until its latest slot has left the window
   local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
