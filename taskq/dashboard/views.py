@@ -83,7 +83,7 @@ class Source:
         running: dict[str, int] = {}
         for w in overview.workers:
             for c in w.children:
-                if c.stream is not None and c.task is not None:
+                if c.busy and c.stream is not None:
                     running[c.stream] = running.get(c.stream, 0) + 1
         throughput = last_hour(Series(self.app.link), inspector.queues)
         return OverviewPage(overview, throughput, running)

@@ -83,8 +83,20 @@ class QueueStats:
 
 @dataclass(frozen=True)
 class ChildState:
-    """One prefork child of a worker, as of its master's last heartbeat."""
+    """One prefork child of a worker and the job it runs, as of its master's last heartbeat:
+    the readers' one shape of a running job (``inspect workers`` and ``inspect active``,
+    the dashboard), converted by :meth:`of` from the record's
+    :class:`~taskq.worker.record.ChildRecord`. The job fields are None when it is idle.
 
+    Attributes:
+        worker: the id of its worker.
+        index: from 1.
+        started_ms: when the job started, on the Redis clock.
+        running_ms: how long the job has run, now.
+        jobs: jobs it runs: several for a child of async jobs (the job fields: its oldest).
+    """
+
+    worker: str
     index: int
     pid: int
     consumer: str
@@ -94,8 +106,35 @@ class ChildState:
     entry_id: str | None
     started_ms: int | None
     running_ms: int | None
-    jobs: int = 0
-    """Jobs it runs: several for a child of async jobs (the fields above: its oldest)."""
+    jobs: int
+
+    @property
+    def busy(self) -> bool:
+        return self.task is not None
+
+    @classmethod
+    def of(cls, worker: str, c: ChildRecord, heartbeat_ms: int, now_ms: int) -> ChildState:
+        """A child of ``worker``'s record. Its master measures how long a job has run on its
+        own monotonic clock; the start is placed on the Redis clock from the record's beat
+        (``heartbeat_ms``), so a worker whose clock is off does not skew it."""
+        started = heartbeat_ms - c.running_ms if c.running_ms is not None else None
+        return cls(
+            worker=worker,
+            index=c.index,
+            pid=c.pid,
+            consumer=c.consumer,
+            task=c.task,
+            job_id=c.job_id,
+            stream=c.stream,
+            entry_id=c.entry_id,
+            started_ms=started,
+            running_ms=max(0, now_ms - started) if started is not None else None,
+            jobs=c.jobs,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """Its fields, plus ``child`` (= ``index``): the name ``inspect active`` has used."""
+        return {**asdict(self), "child": self.index}
 
 
 @dataclass(frozen=True)
@@ -132,21 +171,6 @@ class Overview:
     now_ms: int
     queues: tuple[QueueStats, ...]
     workers: tuple[WorkerState, ...]
-
-
-@dataclass(frozen=True)
-class ActiveJob:
-    """A job a worker's child is running."""
-
-    worker: str
-    child: int
-    pid: int
-    task: str
-    job_id: str
-    stream: str
-    entry_id: str
-    started_ms: int
-    running_ms: int
 
 
 @dataclass(frozen=True)
@@ -195,7 +219,7 @@ def to_json(view: Any) -> Any:
     """A view (or a list of views) as plain JSON-ready data; the schema is the fields."""
     if isinstance(view, list | tuple):
         return [to_json(v) for v in view]
-    return asdict(view)
+    return view.to_json() if isinstance(view, ChildState) else asdict(view)
 
 
 class Inspector:
@@ -233,25 +257,10 @@ class Inspector:
         found = [_worker(WorkerRecord.from_fields(f), ttl, now) for f, ttl in records]
         return sorted(found, key=lambda w: w.id)
 
-    def active(self) -> list[ActiveJob]:
-        """Jobs running now, longest-running first."""
-        jobs = [
-            ActiveJob(
-                w.id,
-                c.index,
-                c.pid,
-                c.task or "",
-                c.job_id or "",
-                c.stream or "",
-                c.entry_id or "",
-                c.started_ms or 0,
-                c.running_ms or 0,
-            )
-            for w in self.workers()
-            for c in w.children
-            if c.task is not None
-        ]
-        return sorted(jobs, key=lambda j: -j.running_ms)
+    def active(self) -> list[ChildState]:
+        """The busy children (one per job running now), longest-running first."""
+        busy = [c for w in self.workers() for c in w.children if c.busy]
+        return sorted(busy, key=lambda c: -(c.running_ms or 0))
 
     def ping(self) -> Ping:
         """Time a Redis PING, then read each worker's beat (no worker is asked anything)."""
@@ -332,8 +341,8 @@ def _queue(q: QueueSnapshot, oldest: dict[str, str]) -> QueueStats:
 
 
 def _worker(r: WorkerRecord, ttl_ms: int, now: int) -> WorkerState:
-    children = tuple(_child(c, r.heartbeat_ms, now) for c in r.children)
-    busy = sum(1 for c in children if c.task is not None)
+    children = tuple(ChildState.of(r.id, c, r.heartbeat_ms, now) for c in r.children)
+    busy = sum(1 for c in children if c.busy)
     return WorkerState(
         id=r.id,
         host=r.host,
@@ -355,25 +364,6 @@ def _worker(r: WorkerRecord, ttl_ms: int, now: int) -> WorkerState:
         dead=r.counts.dead,
         rate_per_s=r.rate_per_s,
         children=children,
-    )
-
-
-def _child(c: ChildRecord, heartbeat_ms: int, now: int) -> ChildState:
-    """A child of the record. Its master measures how long a job has run on its own
-    monotonic clock; the start is placed on the Redis clock from the record's beat, so a
-    worker whose clock is off does not skew it."""
-    started = heartbeat_ms - c.running_ms if c.running_ms is not None else None
-    return ChildState(
-        index=c.index,
-        pid=c.pid,
-        consumer=c.consumer,
-        task=c.task,
-        job_id=c.job_id,
-        stream=c.stream,
-        entry_id=c.entry_id,
-        started_ms=started,
-        running_ms=max(0, now - started) if started is not None else None,
-        jobs=c.jobs,
     )
 
 

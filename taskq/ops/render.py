@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from taskq.ops.inspect import ActiveJob, Overview, PendingJob, Ping, QueueStats, WorkerState
+from taskq.ops.inspect import ChildState, Overview, PendingJob, Ping, QueueStats, WorkerState
 
 
 def fmt_ms(ms: float | None) -> str:
@@ -152,18 +152,18 @@ def render_workers(workers: Sequence[WorkerState]) -> list[str]:
             f"  children {w.busy + w.idle}/{w.concurrency}: {w.busy} busy, {w.idle} idle",
         ]
         for c in w.children:
-            doing = f"{c.task} job {c.job_id} for {fmt_ms(c.running_ms)}" if c.task else "idle"
+            doing = f"{c.task} job {c.job_id} for {fmt_ms(c.running_ms)}" if c.busy else "idle"
             if c.jobs > 1:
                 doing += f" (oldest of {c.jobs} async jobs)"
             lines.append(f"    #{c.index} pid {c.pid}: {doing}")
     return lines
 
 
-def render_active(jobs: Sequence[ActiveJob]) -> list[str]:
-    if not jobs:
+def render_active(busy: Sequence[ChildState]) -> list[str]:
+    if not busy:
         return ["no jobs running"]
     rows = [
-        (j.worker, j.child, j.pid, j.task, j.job_id, j.entry_id, fmt_ms(j.running_ms)) for j in jobs
+        (c.worker, c.index, c.pid, c.task, c.job_id, c.entry_id, fmt_ms(c.running_ms)) for c in busy
     ]
     return table(("WORKER", "CHILD", "PID", "TASK", "JOB", "ENTRY", "RUNNING"), rows)
 

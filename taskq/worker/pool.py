@@ -278,15 +278,16 @@ class Pool:
                 continue
             busy.append((child.index, child.pid, view))
             late = [j for j in view.running if j.hard_deadline and now > j.hard_deadline]
+            long_job = view.oldest if adaptive and view.waiting_in_batch else None
             if late:
                 self._kill_for_hard_limit(child, late)
-            elif adaptive and view.waiting_in_batch and now - view.started_mono > HANDBACK_AFTER_S:
-                self._revoke_rest(child, view)
+            elif long_job and now - long_job.started_mono > HANDBACK_AFTER_S:
+                self._revoke_rest(child, view, long_job)
         self.canceller.tick(busy, self._queue_of, self._mark_killed)
         self.marks.tick(busy, self._queue_of)
 
     def _queue_of(self, job: Running) -> str:
-        return self._stream_name(job).rsplit(":", 1)[0]
+        return job.stream(self.maintenance.broker.streams).rsplit(":", 1)[0]
 
     def _mark_killed(self, index: int, reason: str, culprits: frozenset[str]) -> None:
         if index in self.children:
@@ -320,15 +321,15 @@ class Pool:
                 f" (its {others} other running job(s) go back uncounted)" if others else "",
             )
 
-    def _revoke_rest(self, child: _Child, view: SlotView) -> None:
+    def _revoke_rest(self, child: _Child, view: SlotView, long_job: Running) -> None:
         """Adaptive prefetch: hand back the jobs waiting in the batch behind a long one."""
         rest = self.scoreboard.revoke_rest(child.index, view)
         if rest:
             logger.info(
                 "handing back %d job(s) waiting behind %s[%s] in child %d",
                 len(rest),
-                view.task,
-                view.job_id,
+                long_job.task,
+                long_job.job_id,
                 child.index + 1,
             )
             self.reclaimer.revoked(child.consumer, rest)
@@ -344,20 +345,9 @@ class Pool:
         now = time.monotonic()
         rate = (totals.processed - done) / (now - at) if now > at else 0.0
         self._last_processed = (totals.processed, now)
+        streams = self.maintenance.broker.streams
         children = tuple(
-            ChildRecord(c.index + 1, c.pid, c.consumer)
-            if not v.busy
-            else ChildRecord(
-                c.index + 1,
-                c.pid,
-                c.consumer,
-                v.task,
-                v.job_id,
-                self._stream_name(v),
-                v.entry_id,
-                int((now - v.started_mono) * 1000),
-                len(v.running),
-            )
+            ChildRecord.of(c.index + 1, c.pid, c.consumer, v.running, streams, now)
             for c, v in zip(self.children.values(), views, strict=True)
         )
         return WorkerRecord(
@@ -375,10 +365,6 @@ class Pool:
             rate_per_s=round(rate, 1),
             children=children,
         )
-
-    def _stream_name(self, view: SlotView | Running) -> str:
-        streams = self.maintenance.broker.streams
-        return streams[view.stream_index] if 0 <= view.stream_index < len(streams) else "?"
 
     def _title(self) -> None:
         state = "stopping" if self.stopping else "running"

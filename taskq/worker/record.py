@@ -9,16 +9,22 @@ clock and ``heartbeat_ms`` is set by Redis, so readers place every time on the R
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from taskq.broker.replies import as_int
 from taskq.worker.outcome import JobCounts
 
+if TYPE_CHECKING:
+    from taskq.worker.scoreboard import Running
+
 
 @dataclass(frozen=True)
 class ChildRecord:
-    """One prefork child and the job it runs (``task`` and the rest are None when idle).
+    """One prefork child and the job it runs (``task`` and the rest are None when idle):
+    the running job as the heartbeat record carries it, built by :meth:`of` from the slot's
+    :class:`~taskq.worker.scoreboard.Running` and read back by :meth:`from_json`.
 
     Attributes:
         index: from 1.
@@ -36,6 +42,33 @@ class ChildRecord:
     entry_id: str | None = None
     running_ms: int | None = None
     jobs: int = 0
+
+    @classmethod
+    def of(
+        cls,
+        index: int,
+        pid: int,
+        consumer: str,
+        running: Sequence[Running],
+        streams: Sequence[str],
+        now_mono: float,
+    ) -> ChildRecord:
+        """The record of a child from the jobs its slot shows (oldest first): the oldest is
+        the one it names, timed on the master's monotonic clock at ``now_mono``."""
+        if not running:
+            return cls(index, pid, consumer)
+        job = running[0]
+        return cls(
+            index,
+            pid,
+            consumer,
+            job.task,
+            job.job_id,
+            job.stream(streams),
+            job.entry_id,
+            int((now_mono - job.started_mono) * 1000),
+            len(running),
+        )
 
     @classmethod
     def from_json(cls, raw: Any) -> ChildRecord:

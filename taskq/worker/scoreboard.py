@@ -68,11 +68,17 @@ def slot_size(jobs: int) -> int:
 
 
 class Running(NamedTuple):
-    """One job a child runs (one coroutine of an async child).
+    """One job a child runs (one coroutine of an async child), as its slot entry holds it:
+    the master's only shape of a running job, which the heartbeat record converts from
+    (:meth:`taskq.worker.record.ChildRecord.of`).
 
     Attributes:
         at: the entry's index in the slot.
         seq: the slot's job number when it started; tells one job from the next.
+        started: wall-clock start (s), for display.
+        started_mono: monotonic start (s), for durations and limits.
+        stream_index: index of the job's stream in the worker's stream list.
+        hard_deadline: monotonic time (s) past which the master kills the child; 0: none.
         cancel: the master asked the child to interrupt it (``cancel(terminate=True)``).
         recorded: the job keeps a status record (it can be cancelled).
     """
@@ -89,33 +95,21 @@ class Running(NamedTuple):
     cancel: bool = False
     recorded: bool = True
 
+    def stream(self, streams: Sequence[str]) -> str:
+        """The job's stream, from the worker's stream list (``?`` if the index is off it)."""
+        return streams[self.stream_index] if 0 <= self.stream_index < len(streams) else "?"
+
 
 class SlotView(NamedTuple):
-    """A snapshot of one child's slot.
-
-    The job fields (``seq`` to ``job_id``) describe the child's oldest running job, or the
-    last one it ran when idle; ``running`` lists every job it runs, oldest first.
+    """A snapshot of one child's slot: its counters, its batch, and the jobs it runs.
 
     Attributes:
-        seq: how many jobs the child has started; tells one job from the next.
-        started: wall-clock start (s), for display; 0 when idle.
-        started_mono: monotonic start (s), for durations and limits.
-        stream_index: index of the job's stream in the worker's stream list.
-        hard_deadline: monotonic time (s) past which the master kills the child; 0: none.
         batch_no, batch_len, batch_next: the listed batch, and the index of its next job.
         revoked: the rest of the batch was handed back (by the master, or the child).
-        running: every job the child runs now.
+        running: every job the child runs now, in the order they started.
     """
 
     pid: int
-    seq: int
-    started: float
-    started_mono: float
-    stream_index: int
-    hard_deadline: float
-    entry_id: str
-    task: str
-    job_id: str
     processed: int
     failed: int
     retried: int
@@ -128,7 +122,12 @@ class SlotView(NamedTuple):
 
     @property
     def busy(self) -> bool:
-        return self.started > 0
+        return bool(self.running)
+
+    @property
+    def oldest(self) -> Running | None:
+        """The job the child has run longest (what the heartbeat record names), if any."""
+        return self.running[0] if self.running else None
 
     @property
     def counts(self) -> JobCounts:
@@ -168,15 +167,8 @@ class Scoreboard:
         processed, failed, retried, dead = _COUNTS.unpack_from(mem, base + _COUNTS_AT)
         (pid,) = _PID.unpack_from(mem, base + _PID_AT)
         batch_no, length, nxt, revoked = _BATCH.unpack_from(mem, base + _BATCH_AT)
-        running, last_seq = self._running(base)
-        if running:
-            oldest = min(running, key=lambda j: j.started_mono)
-            job: tuple[int, float, float, int, float, str, str, str] = oldest[1:9]
-        else:
-            job = (last_seq, 0.0, 0.0, -1, 0.0, "", "", "")
         return SlotView(
             pid,
-            *job,
             processed,
             failed,
             retried,
@@ -185,19 +177,16 @@ class Scoreboard:
             batch_len=length,
             batch_next=nxt,
             revoked=bool(revoked),
-            running=running,
+            running=self._running(base),
         )
 
-    def _running(self, base: int) -> tuple[tuple[Running, ...], int]:
-        """The jobs running in a slot, oldest first, and the highest job number seen."""
+    def _running(self, base: int) -> tuple[Running, ...]:
+        """The jobs running in a slot, in the order they started (by job number)."""
         mem = self._mem
         (in_use,) = _IN_USE.unpack_from(mem, base + _IN_USE_AT)
         found: list[Running] = []
-        last_seq = 0
         for at in range(min(max(in_use, 1), self.jobs)):
             where = base + _JOBS_AT + at * _JOB.size
-            (seq,) = _SEQ.unpack_from(mem, where)
-            last_seq = max(last_seq, seq)
             (started,) = _STARTED.unpack_from(mem, where + _SEQ.size)
             if started <= 0:  # idle entry: skip decoding its text fields
                 continue
@@ -206,7 +195,7 @@ class Scoreboard:
             marks = bool(flags & CANCEL), bool(flags & RECORDED)
             found.append(Running(at, seq, started, mono, stream, hard, *text, *marks))
         found.sort(key=lambda j: j.seq)
-        return tuple(found), last_seq
+        return tuple(found)
 
     def request_cancel(self, index: int, at: int, seq: int) -> bool:
         """Flag job number ``seq`` (entry ``at``) for the child to interrupt; the caller holds
@@ -229,7 +218,7 @@ class Scoreboard:
             return []
         try:
             now = self.read(index)
-            if (now.batch_no, now.seq) != (seen.batch_no, seen.seq) or now.revoked:
+            if now.revoked or (now.batch_no, _seq(now)) != (seen.batch_no, _seq(seen)):
                 return []
             base = index * self.slot_size
             _BATCH.pack_into(
@@ -389,6 +378,11 @@ class Slot:
 
 _COUNTED_AT = {kind: tuple(COUNTERS.index(n) for n in names) for kind, names in COUNTED.items()}
 """The slot counters an outcome kind adds one to, by index."""
+
+
+def _seq(view: SlotView) -> int:
+    """The number of a slot's oldest running job (0 when idle)."""
+    return view.oldest.seq if view.oldest else 0
 
 
 def _entry(mem: mmap.mmap, base: int, i: int) -> tuple[int, str]:

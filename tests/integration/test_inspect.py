@@ -248,7 +248,7 @@ def test_workers_active_registered_and_ping(
     assert rec["heartbeat_age_ms"] < 1_500 and 0 < rec["expires_in_ms"] <= 1_500
     busy = [c for c in rec["children"] if c["task"]]
     assert [c["job_id"] for c in busy] == [job.id]
-    assert busy[0]["pid"] == active["pid"]
+    assert busy[0]["pid"] == active["pid"] and busy[0]["index"] == active["child"]
     text = cli(redis_url, "inspect", "workers").output
     assert f"{host_id(w)}  app=tests.tasks" in text
     assert "children 2/2: 1 busy, 1 idle" in text

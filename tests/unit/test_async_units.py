@@ -83,11 +83,11 @@ def test_one_slot_holds_a_running_entry_per_coroutine() -> None:
     view = board.read(1)
     assert [j.job_id for j in view.running] == ["job0", "job1", "job2"]
     assert [j.recorded for j in view.running] == [True, True, False]
-    assert view.busy and view.job_id == "job0"  # the oldest
+    assert view.busy and view.oldest == view.running[0]  # job0
     assert [j.hard_deadline > 0 for j in view.running] == [False, True, False]
     slot.finish("ok", at=0)
     view = board.read(1)
-    assert [j.at for j in view.running] == [1, 2] and view.job_id == "job1"
+    assert [j.at for j in view.running] == [1, 2] and view.oldest == view.running[0]
     assert view.processed == 1 and not board.read(0).busy
     # The master flags one entry for cancellation; the child reads that entry only.
     second = view.running[0]
@@ -98,7 +98,7 @@ def test_one_slot_holds_a_running_entry_per_coroutine() -> None:
     slot.finish("retry", at=1)
     slot.finish("ok", at=2)
     idle = board.read(1)
-    assert not idle.busy and idle.running == () and idle.seq == 3
+    assert not idle.busy and idle.running == () and slot.seq == 3
 
 
 def test_eager_mode_runs_an_async_task_to_its_end() -> None:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import time
 from dataclasses import fields
 
 import pytest
 
 from taskq.keys import worker_of
 from taskq.ops.inspect import (
-    ActiveJob,
     ChildState,
     Overview,
     PendingJob,
@@ -28,6 +29,13 @@ from taskq.ops.render import (
     render_workers,
     table,
 )
+from taskq.worker.outcome import JobCounts
+from taskq.worker.record import ChildRecord, WorkerRecord
+from taskq.worker.scoreboard import Scoreboard
+
+ACTIVE_KEYS = ("worker", "child", "pid", "task", "job_id", "stream", "entry_id", "started_ms",
+               "running_ms")  # fmt: skip
+"""The keys of an ``inspect active --json`` row (docs/operations.md)."""
 
 
 @pytest.mark.parametrize(
@@ -87,9 +95,10 @@ def stream(priority: str, waiting: int, pending: int, **kw: object) -> StreamSta
 
 
 def worker(busy_task: str | None = "app.send_mail") -> WorkerState:
+    job = (busy_task, "j1", "tasks:normal", "5-0", 1_000, 65_000, 1)
     children = (
-        ChildState(1, 11, "h:10:0:11", busy_task, "j1", "tasks:normal", "5-0", 1_000, 65_000),
-        ChildState(2, 12, "h:10:1:12", None, None, None, None, None, None),
+        ChildState("h:10", 1, 11, "h:10:0:11", *job),
+        ChildState("h:10", 2, 12, "h:10:1:12", None, None, None, None, None, None, 0),
     )
     busy = 1 if busy_task else 0
     return WorkerState(
@@ -160,7 +169,7 @@ def test_workers_lines() -> None:
 
 
 def test_active_pending_and_ping_lines() -> None:
-    active = ActiveJob("h:10", 1, 11, "app.send_mail", "j1", "tasks:normal", "5-0", 1_000, 65_000)
+    active = worker().children[0]
     assert render_active([active])[1].split() == [
         "h:10", "1", "11", "app.send_mail", "j1", "5-0", "1m05s"
     ]  # fmt: skip
@@ -188,3 +197,57 @@ def test_json_of_a_view_is_its_fields() -> None:
     assert list(data) == [f.name for f in fields(WorkerState)]
     assert list(data["children"][0]) == [f.name for f in fields(ChildState)]
     assert to_json([w])[0] == data
+
+
+def test_a_running_job_goes_from_the_slot_to_the_readers_one_conversion_at_a_time() -> None:
+    """Slot entry -> heartbeat record -> reader: each shape is made from the one before, the
+    record's children keep the wire format older ``taskq inspect`` reads, and ``inspect
+    active`` keeps its documented keys."""
+    # given a child running an async job with another beside it, and an idle child
+    board = Scoreboard(2, jobs=2)
+    board.slot(0).start(1, "5-0", "app.send_mail", "j1", None, at=0)
+    board.slot(0).start(1, "6-0", "app.send_mail", "j2", None, at=1)
+    now_mono = time.monotonic() + 65.0
+    streams = ("tasks:high", "tasks:normal")
+    # when the master writes its record and a reader parses it at the next beat
+    children = tuple(
+        ChildRecord.of(
+            i + 1, 11 + i, f"h:10:{i}:{11 + i}", board.read(i).running, streams, now_mono
+        )
+        for i in range(2)
+    )
+    record = WorkerRecord(
+        "h:10", "h", 10, "0.1.0", "app", 0, 30_000, 2, ("tasks",), (), JobCounts(), 0.0, children
+    )
+    wire = record.to_fields()
+    parsed = WorkerRecord.from_fields(
+        {k: str(v) for k, v in {**wire, "heartbeat_ms": 100_000}.items()}
+    )
+    states = [
+        ChildState.of("h:10", c, parsed.heartbeat_ms, now_ms=101_000) for c in parsed.children
+    ]
+    # then the record's children are the same JSON as ever
+    busy_wire, idle_wire = json.loads(str(wire["children"]))
+    assert list(busy_wire) == [
+        "index", "pid", "consumer", "task", "job_id", "stream", "entry_id", "running_ms", "jobs"
+    ]  # fmt: skip
+    assert busy_wire["task"] == "app.send_mail" and busy_wire["job_id"] == "j1"
+    assert (busy_wire["stream"], busy_wire["entry_id"], busy_wire["jobs"]) == (
+        "tasks:normal",
+        "5-0",
+        2,
+    )
+    assert 64_000 < busy_wire["running_ms"] < 70_000
+    assert idle_wire == {
+        "index": 2, "pid": 12, "consumer": "h:10:1:12", "task": None, "job_id": None,
+        "stream": None, "entry_id": None, "running_ms": None, "jobs": 0,
+    }  # fmt: skip
+    # and the reader places the start on the Redis clock and counts the time up to now
+    busy, idle = states
+    assert busy.busy and not idle.busy
+    assert busy.started_ms == 100_000 - busy_wire["running_ms"]
+    assert busy.running_ms == 1_000 + busy_wire["running_ms"]
+    # and `inspect active` still has every key it has had
+    [row] = to_json([busy])
+    assert set(ACTIVE_KEYS) <= set(row)
+    assert (row["worker"], row["child"], row["pid"], row["entry_id"]) == ("h:10", 1, 11, "5-0")

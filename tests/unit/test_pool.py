@@ -82,5 +82,5 @@ def test_exit_causes_name_any_signal() -> None:
 
 
 def test_slot_view_is_busy_only_while_a_job_runs() -> None:
-    view = SlotView(1, 1, 0.0, 0.0, -1, 0.0, "", "", "", 0, 0, 0, 0)
-    assert not view.busy
+    view = SlotView(1, 0, 0, 0, 0)
+    assert not view.busy and view.oldest is None
