@@ -44,7 +44,7 @@ KEY_KINDS = {
     ("drop", MAIN, "KEYS[2]"): "counts",
     ("enqueue", MAIN, "KEYS[2]"): "record",
     ("heartbeat", MAIN, "rec"): "worker",
-    ("limit", MAIN, "KEYS[rec]"): "record",
+    ("limit", "admit_one", "KEYS[rec]"): "record",
     ("park", MAIN, "KEYS[4]"): "record",
     ("periodic", MAIN, "KEYS[1]"): "periodic",
     ("promote", "move_due", "rec"): "record",
