@@ -117,7 +117,7 @@ def mark(n: int, seconds: float = 0.0) -> None:
         os.close(fd)
 
 
-# -- tasks for tests/integration/test_review_findings.py ----------------------------------------
+# -- tasks for crashes, retries and prefetch (integration/test_failures.py, test_worker.py) ----
 
 UNDECODABLE = b"bad \xff\xfe bytes".decode("utf-8", "surrogateescape")
 """An exception message with lone surrogates (what os.fsdecode makes of non-UTF-8 bytes)."""

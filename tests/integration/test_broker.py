@@ -1,4 +1,5 @@
-"""Broker basics against a real server: groups, shared tasks, strict priority in one fetch."""
+"""Broker basics against a real server: groups, shared tasks, strict priority in one fetch,
+lease renewal and fenced acks at any size, scripts that validate before they write."""
 
 from __future__ import annotations
 
@@ -8,13 +9,67 @@ import pytest
 import redis
 
 import taskq
-from taskq import App
+from taskq import App, BrokerRefused
 from taskq.broker.link import script_sha
 from taskq.keys import GROUP
+from taskq.message import Message
 from taskq.registry import SHARED
 from taskq.testing import drain
+from tests.conftest import wait_until
 
 pytestmark = pytest.mark.integration
+
+
+def _pending(r: redis.Redis) -> list[dict[str, object]]:
+    return list(r.xpending_range("tasks:normal", "taskq", "-", "+", 5000))
+
+
+def test_renew_and_fenced_acks_cover_more_than_a_thousand_pending_entries(
+    make_app: Callable[..., App], r: redis.Redis
+) -> None:
+    """Only the first 1,000 pending entries of a consumer were once renewed and fenced,
+    and renewal XCLAIMed only the first entry of each page at all."""
+    app = make_app()
+    broker = app.broker_for(["tasks"])
+    broker.ensure_groups()
+    app.enqueue_many(Message("tests.tasks.echo", (i,)) for i in range(1500))
+    held = broker.fetch("w:1:a:0:1", 1000).deliveries + broker.fetch("w:1:a:0:1", 500).deliveries
+    assert len(held) == 1500
+    # Given: every entry has been idle for a while.
+    wait_until(
+        lambda: min(p["time_since_delivered"] for p in _pending(r)) >= 300,
+        message="the entries to be idle",
+    )
+    # When: the master renews the consumer's leases.
+    assert broker.renew(["w:1:a:0:1"]) == 1500
+    # Then: all of them were renewed, the 1,001st and the last included.
+    assert max(p["time_since_delivered"] for p in _pending(r)) < 300
+    # And a fenced ack of all of them acks all of them.
+    broker.fetch("w:1:a:0:1", 0, held, fence_acks=True, trim=True)
+    assert r.xlen("tasks:normal") == 0
+
+
+def test_a_script_refuses_bad_arguments_before_writing_anything(
+    make_app: Callable[..., App], r: redis.Redis
+) -> None:
+    """The park script (park.lua) XCLAIMed, then failed on a non-numeric due time,
+    leaving the job owned by the retry consumer with no due time. Scripts validate before
+    they write."""
+    app = make_app()
+    broker = app.broker_for(["tasks"])
+    broker.ensure_groups()
+    app.enqueue(Message("tests.tasks.echo", (1,)))
+    [d] = broker.fetch("w:1:a:0:1", 1).deliveries
+    with pytest.raises(BrokerRefused, match="delay_ms"):
+        broker.park(
+            d,
+            owner="w:1:a:0:1",
+            task="t",
+            body=b"",
+            delay_ms="soon",  # type: ignore[arg-type]
+        )
+    [p] = _pending(r)
+    assert p["consumer"] == b"w:1:a:0:1" and r.zcard("tasks:retry:normal") == 0
 
 
 def test_group_creation_is_idempotent_and_a_lost_group_is_recreated(

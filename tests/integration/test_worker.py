@@ -1,4 +1,8 @@
-"""The prefork worker as operators run it: real processes, real signals, real Redis."""
+"""The prefork worker as operators run it: real processes, real signals, real Redis.
+
+Supervision of the children, shutdown and leases, Redis outages, how the children take jobs
+(prefetch, strict priority) and how soon due jobs reach their streams while they are busy.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,8 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,13 +20,318 @@ import msgpack
 import pytest
 import redis
 
-from taskq import App
+from taskq import App, keys
+from taskq.keys import GROUP, PRIORITIES
 from tests import tasks
 from tests.conftest import WorkerProcess, runs, wait_until
 
 pytestmark = pytest.mark.integration
 
 StartWorker = Callable[..., WorkerProcess]
+
+
+def starts(r: redis.Redis) -> list[dict[str, Any]]:
+    """The start records ``tests.tasks.sleepy_traced`` pushes before it sleeps, oldest first."""
+    return [msgpack.unpackb(x, raw=False) for x in r.lrange("starts", 0, -1)]
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie nobody reaps counts as gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _blocked_readers(r: redis.Redis) -> int:
+    return sum(
+        1 for c in r.client_list() if c.get("cmd") == "xreadgroup" and "b" in c.get("flags", "")
+    )
+
+
+def _most_held(r: redis.Redis) -> tuple[int, str]:
+    """The most entries pending under one child consumer, across the three streams."""
+    held: dict[str, int] = {}
+    for p in PRIORITIES:
+        for c in r.xinfo_consumers(f"tasks:{p}", GROUP):
+            name = c["name"].decode()
+            held[name] = held.get(name, 0) + int(c["pending"])
+    return max(((n, c) for c, n in held.items()), default=(0, ""))
+
+
+def _idle(r: redis.Redis) -> bool:
+    clients = r.client_list()
+    return any(c.get("cmd") == "xreadgroup" for c in clients)
+
+
+BOUND_S = 0.05
+"""How late a due job may enter its stream (maintenance.HOUSEKEEPING_S)."""
+SLACK_S = 0.25
+"""Scheduling noise on a loaded 2-core CI machine, on top of the bound."""
+
+
+def warm_up(r: redis.Redis, n: int = 300) -> None:
+    """Short jobs first, so both children's batches have grown (adaptive prefetch)."""
+    tasks.stamp.starmap([("warm",)] * n)
+    wait_until(lambda: r.llen("runs") >= n, timeout_s=20, message="the warm-up jobs")
+    r.delete("runs")
+
+
+@pytest.mark.slow
+def test_children_of_a_killed_master_stop_before_another_worker_takes_their_job(
+    task_app: App, start_worker: StartWorker, r: redis.Redis
+) -> None:
+    """When only the master was SIGKILLed its children kept running jobs whose
+    leases nobody renewed, so another worker ran the same job at the same time."""
+    env = {"TASKQ_VISIBILITY_TIMEOUT_MS": "2000", "TASKQ_SWEEP_INTERVAL_MS": "200"}
+    # Given: worker A's child is running a long job.
+    a = start_worker("-A", "tests.tasks", "-c", "1", **env)
+    tasks.sleepy_traced.delay(6.0, tag="long")
+    [first] = wait_until(lambda: starts(r), message="the job to start on worker A")
+    child = first["pid"]
+    assert child in _children(a.pid)
+    try:
+        # When: only A's master is SIGKILLed (not its process group), and worker B starts.
+        os.kill(a.pid, signal.SIGKILL)
+        a.wait(10)
+        start_worker("-A", "tests.tasks", "-c", "1", "--grace", "0.5", **env)
+        # Then: A's child goes at once, before the job's lease (2 s) can lapse ...
+        wait_until(
+            lambda: not alive(child),
+            timeout_s=2.0,
+            message=f"worker A's child (pid {child}) to exit after its master was killed",
+        )
+        gone_at = time.time()
+        # ... and B recovers the job only after that, so the two runs never overlap.
+        later = wait_until(
+            lambda: len(starts(r)) >= 2 and starts(r), timeout_s=10, message="B to recover it"
+        )
+        assert [s["job"] for s in later] == [first["job"]] * 2
+        assert later[1]["pid"] != child and later[1]["start"] > gone_at
+        assert [x for x in runs(r) if x["pid"] == child] == []  # A's run never finished
+    finally:
+        if alive(child):
+            os.kill(child, signal.SIGKILL)
+
+
+@pytest.mark.slow
+def test_blocking_read_takes_at_most_prefetch_jobs_across_the_priority_streams(
+    task_app: App, start_worker: StartWorker, r: redis.Redis
+) -> None:
+    """XREADGROUP's COUNT is per stream, so one child with --prefetch 1 took a
+    high, a normal and a low job in one blocking read while the other child sat idle.
+
+    What it checks: with 2 children and --prefetch 1, once both children run a job each
+    holds that one job only (XINFO CONSUMERS pending, summed over the three streams) and the
+    third waits for whichever is free first, so the three 2 s jobs start on both children,
+    the third as soon as one of the first two is done.
+
+    How it gets there: both children block in XREADGROUP (TASKQ_BLOCK_MS=5000, so they stay
+    there). Cutting their connections makes each re-issue that XREADGROUP after a 25-75 ms
+    backoff; the three jobs are added in one MULTI before that, so the re-issued read finds
+    all three streams non-empty, which is the state that triggered the bug.
+    """
+    # Given: a 2-child worker, both children blocked in XREADGROUP.
+    w = start_worker("-A", "tests.tasks", "-c", "2", "--prefetch", "1", TASKQ_BLOCK_MS="5000")
+    wait_until(lambda: _blocked_readers(r) == 2, message="both children blocked in XREADGROUP")
+    # When: their connections drop, and a job lands on each priority before they read again.
+    r.client_kill_filter(_type="normal", skipme=True)
+    pipe = r.pipeline(transaction=True)
+    for p in PRIORITIES:
+        body = tasks.sleepy_traced.message((2.0,), {"tag": p}, priority=p).encode()
+        pipe.xadd(f"tasks:{p}", {"task": "tests.tasks.sleepy_traced", "body": body})
+    pipe.execute()
+    # Then: once two jobs run, their children hold nothing else (a child hands back what it
+    # read beyond its prefetch before it starts a job; with the fault, one child held all
+    # three and the second start came 2 s later, from that same child) ...
+    wait_until(lambda: len(starts(r)) >= 2, timeout_s=5, message="two jobs to start")
+    most, consumer = _most_held(r)
+    assert most == 1, f"{consumer} holds {most} jobs with --prefetch 1"
+    # ... and the three start within ~2 s on the two children: none waits behind another.
+    got = wait_until(lambda: len(starts(r)) == 3 and starts(r), timeout_s=8, message="3 starts")
+    assert len({s["pid"] for s in got}) == 2
+    assert max(s["start"] for s in got) - min(s["start"] for s in got) < 2.8, got
+    assert "Traceback" not in w.output()
+
+
+def test_dropped_connections_do_not_run_jobs_twice(
+    task_app: App, start_worker: StartWorker, r: redis.Redis
+) -> None:
+    w = start_worker("-A", "tests.tasks", "-c", "1", "--prefetch", "3")
+    wait_until(lambda: _idle(r), message="the worker to block in XREADGROUP")
+    r.client_kill_filter(_type="normal", skipme=True)  # cut every worker connection
+    tasks.echo.map(range(3))
+    wait_until(lambda: r.llen("runs") >= 3, message="3 runs")
+    # An empty stream holds no entry, pending or waiting: a copy that could run again
+    # (handed back, or still running) would be an entry of it.
+    wait_until(lambda: r.xlen("tasks:normal") == 0, message="acks")
+    assert sorted(x["value"] for x in runs(r)) == [0, 1, 2]
+    assert "Traceback" not in w.output()
+
+
+@pytest.mark.slow
+def test_warm_shutdown_keeps_leases_so_no_other_worker_steals_the_job(
+    task_app: App, start_worker: StartWorker, r: redis.Redis
+) -> None:
+    env = {"TASKQ_VISIBILITY_TIMEOUT_MS": "2000", "TASKQ_SWEEP_INTERVAL_MS": "200"}
+    a = start_worker("-A", "tests.tasks", "-c", "1", "--grace", "20", **env)
+    tasks.sleepy.delay(5.0, tag="long")
+    wait_until(lambda: r.llen("started") == 1, message="the job to start")
+    start_worker("-A", "tests.tasks", "-c", "1", **env)  # a sweeper that would steal it
+    a.signal(signal.SIGTERM)
+    assert a.wait(30) == 0
+    # Had the other worker stolen the job, A's (fenced) ack would have been refused and the
+    # entry would stay until the thief's run ended: once the stream is empty, every run that
+    # will happen has happened.
+    wait_until(lambda: r.xlen("tasks:normal") == 0, timeout_s=15, message="the job acked")
+    assert [x["tag"] for x in runs(r)] == ["long"]
+    assert r.xlen("tasks:deadletter") == 0
+
+
+def test_hand_back_keeps_the_stream_and_unknown_fields(
+    task_app: App, start_worker: StartWorker, r: redis.Redis
+) -> None:
+    # A foreign producer's job on the high stream, without "priority", with an extension field.
+    body = msgpack.packb(
+        {"v": 1, "id": "ext-1", "task": "tests.tasks.sleepy", "args": [30], "x_trace": "abc"}
+    )
+    r.xadd("tasks:high", {"task": "tests.tasks.sleepy", "body": body})
+    w = start_worker("-A", "tests.tasks", "-c", "1", "--grace", "0.3")
+    wait_until(lambda: r.llen("started") == 1, message="the job to start")
+    w.signal(signal.SIGTERM)
+    w.wait(20)
+    [(_, fields)] = r.xrange("tasks:high")
+    back = msgpack.unpackb(fields[b"body"], raw=False)
+    assert back["x_trace"] == "abc" and back["id"] == "ext-1" and back["retries"] == 0
+
+
+def test_a_redis_out_of_memory_makes_workers_wait_not_crash(
+    task_app: App, start_worker: StartWorker, r: redis.Redis
+) -> None:
+    # Given: a job that will fail, so its worker must write (park it) while Redis is full.
+    tasks.always_fails.delay("oom")
+    r.config_set("maxmemory-policy", "noeviction")
+    r.config_set("maxmemory", "1")
+    try:
+        w = start_worker("-A", "tests.tasks", "-c", "1")
+        wait_until(lambda: "Redis unavailable" in w.output(), message="the OOM to be noticed")
+    finally:
+        r.config_set("maxmemory", "0")
+    # Then: once Redis has room again the job's fate is recorded, and nothing crashed.
+    wait_until(
+        lambda: r.xlen("tasks:deadletter") + r.zcard("tasks:retry:normal") == 1,
+        message="the job to be parked or dead-lettered",
+    )
+    assert "crashed" not in w.output() and "died" not in w.output()
+
+
+def test_a_worker_with_another_visibility_timeout_is_refused_at_start(
+    task_app: App, start_worker: StartWorker, r: redis.Redis
+) -> None:
+    """Workers that disagree about the lease length could sweep (and then ack, unfenced)
+    each other's running jobs. The first worker claims its timeout for the queue."""
+    start_worker("-A", "tests.tasks", "-c", "1")
+    wait_until(lambda: r.get("tasks:visibility") == b"3000", message="the claimed timeout")
+    other = start_worker("-A", "tests.tasks", "-c", "1", TASKQ_VISIBILITY_TIMEOUT_MS="9000")
+    assert other.wait(20) == 1
+    assert "visibility_timeout_ms=3000" in other.output()
+    assert "Traceback" not in other.output()
+
+
+def test_worker_ids_differ_for_the_same_host_and_pid() -> None:
+    """Ids of the form ``host:pid`` collided across containers with their own PID namespace and
+    the same host name, so one master handed back another's live jobs."""
+    ids = {keys.worker_id("web", 1) for _ in range(50)}
+    assert len(ids) == 50
+    assert all(keys.worker_of(keys.consumer_name(i, 0, 7)) == i for i in ids)
+
+
+@pytest.mark.slow
+def test_short_jobs_never_wait_in_the_child_of_a_long_one(
+    task_app: App, start_worker: StartWorker, r: redis.Redis
+) -> None:
+    # Given: a worker with two children, both with grown batches.
+    start_worker("-A", "tests.tasks", "-c", "2")
+    warm_up(r)
+    # When: behind a backlog of short jobs (so that the children take full batches), a 2 s
+    # job and then 100 short ones: some child's batch holds the long job with short ones
+    # behind it.
+    batch = [tasks.stamp.message(("pre",), {}) for _ in range(500)]
+    batch.append(tasks.sleepy.message((2.0,), {"tag": "long"}))
+    batch += [tasks.stamp.message((f"s{i}",), {}) for i in range(100)]
+    task_app.enqueue_many(batch)
+    wait_until(lambda: len(runs(r)) >= 601, timeout_s=20, message="every job")
+    done = runs(r)
+    [long] = [x for x in done if x.get("tag") == "long"]
+    short = [x for x in done if str(x.get("tag", "")).startswith("s")]
+    # Then: every short job ran while the long one still ran ...
+    assert len(short) == 100
+    assert max(x["t"] for x in short) < long["end"], "a short job waited for the long one"
+    # ... and none of them in the long job's child after the long job started.
+    assert not [x for x in short if x["pid"] == long["pid"] and x["start"] >= long["start"]]
+
+
+@pytest.mark.slow
+def test_priority_holds_across_children_and_within_batches(
+    task_app: App, start_worker: StartWorker, r: redis.Redis
+) -> None:
+    # Given: jobs of every priority waiting before the worker starts.
+    task_app.enqueue_many(
+        [
+            tasks.stamp.message((p,), {}, priority=p)
+            for p in ("low", "normal", "high")
+            for _ in range(60)
+        ]
+    )
+    # When: a worker with two children drains them.
+    start_worker("-A", "tests.tasks", "-c", "2")
+    wait_until(lambda: len(runs(r)) >= 180, timeout_s=20, message="every job")
+    # Then: each child ran high before normal before low (each fetch takes high first) ...
+    rank = {"high": 0, "normal": 1, "low": 2}
+    for pid in {x["pid"] for x in runs(r)}:
+        order = [rank[x["priority"]] for x in runs(r) if x["pid"] == pid]
+        assert order == sorted(order), f"child {pid} ran {order}"
+    # ... and no low job started before every high job had started somewhere.
+    done = runs(r)
+    assert (
+        min(x["start"] for x in done if x["priority"] == "low")
+        >= max(x["start"] for x in done if x["priority"] == "high") - 0.02
+    )  # a child may start its last high job just after the other took its batch
+
+
+@pytest.mark.slow
+def test_due_jobs_arrive_within_the_bound_under_a_steady_stream(
+    task_app: App, start_worker: StartWorker, r: redis.Redis
+) -> None:
+    start_worker("-A", "tests.tasks", "-c", "2")
+    warm_up(r, 50)
+    stop = threading.Event()
+
+    def steady() -> None:  # ~200 new jobs a second, well within the two children's pace
+        while not stop.is_set():
+            tasks.stamp.delay("steady")
+            time.sleep(0.005)
+
+    feeder = threading.Thread(target=steady, daemon=True)
+    feeder.start()
+    try:
+        due_at = time.time() + 1.0
+        tasks.stamp.apply_async(("delayed",), countdown=1.0)
+        tasks.flaky_once.delay(0.5)  # fails at once, Retry(countdown=0.5), then succeeds
+        failed_at = time.time()
+        wait_until(
+            lambda: {"delayed", "retried"} <= {x.get("tag") for x in runs(r)},
+            timeout_s=10,
+            message="the delayed job and the retry",
+        )
+    finally:
+        stop.set()
+        feeder.join(5)
+    done = {x.get("tag"): x for x in runs(r) if x.get("tag") in ("delayed", "retried")}
+    assert due_at <= done["delayed"]["start"] <= due_at + BOUND_S + SLACK_S
+    assert failed_at + 0.5 <= done["retried"]["start"] + 0.05
+    assert done["retried"]["start"] <= failed_at + 0.5 + BOUND_S + SLACK_S
 
 
 def test_job_built_by_hand_from_the_protocol_doc_is_executed(

@@ -11,6 +11,23 @@ from taskq.errors import DecodeError, EnqueueError, PayloadTooLarge
 from taskq.message import PROTOCOL_VERSION, Message
 
 
+@pytest.mark.parametrize("retries", [-1, -7, -(2**63)])
+def test_body_with_negative_retries_is_malformed(retries: int) -> None:
+    """A negative ``retries`` was accepted and bought the job extra attempts."""
+    # Given: a body that is well formed except for a negative attempt count.
+    body = msgpack.packb({"v": 1, "id": "j", "task": "t", "args": [], "retries": retries})
+    # When / Then: decoding refuses it, naming the field.
+    with pytest.raises(DecodeError, match="retries"):
+        Message.decode(body)
+
+
+def test_zero_and_positive_retries_still_decode() -> None:
+    body = msgpack.packb({"v": 1, "id": "j", "task": "t", "retries": 0})
+    assert Message.decode(body).retries == 0
+    body = msgpack.packb({"v": 1, "id": "j", "task": "t", "retries": 5})
+    assert Message.decode(body).retries == 5
+
+
 def test_body_is_a_plain_msgpack_map_with_the_documented_fields() -> None:
     msg = Message("app.add", (1, [2, 3]), {"x": "y"}, queue="q", priority="high", retries=1)
     data = msgpack.unpackb(msg.encode(), raw=False)

@@ -27,7 +27,7 @@ def sleeper() -> int:
 def test_the_hard_limit_does_not_kill_a_child_that_moved_on_to_its_next_job(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Suspected in review: the master read the slot, then killed in a separate step while
+    """The master once read the slot, then killed in a separate step while
     the child may have started another job. The kill now happens under the slot's lock,
     only if the slot still shows the job that ran over."""
     pool = Pool(app, PoolOptions(concurrency=1))
@@ -72,7 +72,7 @@ def test_respawn_backoff_doubles_and_is_capped_for_any_number_of_failures() -> N
 
 
 def test_exit_causes_name_any_signal() -> None:
-    """Review finding 3: signal 40 (real-time) has no ``signal.Signals`` member."""
+    """Signal 40 (real-time) has no ``signal.Signals`` member."""
     assert signal_name(signal.SIGKILL) == "SIGKILL"
     assert signal_name(40) == "signal 40"
     killed_by_40 = 40  # a wait status: terminated by signal 40, no core

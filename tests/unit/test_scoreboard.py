@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 import signal
 import time
+from pathlib import Path
 
 from taskq.worker.scoreboard import Scoreboard
+from tests.conftest import wait_until
 
 
 def test_a_job_started_before_the_master_records_the_pid_stays_visible() -> None:
-    """Suspected in review: the master zeroed the slot after the fork, so a child that had
+    """The master once zeroed the slot after the fork, so a child that had
     already started its first job lost it (not counted if it died, no time limit)."""
     board = Scoreboard(1)
     board.prepare(0)  # before the fork
@@ -48,6 +50,12 @@ def test_the_sequence_tells_one_job_from_the_next() -> None:
     assert board.read(0).running == ()
 
 
+def _asleep(pid: int) -> bool:
+    """True while ``pid`` sleeps in the kernel (state ``S``). The child below can wait for
+    nothing but the slot's lock: without the lock it would run on and exit (state ``Z``)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "S"
+
+
 def test_a_child_cannot_start_a_job_while_the_master_holds_its_lock() -> None:
     """The master acts (kills for the hard limit) under the lock, so the child cannot slip
     into its next job between the master's check and the kill."""
@@ -62,8 +70,8 @@ def test_a_child_cannot_start_a_job_while_the_master_holds_its_lock() -> None:
         os.write(w, b"x")
         os._exit(0)
     try:
-        time.sleep(0.2)
-        assert not board.read(0).busy  # blocked on the lock
+        wait_until(lambda: _asleep(pid), message="the child to block on the lock")
+        assert not board.read(0).busy
     finally:
         lock.release()
     assert os.read(r, 1) == b"x"

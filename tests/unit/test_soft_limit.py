@@ -55,7 +55,7 @@ def test_a_task_past_its_soft_limit_gets_the_exception() -> None:
 
 
 def test_a_timer_that_fires_after_the_task_returned_is_ignored() -> None:
-    """Suspected in review: a late SIGUSR1 after ``task.run`` returned escaped the try and
+    """Once, a late SIGUSR1 after ``task.run`` returned escaped the try and
     turned a success into a crash. Now the handler looks for the task's frame."""
     c = consumer()
     p = prepared(0.0)
