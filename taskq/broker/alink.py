@@ -23,7 +23,7 @@ from taskq.broker.link import (
     missing_scripts,
     raise_as_broker_error,
 )
-from taskq.broker.links import connect
+from taskq.broker.links import MASTER_CHECK_S, WatchClock, connect
 from taskq.broker.resp import Command, pack
 from taskq.broker.topology import kind_of, parse_seeds
 from taskq.config import redact
@@ -39,7 +39,8 @@ def connect_async(url: str) -> AsyncLink:
     if kind == "cluster":
         return AsyncClusterLink(url)
     if kind == "sentinel":
-        return AsyncLink(_sentinel_client(url), url)
+        client = _sentinel_client(url)
+        return AsyncLink(client, url, watch=AsyncMasterWatch(client))
     return AsyncLink(client_from_url(redis.asyncio.Redis.from_url, url), url)
 
 
@@ -56,12 +57,56 @@ def _sentinel_client(url: str) -> redis.asyncio.Redis:
     return cast(redis.asyncio.Redis, sentinels.master_for(seeds.master_name, **options))
 
 
-class AsyncLink:
-    """A pool of asyncio connections to one Redis server, for one event loop."""
+class AsyncMasterWatch(WatchClock):
+    """:class:`~taskq.broker.links.MasterWatch` for an event loop: it asks the sentinels
+    through the link's own asyncio Sentinel client (at most every ``interval_s``, only when
+    the link sends), so the loop never waits on a socket and a plain link pays nothing."""
 
-    def __init__(self, client: redis.asyncio.Redis, url: str) -> None:
+    def __init__(self, client: redis.asyncio.Redis, interval_s: float = MASTER_CHECK_S) -> None:
+        super().__init__(client.connection_pool, interval_s)
+        self._lock = asyncio.Lock()
+        """One question at a time: the coroutines that find it due meanwhile wait for its
+        answer rather than each asking the sentinels."""
+
+    async def fence(self, conn: Any) -> bool:
+        """Close ``conn`` if it is open to a server other than the master; True if closed."""
+        if self._due():
+            async with self._lock:
+                if self._due():
+                    self._told(await self._ask())
+        if not self._astray(conn, conn.is_connected):
+            return False
+        await conn.disconnect()
+        return True
+
+    async def _ask(self) -> tuple[str, int] | None:
+        try:
+            host, port = await self._pool.get_master_address()
+        except redis.RedisError:  # no sentinel answers
+            return None
+        return str(host), int(port)
+
+    async def close(self) -> None:
+        """Close the connections to the sentinels (the link's pool closes its own)."""
+        for sentinel in self._pool.sentinel_manager.sentinels:
+            await sentinel.aclose()
+
+
+class AsyncLink:
+    """A pool of asyncio connections to one Redis server, for one event loop.
+
+    Args:
+        client: the redis-py asyncio client whose pool is used.
+        url: where it points, for error messages (its password is never shown).
+        watch: checks every connection before each exchange (a Sentinel-watched master).
+    """
+
+    def __init__(
+        self, client: redis.asyncio.Redis, url: str, *, watch: AsyncMasterWatch | None = None
+    ) -> None:
         self._client = client
         self.url = redact(url)
+        self._watch = watch
         self._spare: Any = None
         """The last exchange's connection, kept out of the pool for the next one, as
         :class:`~taskq.broker.link.Link` keeps one: ``await adelay()`` one at a time then
@@ -85,21 +130,32 @@ class AsyncLink:
         """Close every connection of the pool."""
         self._spare = None  # (the pool closes it with the others)
         await self._client.aclose()
+        if self._watch is not None:
+            await self._watch.close()
 
-    async def _send(self, commands: Sequence[Command]) -> list[Any]:
+    async def _take(self) -> Any:
+        """The spare connection, checked as the pool checks its own, or one of the pool's;
+        either checked by the fence."""
         pool = self._client.connection_pool
         conn, self._spare = self._spare, None
         try:
             if conn is None:
                 conn = await pool.get_connection()  # type: ignore[no-untyped-call]
-            else:  # checked as the pool checks its own (closed by the server meanwhile?)
+            else:  # closed by the server meanwhile?
                 await pool.ensure_connection(conn)
+            if self._watch is not None and await self._watch.fence(conn):
+                await pool.ensure_connection(conn)  # (opens it on the master named now)
         except BaseException as exc:
             if conn is not None:
                 await pool.release(conn)
             if isinstance(exc, redis.RedisError):
                 raise_as_broker_error(exc, self.url)
             raise
+        return conn
+
+    async def _send(self, commands: Sequence[Command]) -> list[Any]:
+        pool = self._client.connection_pool
+        conn = await self._take()
         try:
             await conn.send_packed_command(pack(conn, commands))
             replies: list[Any] = []

@@ -83,7 +83,33 @@ when it sends): after a failover, the jobs a worker reads and acks on the old ma
 this time, and in the second or so the sentinels take to name the new one, are run again."""
 
 
-class MasterWatch:
+class WatchClock:
+    """When a master watch asks the sentinels again, and what they last named: the part the
+    blocking :class:`MasterWatch` and the asyncio one (:mod:`taskq.broker.alink`) share."""
+
+    def __init__(self, pool: Any, interval_s: float) -> None:
+        self._pool = pool  # (a SentinelConnectionPool, blocking or asyncio)
+        self._interval_s = interval_s
+        self._address: tuple[str, int] | None = None
+        self._asked_at = -interval_s
+
+    def _due(self) -> bool:
+        return time.monotonic() - self._asked_at >= self._interval_s
+
+    def _told(self, address: tuple[str, int] | None) -> None:
+        """Keep what the sentinels answered (None: none answered, keep the last address:
+        the connections' own errors tell of an outage)."""
+        if address is not None:
+            self._address = address
+        self._asked_at = time.monotonic()
+
+    def _astray(self, conn: Any, is_open: bool) -> bool:
+        """``conn`` is open to a server other than the master the sentinels last named."""
+        where = (getattr(conn, "host", None), getattr(conn, "port", None))
+        return self._address is not None and is_open and where != self._address
+
+
+class MasterWatch(WatchClock):
     """Keeps a Sentinel link's connections on the master the sentinels name.
 
     After a failover the old master goes on serving as a master, with no replica, until the
@@ -97,27 +123,22 @@ class MasterWatch:
     """
 
     def __init__(self, client: redis.Redis, interval_s: float = MASTER_CHECK_S) -> None:
-        self._pool: Any = client.connection_pool  # (a SentinelConnectionPool)
-        self._interval_s = interval_s
-        self._address: tuple[str, int] | None = None
-        self._asked_at = -interval_s
+        super().__init__(client.connection_pool, interval_s)
         self._lock = threading.Lock()
 
     def master(self) -> tuple[str, int] | None:
         """The master's address as the sentinels last named it (None: none named yet)."""
-        if time.monotonic() - self._asked_at < self._interval_s:
+        if not self._due():
             return self._address
         with self._lock:
-            if time.monotonic() - self._asked_at >= self._interval_s:
-                self._address = self._ask()
-                self._asked_at = time.monotonic()
+            if self._due():
+                self._told(self._ask())
         return self._address
 
     def fence(self, conn: Connection) -> bool:
         """Close ``conn`` if it is open to a server other than the master; True if closed."""
-        address = self.master()
-        where = (getattr(conn, "host", None), getattr(conn, "port", None))
-        if address is None or conn._sock is None or where == address:
+        self.master()
+        if not self._astray(conn, conn._sock is not None):
             return False
         conn.disconnect()
         return True
@@ -125,6 +146,6 @@ class MasterWatch:
     def _ask(self) -> tuple[str, int] | None:
         try:
             host, port = self._pool.get_master_address()
-        except redis.RedisError:  # no sentinel answers: the connections' own errors tell
-            return self._address
+        except redis.RedisError:  # no sentinel answers
+            return None
         return str(host), int(port)

@@ -3,15 +3,19 @@ the master's SIGKILL mid-drain (the sentinels promote the replica; reconnects fi
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from taskq import Settings
+from taskq import Job, Settings
 from taskq.broker import connect
+from taskq.broker.links import MASTER_CHECK_S
 from taskq.errors import BrokerUnavailable
+from taskq.keys import stream_key
 from taskq.ops.inspect import Inspector
 from tests import cluster_tasks, tasks
 from tests.conftest import FAST_SETTINGS, WorkerProcess, wait_until
@@ -163,3 +167,79 @@ def test_min_replicas_to_write_bounds_a_failover_to_the_jobs_in_flight(tmp_path:
     assert len(seen) == JOBS
     assert duplicates <= CHILDREN * PREFETCH
     assert "Traceback" not in log and "died" not in log
+
+
+async def _enqueue_through_forced_failover(
+    sentinels: Sentinels, after_switch: int
+) -> tuple[list[tuple[float, Job]], float, float]:
+    """An asyncio producer enqueues ``tests.tasks.echo`` one job at a time while the sentinels
+    switch masters, until ``after_switch`` jobs went in once every sentinel named the new
+    master. Returns each job that went in with the moment its call began, the moment the
+    switch was asked for and the moment every sentinel named the new master."""
+    sent: list[tuple[float, Job]] = []
+    switched_at = named_at = float("inf")
+    stop = asyncio.Event()
+
+    async def produce() -> None:
+        while not stop.is_set():
+            began = time.monotonic()
+            try:
+                sent.append((began, await tasks.echo.adelay(len(sent))))
+            except BrokerUnavailable:  # unknown whether it went in: not counted
+                await asyncio.sleep(0)  # (a refusal may not wait: let the test's polls run)
+        await tasks.app.aclose()
+
+    def went_in_after(moment: float) -> int:
+        return sum(1 for began, _ in sent if began >= moment)
+
+    async def poll(condition: Callable[[], bool], timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not condition():
+            assert time.monotonic() < deadline, "the producer stalled"
+            await asyncio.sleep(0.01)
+
+    producing = asyncio.create_task(produce())
+    try:
+        await poll(lambda: len(sent) >= 200, 30)
+        switched_at = time.monotonic()
+        await asyncio.to_thread(sentinels.force_failover)
+        await asyncio.to_thread(sentinels.wait_for_failover)
+        named_at = time.monotonic()
+        await poll(lambda: went_in_after(named_at + MASTER_CHECK_S) >= after_switch, 30)
+    finally:
+        stop.set()
+        await producing
+    return sent, switched_at, named_at
+
+
+def test_an_asyncio_producer_writes_to_the_master_the_sentinels_name(
+    sentinels: Sentinels,
+) -> None:
+    tasks.app.close()
+    tasks.app.settings = Settings(redis_url=sentinels.url, **FAST_SETTINGS)
+    # given an asyncio producer enqueueing in a loop, when the sentinels switch masters with
+    # both servers up (the old one serves as a master for ~10 s, then drops those writes)
+    sent, switched_at, named_at = asyncio.run(_enqueue_through_forced_failover(sentinels, 500))
+    sentinels.wait_for_old_master()
+    host, port = sentinels.master_address()
+    master = connect(f"redis://{host}:{port}/0")
+    first = sent[0][1]
+    entries = master.call("XRANGE", stream_key(first.queue, first.priority), "-", "+")
+    kept = {entry_id.decode() for entry_id, _ in entries}
+    master.call("FLUSHALL")
+    master.close()
+    # then every job enqueued once the sentinels named the new master (and the link asked
+    # them) is on the new master, as is every job enqueued before the switch; only those sent
+    # in the switch (the old master took them until the sentinels named the new one) are
+    # lost. Before the fix the asyncio link kept its connection to the old master: every job
+    # sent in the ~10 s until it became a replica was lost.
+    after = [job for began, job in sent if began >= named_at + MASTER_CHECK_S]
+    outside = [job for began, job in sent if began < switched_at] + after
+    lost = [job.id for job in outside if job.entry_id not in kept]
+    lost_in_switch = sum(1 for _, job in sent if job.entry_id not in kept) - len(lost)
+    print(
+        f"asyncio producer: {len(sent)} enqueued; of the {len(sent) - len(outside)} sent in "
+        f"the {named_at - switched_at:.1f} s switch, {lost_in_switch} lost"
+    )
+    assert len(after) >= 500
+    assert lost == []
