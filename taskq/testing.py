@@ -26,6 +26,7 @@ from taskq.broker import Broker
 from taskq.config import Settings
 from taskq.errors import TaskqError
 from taskq.middleware import Middleware
+from taskq.worker.aio import serve
 from taskq.worker.consumer import Consumer, ConsumerOptions
 from taskq.worker.executor import Executor
 from taskq.worker.outcome import DEAD, OK, RETRY, Outcome
@@ -183,7 +184,7 @@ def _burst(app: App, broker: Broker, recorder: _Recorder) -> None:
         options=ConsumerOptions(burst=True, max_tasks=left),
     )
     recorder.consumer = consumer
-    consumer.run()
+    serve(consumer)
 
 
 @contextlib.contextmanager

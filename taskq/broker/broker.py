@@ -19,20 +19,12 @@ from typing import Any
 
 from taskq.broker.delivery import Delivery, Fetched, delivery
 from taskq.broker.enqueue import publish_command
-from taskq.broker.fetching import (
-    fetch_pipelined,
-    fetch_script_args,
-    fetch_script_replies,
-    follow,
-    pipelined_replies,
-)
+from taskq.broker.fetcher import Fetcher
+from taskq.broker.fetching import SlotFetcher, ensure_groups
 from taskq.broker.link import Direct, Link, script_command
-from taskq.broker.partitioned import units_of
 from taskq.broker.pending import autoclaim, pending_of
 from taskq.broker.replies import as_int, entries, text
-from taskq.broker.slots import fetch_parts, slot_runs
 from taskq.deadletter import Deadletter
-from taskq.errors import BrokerRefused
 from taskq.keys import GROUP, PRIORITIES, RECOVER_CONSUMER, QueueKeys
 from taskq.message import Message
 from taskq.results import Completion, FailedRun
@@ -41,9 +33,14 @@ PROMOTE_LIMIT = 500
 """Due members one housekeeping call moves per set (the rest follow on the next call)."""
 
 
-def _housekeeping_keys(k: QueueKeys) -> list[str]:
-    """The keys ``promote.lua`` takes for one queue, in the order its header gives."""
-    return [*k.streams, k.schedule, *(k.retry(p) for p in PRIORITIES), k.due, k.deadletter]
+def _housekeeping_keys(slot: SlotFetcher) -> list[str]:
+    """The keys ``promote.lua`` takes for the queues of one slot, in the order its header
+    gives (per queue)."""
+    return [
+        key
+        for k in slot.keys.values()
+        for key in (*k.streams, k.schedule, *(k.retry(p) for p in PRIORITIES), k.due, k.deadletter)
+    ]
 
 
 class Broker:
@@ -58,43 +55,26 @@ class Broker:
         self, link: Link, queues: Sequence[str], *, groups: Sequence[Sequence[str]] = ()
     ) -> None:
         self.link = link
-        self.queues = tuple(queues)
-        runs = slot_runs(link, self.queues)
-        self._parts = [Broker(link, run) for run in runs] if len(runs) > 1 else []
-        """On a Redis Cluster, a broker per run of consecutive queues that share a hash slot:
-        each call goes to one slot, never across (empty: all queues share one slot)."""
-        self._units = units_of(lambda qs: Broker(link, qs), self.queues, groups)
-        """With partitioned queues (``groups``: the partitions of each), what a fetch reads
-        in turn: each run of other queues, and each queue's partitions as one group."""
-        self.keys = {q: QueueKeys(q) for q in self.queues}
-        self.streams = [s for k in self.keys.values() for s in k.streams]
+        self.fetcher = Fetcher(link, queues, groups=groups)
+        """The read side: every fetch and blocking read goes through it."""
+        whole = self.fetcher.whole
+        self.queues = whole.queues
+        self.keys = whole.keys
+        self.streams = whole.streams
         """The job streams, in the order a worker reads them."""
-        self.stream_position = {s: i for i, s in enumerate(self.streams)}
+        self.stream_position = whole.stream_position
         """Stream → its index in ``streams``: how the scoreboard names a stream."""
-        self._where = [(k.stream(p), q, p) for q, k in self.keys.items() for p in PRIORITIES]
-        self._housekeeping_keys = [key for k in self.keys.values() for key in _housekeeping_keys(k)]
-        self._fetch_keys = [*self.streams, *(k.due for k in self.keys.values())]
-        self._direct: Direct | None = None
-        self._reach = 0
-        """The lowest-priority stream a one-job fetch reads: the one its last job came from
-        (more are read only once those are empty, so a read rarely finds jobs on two)."""
-        self.was_reached = False
-        """As a part of a multi-slot broker: the part the last job came from."""
-        self._tracking = False
-        """The last jobs taken keep status records: fetch with the script, which marks them
-        running as it takes them, instead of the pipelined read and a second call."""
+        self._housekeeping = [(slot, _housekeeping_keys(slot)) for slot in self.fetcher.slots]
+        """Per hash slot: its fetcher (whose connection runs ``promote.lua``) and the keys."""
 
     @property
     def direct(self) -> Direct:
         """This broker's own connection, for the single-threaded consumer loop."""
-        if self._direct is None:
-            self._direct = self.link.direct()
-        return self._direct
+        return self.fetcher.whole.direct
 
     def disconnect(self) -> None:
         """Drop this broker's connections (e.g. after a read was cut off mid-reply)."""
-        if self._direct is not None:
-            self._direct.disconnect()
+        self.fetcher.whole.disconnect()
         self.link.disconnect()
 
     # -- producer side -------------------------------------------------------------------
@@ -108,10 +88,7 @@ class Broker:
 
     def ensure_groups(self) -> None:
         """Create the consumer group on every stream (idempotent: BUSYGROUP is ignored)."""
-        commands = [("XGROUP", "CREATE", s, GROUP, "0", "MKSTREAM") for s in self.streams]
-        for reply in self.link.pipeline(commands, errors=False):
-            if isinstance(reply, Exception) and "BUSYGROUP" not in str(reply):
-                raise reply
+        ensure_groups(self.link, self.streams)
 
     def fetch(
         self,
@@ -143,36 +120,7 @@ class Broker:
             read; keep the first ``count``, in priority order, and hand the others back), and
             when the earliest delayed job or retry of these queues is due.
         """
-        if self._units or self._parts:
-            parts = self._units or self._parts
-            return fetch_parts(parts, consumer, count, acks, completions, fence_acks, trim, dirty)
-        if not (fence_acks and acks) and not completions and not self._tracking:
-            finished = sorted({*dirty, *(d.stream for d in acks)})
-            fetched = fetch_pipelined(self, consumer, count, acks, finished if trim else ())
-            self.note_records(fetched.deliveries)
-            if finished and not trim and not fetched.deliveries:
-                # Nothing new: a burst ended, so trim the streams its jobs finished in.
-                self.direct.script("trim", finished, [GROUP])
-            return fetched
-        keys, argv = fetch_script_args(
-            self, consumer, count, acks, completions, fence_acks, trim, dirty
-        )
-        return fetch_script_replies(self, self.direct.script("fetch", keys, argv))
-
-    @property
-    def tracking(self) -> bool:
-        """Whether the last jobs taken keep status records (then fetch with the script)."""
-        return self._tracking
-
-    def reach_all(self) -> None:
-        """Let the next one-job fetch read every stream at once (its queues were empty)."""
-        self._reach = len(self.streams) - 1
-
-    def note_records(self, got: Sequence[Delivery]) -> None:
-        """A read outside the fetch script took these: if one keeps a record, the next fetch
-        goes through the script, which writes the completions of such jobs."""
-        if any(d.record_id for d in got):
-            self._tracking = True
+        return self.fetcher.fetch(consumer, count, acks, completions, fence_acks, trim, dirty)
 
     def mark_running(self, jobs: Sequence[tuple[str, str, str, int]]) -> int:
         """Mark these records running (``start.lua``): (queue, job id, consumer, ms since
@@ -186,46 +134,13 @@ class Broker:
         calls = [script_command("start", keys, args) for keys, args in by_queue.values()]
         return sum(as_int(n) for n in self.link.pipeline(calls)) if calls else 0
 
-    def pipelined_replies(self, replies: list[Any], n_acks: int, first_read: int) -> Fetched:
-        """What :func:`pipelined_commands` got back (the reach follows the job found)."""
-        fetched = pipelined_replies(self, replies, n_acks, first_read)
-        if fetched is None:  # the stream or its group was deleted (FLUSHALL, DEL)
-            self.ensure_groups()
-            return Fetched([], -1)
-        return follow(self, fetched, 1)
-
     def read_blocking(self, consumer: str, count: int, block_ms: int) -> list[Delivery]:
         """Wait up to ``block_ms`` for new entries on any stream (used only when all are empty).
 
         Entries that arrive on several streams during the same wait come back together (up to
         ``count`` from each: XREADGROUP's COUNT is per stream), in priority order.
         """
-        if self._parts:  # one slot at a time, each for its share of the wait
-            share_ms = max(1, block_ms // len(self._parts))
-            for part in self._parts:
-                got = part.read_blocking(consumer, count, share_ms)
-                if got:
-                    return got
-            return []
-        streams = self.streams
-        args: list[Any] = ["GROUP", GROUP, consumer, "COUNT", count, "BLOCK", max(1, block_ms)]
-        args += ["STREAMS", *streams, *([">"] * len(streams))]
-        try:
-            reply = self.direct.call("XREADGROUP", *args)
-        except BrokerRefused as exc:
-            # NOGROUP: the group is gone; UNBLOCKED: the stream was deleted (DEL, FLUSHALL)
-            # while this read waited on it.
-            if "NOGROUP" not in str(exc) and "UNBLOCKED" not in str(exc):
-                raise
-            self.ensure_groups()
-            return []
-        out = []
-        for stream_raw, rows in reply or ():
-            where = self._where[self.stream_position[text(stream_raw)]]
-            out += [delivery(where, eid, fields) for eid, fields in entries(rows)]
-        out.sort(key=lambda d: self.stream_position[d.stream])
-        self.note_records(out)
-        return out
+        return self.fetcher.read_blocking(consumer, count, block_ms)
 
     def promote(self, *, force: bool = False) -> int:
         """Housekeeping: move due delayed jobs and retries of these queues into their streams.
@@ -234,11 +149,12 @@ class Broker:
         sets themselves (for members added without the due key, by a foreign producer).
         Returns ms until the next one is due by the Redis clock (-1: none).
         """
-        if self._parts:
-            dues = [d for d in (part.promote(force=force) for part in self._parts) if d >= 0]
-            return min(dues) if dues else -1
         args = [PROMOTE_LIMIT, int(force)]
-        return as_int(self.direct.script("promote", self._housekeeping_keys, args), -1)
+        dues = [
+            as_int(slot.direct.script("promote", keys, args), -1)
+            for slot, keys in self._housekeeping
+        ]
+        return min((d for d in dues if d >= 0), default=-1)
 
     # -- moves of one pending entry (fenced on its owner) -----------------------------------
 
@@ -340,9 +256,9 @@ class Broker:
         if not places:
             return []
         commands = [("XRANGE", self.streams[i], eid, eid) for i, eid in places]
-        out = []
+        where, out = self.fetcher.whole.where, []
         for (i, _), rows in zip(places, self.link.pipeline(commands), strict=True):
-            out += [delivery(self._where[i], eid, fields) for eid, fields in entries(rows)]
+            out += [delivery(where[i], eid, fields) for eid, fields in entries(rows)]
         return out
 
     # -- maintenance (run by worker masters) ---------------------------------------------
@@ -351,9 +267,8 @@ class Broker:
         """Reset the idle time of every entry pending under ``consumers`` (their leases)."""
         if not consumers:
             return 0
-        if self._parts:
-            return sum(part.renew(consumers) for part in self._parts)
-        return as_int(self.link.script("renew", self.streams, [GROUP, *consumers]))
+        args = [GROUP, *consumers]
+        return sum(as_int(self.link.script("renew", s.streams, args)) for s in self.fetcher.slots)
 
     def try_lead_sweep(self, queue: str, worker_id: str, lease_ms: int) -> bool:
         """Take this interval's fleet-wide sweep lease; it expires by itself (no stale lock)."""
@@ -382,7 +297,8 @@ class Broker:
         return self._forget(idle_ms=0, only=consumer, keep=())
 
     def _forget(self, *, idle_ms: int, only: str, keep: Sequence[str]) -> int:
-        if self._parts:
-            return sum(p._forget(idle_ms=idle_ms, only=only, keep=keep) for p in self._parts)
         args = [GROUP, idle_ms, only, RECOVER_CONSUMER, *keep]
-        return as_int(self.link.script("forget_consumers", self.streams, args))
+        return sum(
+            as_int(self.link.script("forget_consumers", slot.streams, args))
+            for slot in self.fetcher.slots
+        )

@@ -1,128 +1,292 @@
-"""The consumer's reads: the pipelined read without a script (the hot path) and the
+"""One slot's read side: the pipelined read without a script (the hot path) and the
 ``fetch.lua`` call, their commands and replies kept apart so that a worker on queues in
 several cluster slots can send every slot's read in one round (see
-:mod:`taskq.broker.slots`)."""
+:mod:`taskq.broker.slots`). The reach and the record tracking that steer a fetch live here,
+with the reads that move them."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from taskq.broker.completions import completions_arg
 from taskq.broker.delivery import Delivery, Fetched, delivery
-from taskq.broker.link import script_command
+from taskq.broker.link import Direct, Link, script_command
 from taskq.broker.replies import as_int, entries, flat_pairs, redis_ms, text
 from taskq.broker.resp import Command
-from taskq.errors import BrokerError
-from taskq.keys import GROUP
+from taskq.errors import BrokerError, BrokerRefused
+from taskq.keys import GROUP, PRIORITIES, QueueKeys
 from taskq.results import Completion, read_ms
 
-if TYPE_CHECKING:
-    from taskq.broker.broker import Broker
+
+def ensure_groups(link: Link, streams: Sequence[str]) -> None:
+    """Create the consumer group on ``streams`` (idempotent: BUSYGROUP is ignored)."""
+    commands = [("XGROUP", "CREATE", s, GROUP, "0", "MKSTREAM") for s in streams]
+    for reply in link.pipeline(commands, errors=False):
+        if isinstance(reply, Exception) and "BUSYGROUP" not in str(reply):
+            raise reply
 
 
-def pipelined_commands(
-    b: Broker,
-    consumer: str,
-    acks: Sequence[Delivery],
-    *,
-    read: bool = True,
-    count: int = 1,
-    first: int = 0,
-) -> tuple[list[Command], int, int]:
-    """XACK of ``acks``, TIME, the due keys, and (``read``) one XREADGROUP of up to ``count``
-    entries per stream from stream ``first`` down to the broker's reach. Returns them, how
-    many XACKs lead, and where the reads start."""
-    by_stream: dict[str, list[str]] = {}
-    for d in acks:
-        by_stream.setdefault(d.stream, []).append(d.entry_id)
-    commands: list[Command] = [("XACK", s, GROUP, *ids) for s, ids in by_stream.items()]
-    commands += [("TIME",), *(("GET", k.due) for k in b.keys.values())]
-    first_read = len(commands)
-    if read:
-        commands += [
-            ("XREADGROUP", "GROUP", GROUP, consumer, "COUNT", count, "STREAMS", s, ">")
-            for s in b.streams[first : b._reach + 1]
-        ]
-    return commands, len(by_stream), first_read
+class SlotFetcher:
+    """The read side of queues whose keys share one hash slot (on one server: all of them).
 
+    It owns what steers its reads: the *reach* (the lowest-priority stream a one-job fetch
+    reads) and whether the last jobs taken keep status records. Only its own methods move
+    them.
 
-def fetch_pipelined(
-    b: Broker,
-    consumer: str,
-    count: int,
-    acks: Sequence[Delivery],
-    trim: Sequence[str],
-    first: int = 0,
-) -> Fetched:
-    """Up to ``count`` jobs without the fetch script: XACK the finished ones and read up to
-    ``count`` entries from each stream down to the reach (from stream ``first``), in one
-    write with the due keys and the clock (and ``trim.lua`` on the ``trim`` streams, after
-    the acks). Redis spends what the commands cost, without a script's copies of every entry
-    it returns (at 64 jobs a fetch, the script cost Redis several times its commands).
-
-    The streams read are the ones that may hold the best jobs: the reach is the stream of the
-    last job a full batch kept, every stream after a short one. A short batch from the
-    streams read is filled from the streams below them in a second round trip. When several
-    streams have jobs, more than ``count`` can come back: the caller keeps the first
-    ``count`` (in priority order) and hands the others back.
+    Args:
+        link: the connection pool (shared, thread-safe).
+        queues: its queues, in the order a worker reads them.
     """
-    commands, n_acks, first_read = pipelined_commands(
-        b, consumer, acks, read=count > 0, count=count, first=first
-    )
-    read_to = first + len(commands) - first_read  # the streams read end before this one
-    if trim:
-        commands.append(script_command("trim", trim, [GROUP]))
-    replies = b.direct.pipeline(commands)
-    if trim:
-        # Housekeeping only: a trim that failed (its stream deleted under it, which the reads
-        # answer) is done by a later fetch.
-        replies.pop()
-    found = pipelined_replies(b, replies, n_acks, first_read)
-    if found is None:  # a stream or its group was deleted (FLUSHALL, DEL): read again
-        b.ensure_groups()
-        return fetch_pipelined(b, consumer, count, (), (), first)
-    fetched = follow(b, found, count)
-    short = count - len(fetched.deliveries)
-    if short <= 0 or read_to in (first, len(b.streams)):
+
+    def __init__(self, link: Link, queues: Sequence[str]) -> None:
+        self.link = link
+        self.queues = tuple(queues)
+        self.keys = {q: QueueKeys(q) for q in self.queues}
+        self.streams = [s for k in self.keys.values() for s in k.streams]
+        """The job streams, in the order a worker reads them."""
+        self.stream_position = {s: i for i, s in enumerate(self.streams)}
+        """Stream → its index in ``streams``."""
+        self.where = [(k.stream(p), q, p) for q, k in self.keys.items() for p in PRIORITIES]
+        """Per stream index: (stream, queue, priority), what a delivery from it carries."""
+        self._fetch_keys = [*self.streams, *(k.due for k in self.keys.values())]
+        self._direct: Direct | None = None
+        self._reach = 0
+        """The lowest-priority stream a one-job fetch reads: the one its last job came from
+        (more are read only once those are empty, so a read rarely finds jobs on two)."""
+        self.was_reached = False
+        """As a part of a multi-slot fetch: the part the last job came from."""
+        self._tracking = False
+        """The last jobs taken keep status records: fetch with the script, which marks them
+        running as it takes them, instead of the pipelined read and a second call."""
+
+    @property
+    def direct(self) -> Direct:
+        """Its own connection, for the single-threaded consumer loop."""
+        if self._direct is None:
+            self._direct = self.link.direct()
+        return self._direct
+
+    def disconnect(self) -> None:
+        """Drop its own connection (e.g. after a read was cut off mid-reply)."""
+        if self._direct is not None:
+            self._direct.disconnect()
+
+    def ensure_groups(self) -> None:
+        """Create the consumer group on its streams (idempotent)."""
+        ensure_groups(self.link, self.streams)
+
+    @property
+    def tracking(self) -> bool:
+        """Whether the last jobs taken keep status records (then fetch with the script)."""
+        return self._tracking
+
+    def reach_all(self) -> None:
+        """Let the next one-job fetch read every stream at once (its queues were empty)."""
+        self._reach = len(self.streams) - 1
+
+    def note_records(self, got: Sequence[Delivery]) -> None:
+        """A read outside the fetch script took these: if one keeps a record, the next fetch
+        goes through the script, which writes the completions of such jobs."""
+        if any(d.record_id for d in got):
+            self._tracking = True
+
+    def fetch(
+        self,
+        consumer: str,
+        count: int,
+        acks: Sequence[Delivery] = (),
+        *,
+        completions: Mapping[Delivery, Completion] | None = None,
+        fence_acks: bool = True,
+        trim: bool = False,
+        dirty: Sequence[str] = (),
+    ) -> Fetched:
+        """:meth:`taskq.broker.Broker.fetch` on this slot's queues."""
+        if not (fence_acks and acks) and not completions and not self._tracking:
+            finished = sorted({*dirty, *(d.stream for d in acks)})
+            fetched = self.fetch_pipelined(consumer, count, acks, finished if trim else ())
+            self.note_records(fetched.deliveries)
+            if finished and not trim and not fetched.deliveries:
+                # Nothing new: a burst ended, so trim the streams its jobs finished in.
+                self.direct.script("trim", finished, [GROUP])
+            return fetched
+        keys, argv = self.script_args(consumer, count, acks, completions, fence_acks, trim, dirty)
+        return self.script_replies(self.direct.script("fetch", keys, argv))
+
+    # -- the pipelined read ----------------------------------------------------------------
+
+    def pipelined_commands(
+        self,
+        consumer: str,
+        acks: Sequence[Delivery],
+        *,
+        read: bool = True,
+        count: int = 1,
+        first: int = 0,
+    ) -> tuple[list[Command], int, int]:
+        """XACK of ``acks``, TIME, the due keys, and (``read``) one XREADGROUP of up to
+        ``count`` entries per stream from stream ``first`` down to the reach. Returns them,
+        how many XACKs lead, and where the reads start."""
+        by_stream: dict[str, list[str]] = {}
+        for d in acks:
+            by_stream.setdefault(d.stream, []).append(d.entry_id)
+        commands: list[Command] = [("XACK", s, GROUP, *ids) for s, ids in by_stream.items()]
+        commands += [("TIME",), *(("GET", k.due) for k in self.keys.values())]
+        first_read = len(commands)
+        if read:
+            commands += [
+                ("XREADGROUP", "GROUP", GROUP, consumer, "COUNT", count, "STREAMS", s, ">")
+                for s in self.streams[first : self._reach + 1]
+            ]
+        return commands, len(by_stream), first_read
+
+    def fetch_pipelined(
+        self,
+        consumer: str,
+        count: int,
+        acks: Sequence[Delivery],
+        trim: Sequence[str],
+        first: int = 0,
+    ) -> Fetched:
+        """Up to ``count`` jobs without the fetch script: XACK the finished ones and read up
+        to ``count`` entries from each stream down to the reach (from stream ``first``), in
+        one write with the due keys and the clock (and ``trim.lua`` on the ``trim`` streams,
+        after the acks). Redis spends what the commands cost, without a script's copies of
+        every entry it returns (at 64 jobs a fetch, the script cost Redis several times its
+        commands).
+
+        The streams read are the ones that may hold the best jobs: the reach is the stream of
+        the last job a full batch kept, every stream after a short one. A short batch from the
+        streams read is filled from the streams below them in a second round trip. When
+        several streams have jobs, more than ``count`` can come back: the caller keeps the
+        first ``count`` (in priority order) and hands the others back.
+        """
+        commands, n_acks, first_read = self.pipelined_commands(
+            consumer, acks, read=count > 0, count=count, first=first
+        )
+        read_to = first + len(commands) - first_read  # the streams read end before this one
+        if trim:
+            commands.append(script_command("trim", trim, [GROUP]))
+        replies = self.direct.pipeline(commands)
+        if trim:
+            # Housekeeping only: a trim that failed (its stream deleted under it, which the
+            # reads answer) is done by a later fetch.
+            replies.pop()
+        found = self._pipelined_found(replies, n_acks, first_read)
+        if found is None:  # a stream or its group was deleted (FLUSHALL, DEL): read again
+            self.ensure_groups()
+            return self.fetch_pipelined(consumer, count, (), (), first)
+        fetched = self._follow(found, count)
+        short = count - len(fetched.deliveries)
+        if short <= 0 or read_to in (first, len(self.streams)):
+            return fetched
+        self._reach = len(self.streams) - 1
+        more = self.fetch_pipelined(consumer, short, (), (), first=read_to)
+        if not fetched.deliveries and not more.deliveries:
+            self._reach = 0
+        dues = [d for d in (fetched.due_in_ms, more.due_in_ms) if d >= 0]
+        return Fetched(fetched.deliveries + more.deliveries, min(dues) if dues else -1)
+
+    def pipelined_replies(self, replies: list[Any], n_acks: int, first_read: int) -> Fetched:
+        """What :meth:`pipelined_commands` got back (the reach follows the job found)."""
+        fetched = self._pipelined_found(replies, n_acks, first_read)
+        if fetched is None:  # the stream or its group was deleted (FLUSHALL, DEL)
+            self.ensure_groups()
+            return Fetched([], -1)
+        return self._follow(fetched, 1)
+
+    def _follow(self, fetched: Fetched, count: int) -> Fetched:
+        """Move the reach after a read of ``count`` jobs: to the stream of the last of the
+        ``count`` kept, or to every stream when fewer came back."""
+        got = fetched.deliveries
+        if len(got) >= count > 0:
+            self._reach = self.stream_position[got[count - 1].stream]
+        elif got:
+            self._reach = len(self.streams) - 1
         return fetched
-    b._reach = len(b.streams) - 1
-    more = fetch_pipelined(b, consumer, short, (), (), first=read_to)
-    if not fetched.deliveries and not more.deliveries:
-        b._reach = 0
-    dues = [d for d in (fetched.due_in_ms, more.due_in_ms) if d >= 0]
-    return Fetched(fetched.deliveries + more.deliveries, min(dues) if dues else -1)
 
+    def _pipelined_found(self, replies: list[Any], n_acks: int, first_read: int) -> Fetched | None:
+        """The deliveries and due time in those replies; None if a stream or group is gone."""
+        for reply in replies:
+            if isinstance(reply, BrokerError):
+                if "NOGROUP" not in str(reply):
+                    raise reply
+                return None
+        now = redis_ms(replies[n_acks])
+        got = [
+            delivery(self.where[self.stream_position[text(stream)]], eid, fields)
+            for reply in replies[first_read:]
+            for stream, rows in reply or ()
+            for eid, fields in entries(rows)
+        ]
+        return Fetched(got, due_in_ms(now, replies[n_acks + 1 : first_read]))
 
-def follow(b: Broker, fetched: Fetched, count: int) -> Fetched:
-    """Move the broker's reach after a read of ``count`` jobs: to the stream of the last of
-    the ``count`` kept, or to every stream when fewer came back."""
-    got = fetched.deliveries
-    if len(got) >= count > 0:
-        b._reach = b.stream_position[got[count - 1].stream]
-    elif got:
-        b._reach = len(b.streams) - 1
-    return fetched
+    # -- the fetch script ------------------------------------------------------------------
 
+    def script_args(
+        self,
+        consumer: str,
+        count: int,
+        acks: Sequence[Delivery],
+        completions: Mapping[Delivery, Completion] | None,
+        fence_acks: bool,
+        trim: bool,
+        dirty: Sequence[str],
+    ) -> tuple[list[Any], list[Any]]:
+        """The keys and arguments of a ``fetch.lua`` call (see :meth:`fetch`)."""
+        ends = (
+            [(i, completions[d]) for i, d in enumerate(acks, 1) if d in completions]
+            if completions
+            else []
+        )
+        argv: list[Any] = [GROUP, consumer, count, int(fence_acks), int(trim), len(acks)]
+        argv += (len(self.streams), len(ends), len(self._fetch_keys))
+        for d in acks:
+            argv += (self.stream_position[d.stream] + 1, d.entry_id)
+        keys: list[Any] = self._fetch_keys
+        if ends:
+            argv.append(completions_arg(ends, time.monotonic()))
+            touched = [k for _i, c in ends for k in c.op_keys]
+            if touched:
+                keys = [*keys, *touched]
+        argv += sorted({self.stream_position[s] + 1 for s in (*dirty, *(d.stream for d in acks))})
+        return keys, argv
 
-def pipelined_replies(
-    b: Broker, replies: list[Any], n_acks: int, first_read: int
-) -> Fetched | None:
-    """The deliveries and due time in those replies; None if a stream or group is gone."""
-    for reply in replies:
-        if isinstance(reply, BrokerError):
-            if "NOGROUP" not in str(reply):
-                raise reply
-            return None
-    now = redis_ms(replies[n_acks])
-    got = [
-        delivery(b._where[b.stream_position[text(stream)]], eid, fields)
-        for reply in replies[first_read:]
-        for stream, rows in reply or ()
-        for eid, fields in entries(rows)
-    ]
-    return Fetched(got, due_in_ms(now, replies[n_acks + 1 : first_read]))
+    def script_replies(self, flat: Any) -> Fetched:
+        """The deliveries in ``fetch.lua``'s reply (the reach follows them)."""
+        got = [
+            delivery(self.where[int(flat[i]) - 1], text(flat[i + 1]), flat_pairs(flat[i + 2]))
+            for i in range(1, len(flat), 3)
+        ]
+        self._reach = self.stream_position[got[0].stream] if got else 0
+        self._tracking = any(d.record_id for d in got)
+        return Fetched(got, as_int(flat[0], -1))
+
+    # -- the blocking read -----------------------------------------------------------------
+
+    def read_blocking(self, consumer: str, count: int, block_ms: int) -> list[Delivery]:
+        """:meth:`taskq.broker.Broker.read_blocking` on this slot's streams."""
+        streams = self.streams
+        args: list[Any] = ["GROUP", GROUP, consumer, "COUNT", count, "BLOCK", max(1, block_ms)]
+        args += ["STREAMS", *streams, *([">"] * len(streams))]
+        try:
+            reply = self.direct.call("XREADGROUP", *args)
+        except BrokerRefused as exc:
+            # NOGROUP: the group is gone; UNBLOCKED: the stream was deleted (DEL, FLUSHALL)
+            # while this read waited on it.
+            if "NOGROUP" not in str(exc) and "UNBLOCKED" not in str(exc):
+                raise
+            self.ensure_groups()
+            return []
+        out = []
+        for stream_raw, rows in reply or ():
+            where = self.where[self.stream_position[text(stream_raw)]]
+            out += [delivery(where, eid, fields) for eid, fields in entries(rows)]
+        out.sort(key=lambda d: self.stream_position[d.stream])
+        self.note_records(out)
+        return out
 
 
 def due_in_ms(now_ms: int, due_keys: Sequence[Any]) -> int:
@@ -132,44 +296,3 @@ def due_in_ms(now_ms: int, due_keys: Sequence[Any]) -> int:
     promote, every few seconds, rewrites it from the sets."""
     dues = [ms for ms in map(read_ms, due_keys) if ms is not None]
     return max(0, min(dues) - now_ms) if dues else -1
-
-
-def fetch_script_args(
-    b: Broker,
-    consumer: str,
-    count: int,
-    acks: Sequence[Delivery],
-    completions: Mapping[Delivery, Completion] | None,
-    fence_acks: bool,
-    trim: bool,
-    dirty: Sequence[str],
-) -> tuple[list[Any], list[Any]]:
-    """The keys and arguments of the ``fetch.lua`` call of :meth:`Broker.fetch`."""
-    ends = (
-        [(i, completions[d]) for i, d in enumerate(acks, 1) if d in completions]
-        if completions
-        else []
-    )
-    argv: list[Any] = [GROUP, consumer, count, int(fence_acks), int(trim), len(acks)]
-    argv += (len(b.streams), len(ends), len(b._fetch_keys))
-    for d in acks:
-        argv += (b.stream_position[d.stream] + 1, d.entry_id)
-    keys: list[Any] = b._fetch_keys
-    if ends:
-        argv.append(completions_arg(ends, time.monotonic()))
-        touched = [k for _i, c in ends for k in c.op_keys]
-        if touched:
-            keys = [*keys, *touched]
-    argv += sorted({b.stream_position[s] + 1 for s in (*dirty, *(d.stream for d in acks))})
-    return keys, argv
-
-
-def fetch_script_replies(b: Broker, flat: Any) -> Fetched:
-    """The deliveries in ``fetch.lua``'s reply (the broker's reach follows them)."""
-    got = [
-        delivery(b._where[int(flat[i]) - 1], text(flat[i + 1]), flat_pairs(flat[i + 2]))
-        for i in range(1, len(flat), 3)
-    ]
-    b._reach = b.stream_position[got[0].stream] if got else 0
-    b._tracking = any(d.record_id for d in got)
-    return Fetched(got, as_int(flat[0], -1))

@@ -18,26 +18,25 @@ partition's own fetch script first (one call per partition that has them).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from taskq.broker.delivery import Delivery, Fetched, delivery
-from taskq.broker.fetching import due_in_ms
+from taskq.broker.fetching import SlotFetcher, due_in_ms
+from taskq.broker.link import Link
 from taskq.broker.replies import entries, info_records, redis_ms, text
 from taskq.broker.resp import Command
 from taskq.errors import BrokerError
 from taskq.keys import GROUP, PRIORITIES
 from taskq.results import Completion
 
-if TYPE_CHECKING:
-    from taskq.broker.broker import Broker
-
 
 def units_of(
-    make: Callable[[Sequence[str]], Broker], queues: Sequence[str], groups: Sequence[Sequence[str]]
-) -> list[Broker | PartitionGroup]:
+    link: Link, queues: Sequence[str], groups: Sequence[Sequence[str]]
+) -> list[SlotFetcher | PartitionGroup]:
     """What a fetch over ``queues`` reads in turn: each run of queues that are no partitions
-    (a broker), and the partitions of each queue (a group). Empty without partitions."""
+    (a fetcher of its own), and the partitions of each queue (a group). Empty without
+    partitions."""
     if not groups:
         return []
     member = {q: tuple(g) for g in groups for q in g}
@@ -50,15 +49,17 @@ def units_of(
         else:
             specs.append([q])
     return [
-        make(spec) if isinstance(spec, list) else PartitionGroup([make([p]) for p in spec])
+        SlotFetcher(link, spec)
+        if isinstance(spec, list)
+        else PartitionGroup([SlotFetcher(link, [p]) for p in spec])
         for spec in specs
     ]
 
 
 class PartitionGroup:
-    """The partitions of one queue, each served by a one-queue broker."""
+    """The partitions of one queue, each read by a one-queue fetcher."""
 
-    def __init__(self, parts: Sequence[Broker]) -> None:
+    def __init__(self, parts: Sequence[SlotFetcher]) -> None:
         self.parts = list(parts)
         self.keys = {q: k for p in self.parts for q, k in p.keys.items()}
         self.stream_position = {s: i for p in self.parts for s, i in p.stream_position.items()}

@@ -1,22 +1,18 @@
 """Queues in several hash slots of a Redis Cluster: cut into runs that share a slot, each
-served by a broker of its own, so that every call goes to one slot and never across."""
+read by a fetcher of its own, so that every call goes to one slot and never across."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
 
 from taskq.broker.delivery import Delivery, Fetched
-from taskq.broker.fetching import fetch_script_args, fetch_script_replies, pipelined_commands
+from taskq.broker.fetching import SlotFetcher
 from taskq.broker.link import Link, script_command
 from taskq.broker.partitioned import PartitionGroup
 from taskq.broker.resp import Command
 from taskq.errors import BrokerError
 from taskq.keys import PRIORITIES, QueueKeys
 from taskq.results import Completion
-
-if TYPE_CHECKING:
-    from taskq.broker.broker import Broker
 
 
 def slot_runs(link: Link, queues: Sequence[str]) -> list[tuple[str, ...]]:
@@ -35,7 +31,7 @@ def slot_runs(link: Link, queues: Sequence[str]) -> list[tuple[str, ...]]:
 
 
 def fetch_parts(
-    parts: Sequence[Broker | PartitionGroup],
+    parts: Sequence[SlotFetcher | PartitionGroup],
     consumer: str,
     count: int,
     acks: Sequence[Delivery],
@@ -44,8 +40,9 @@ def fetch_parts(
     trim: bool,
     dirty: Sequence[str],
 ) -> Fetched:
-    """:meth:`Broker.fetch` over queues in several slots: one call per slot, in the queues'
-    order, until ``count`` jobs came back (later slots are called only for their acks)."""
+    """:meth:`taskq.broker.Broker.fetch` over queues in several slots: one call per slot, in
+    the queues' order, until ``count`` jobs came back (later slots are called only for their
+    acks)."""
     fetched, start = one_round(parts, consumer, count, acks, completions, fence_acks, trim, dirty)
     if fetched is not None:
         return fetched
@@ -78,7 +75,7 @@ def fetch_parts(
 
 
 def one_round(
-    parts: Sequence[Broker | PartitionGroup],
+    parts: Sequence[SlotFetcher | PartitionGroup],
     consumer: str,
     count: int,
     acks: Sequence[Delivery],
@@ -89,20 +86,20 @@ def one_round(
 ) -> tuple[Fetched | None, int]:
     """Every slot's read in one round where it applies: what it found (None: nothing, or
     not tried), and the first slot the slot-by-slot path still has to look at."""
-    brokers = [p for p in parts if not isinstance(p, PartitionGroup)]
-    if len(brokers) < len(parts):
+    fetchers = [p for p in parts if not isinstance(p, PartitionGroup)]
+    if len(fetchers) < len(parts):
         return None, 0
     if count == 1 and not fence_acks and not trim and not completions:
-        return fetch_one_round(brokers, consumer, acks), 0
-    if count > 1 and brokers[0].link.cluster:
-        reach = next((i for i, p in enumerate(brokers) if p.was_reached), 0)
+        return fetch_one_round(fetchers, consumer, acks), 0
+    if count > 1 and fetchers[0].link.cluster:
+        reach = next((i for i, p in enumerate(fetchers) if p.was_reached), 0)
         args = (consumer, count, acks, completions, fence_acks, trim, dirty)
-        return fetch_script_round(brokers, *args), reach + 1
+        return fetch_script_round(fetchers, *args), reach + 1
     return None, 0
 
 
 def fetch_one_round(
-    parts: Sequence[Broker], consumer: str, acks: Sequence[Delivery]
+    parts: Sequence[SlotFetcher], consumer: str, acks: Sequence[Delivery]
 ) -> Fetched | None:
     """The one-job read of every slot down to the one the last job came from, all in one
     pipeline (the cluster link writes to every node before it reads any), plus the acks of
@@ -117,7 +114,7 @@ def fetch_one_round(
         mine = [d for d in acks if d.queue in part.keys]
         if i > reach and not mine:
             continue
-        cmds, n_acks, first_read = pipelined_commands(part, consumer, mine, read=i <= reach)
+        cmds, n_acks, first_read = part.pipelined_commands(consumer, mine, read=i <= reach)
         spans.append((part, len(commands), len(cmds), n_acks, first_read))
         commands += cmds
     replies = parts[0].direct.pipeline(commands)
@@ -138,7 +135,7 @@ def fetch_one_round(
     return Fetched(got, min(dues) if dues else -1)
 
 
-def reached(parts: Sequence[Broker | PartitionGroup], got: Sequence[Delivery]) -> None:
+def reached(parts: Sequence[SlotFetcher | PartitionGroup], got: Sequence[Delivery]) -> None:
     """Remember which part the first job came from: the next round reads down to it."""
     for part in parts:
         if not isinstance(part, PartitionGroup):
@@ -146,7 +143,7 @@ def reached(parts: Sequence[Broker | PartitionGroup], got: Sequence[Delivery]) -
 
 
 def fetch_script_round(
-    parts: Sequence[Broker],
+    parts: Sequence[SlotFetcher],
     consumer: str,
     count: int,
     acks: Sequence[Delivery],
@@ -162,7 +159,7 @@ def fetch_script_round(
     nothing came: the caller looks at the later slots one by one."""
     reach = next((i for i, p in enumerate(parts) if p.was_reached), 0)
     commands: list[Command] = []
-    used: list[Broker] = []
+    used: list[SlotFetcher] = []
     for i, part in enumerate(parts):
         mine = [d for d in acks if d.queue in part.keys]
         if i > reach and not mine:
@@ -170,7 +167,7 @@ def fetch_script_round(
         done = {d: c for d, c in (completions or {}).items() if d.queue in part.keys}
         stale = [s for s in dirty if s in part.stream_position]
         want = count if i <= reach else 0
-        keys, argv = fetch_script_args(part, consumer, want, mine, done, fence_acks, trim, stale)
+        keys, argv = part.script_args(consumer, want, mine, done, fence_acks, trim, stale)
         commands.append(script_command("fetch", keys, argv))
         used.append(part)
     got: list[Delivery] = []
@@ -178,7 +175,7 @@ def fetch_script_round(
     for part, reply in zip(used, parts[0].direct.pipeline(commands), strict=True):
         if isinstance(reply, BrokerError):
             raise reply
-        fetched = fetch_script_replies(part, reply)
+        fetched = part.script_replies(reply)
         got += fetched.deliveries
         if fetched.due_in_ms >= 0:
             dues.append(fetched.due_in_ms)

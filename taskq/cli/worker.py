@@ -12,7 +12,7 @@ import click
 from taskq.cli import logs
 from taskq.cli.main import Context, app_option, queues_of
 from taskq.errors import BrokerUnavailable
-from taskq.worker.aio import DEFAULT_ASYNC_CONCURRENCY
+from taskq.worker.consumer import DEFAULT_ASYNC_CONCURRENCY
 from taskq.worker.pool import PoolOptions, run_pool
 
 

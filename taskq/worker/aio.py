@@ -1,4 +1,5 @@
-"""The async runner: a consumer's loop for an app with ``async def`` tasks.
+"""The async runner: a consumer's loop for an app with ``async def`` tasks, and
+:func:`serve`, the one place a consumer's loop is chosen.
 
 One event loop per child, made when the child starts serving (only in children of an app
 that has async tasks). The child runs up to ``async_concurrency`` async jobs at once, each in
@@ -34,25 +35,32 @@ import contextlib
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING
 
 from taskq.broker import Delivery
 from taskq.errors import JobCancelled, SoftTimeLimitExceeded
+from taskq.worker.consumer import Consumer
 from taskq.worker.executor import Prepared
 from taskq.worker.interrupt import interrupt, pending
 from taskq.worker.outcome import Outcome
 
-if TYPE_CHECKING:
-    from taskq.worker.consumer import Consumer
-
 logger = logging.getLogger(__name__)
 
-DEFAULT_ASYNC_CONCURRENCY = 16
-"""Async jobs one child runs at once unless ``--async-concurrency`` says otherwise."""
 POLL_MIN_S = 0.005
 POLL_MAX_S = 0.1
 """While coroutines run and no job is ready, fetch again after this long (doubling)."""
 TITLE_EVERY_S = 0.1
+
+
+def serve(consumer: Consumer) -> None:
+    """Serve until stopped (or, in burst mode, until nothing is ready), then send the last
+    acks and leave the group: on an event loop for an app with ``async def`` tasks (unless
+    its ``async_concurrency`` is 0), else in the consumer's sync loop."""
+    concurrency = consumer.options.async_concurrency
+    if concurrency > 0 and consumer.executor.has_async_tasks:
+        AsyncRunner(consumer, concurrency).run()
+    else:
+        consumer.run_sync()
+    consumer.leave()
 
 
 class _Run:
@@ -128,14 +136,14 @@ class AsyncRunner:
                 self._poll_s = min(POLL_MAX_S, self._poll_s * 2)
             for i, d in enumerate(batch):
                 if c.stopping:
-                    c._hand_back(batch[i:])
+                    c.hand_back(batch[i:])
                     break
                 sync = self._start(d)
                 if sync is not None:
-                    c._hand_back(batch[i + 1 :])  # they would wait behind the sync job
+                    c.hand_back(batch[i + 1 :])  # they would wait behind the sync job
                     await self._run_sync(d, sync)
                     break
-            c._check_limits()
+            c.check_limits()
             self._show(force=not self.running)
         await self._drain()
 
@@ -144,14 +152,8 @@ class AsyncRunner:
         c = self.consumer
         if not self.running:
             self._poll_s = POLL_MIN_S
-            return c._next_batch(1 if self._after_sync else room)
-        if c._outages.happened:
-            c._outages.call(lambda: c._reconcile(keep=self._held()))
-            c._outages.happened = False
-        fetched = c._outages.call(lambda: c._fetch(room))
-        if fetched.due_in_ms == 0:
-            c._outages.call(c.broker.promote)
-        return c._keep(fetched.deliveries, room)
+            return c.next_batch(1 if self._after_sync else room)
+        return c.keep(c.poll(room, held=self._held).deliveries, room)
 
     def _held(self) -> set[str]:
         return {r.prepared.delivery.entry_id for r in self.running.values()}
@@ -180,12 +182,12 @@ class AsyncRunner:
         c = self.consumer
         prepared = c.executor.prepare(d)
         if isinstance(prepared, Outcome):
-            c._record(prepared)
+            c.record(prepared)
             return None
         if not prepared.task.is_async:
             return prepared
         self._after_sync = False
-        if not c._limits_allow(prepared):
+        if not c.limits_allow(prepared):
             return None  # deferred, or waiting for a running slot
         at = self._free.pop()
         run = _Run(at, prepared)
@@ -208,7 +210,7 @@ class AsyncRunner:
         """A sync job runs alone, as in a sync child: once the coroutines have finished."""
         await self._drain()
         self._show(force=True)
-        self.consumer._process(d, prepared=prepared)
+        self.consumer.process(d, prepared=prepared)
         self._after_sync = True
 
     def _soft_limit(self, run: _Run) -> None:
@@ -236,13 +238,13 @@ class AsyncRunner:
             if run.task is not None:
                 pending(run.task)  # an interruption that came too late
         try:
-            c._record(outcome)
+            c.record(outcome)
             if c.slot is not None:
                 c.slot.finish(outcome.kind, at=run.at)
         finally:
             del self.running[run.at]
             self._free.append(run.at)
-            c._done += 1
+            c.jobs_done += 1
             assert self._changed is not None
             self._changed.set()
 

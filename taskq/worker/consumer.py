@@ -26,7 +26,6 @@ from types import CodeType, FrameType
 from taskq.broker import Broker, Delivery, Fetched
 from taskq.context import current_job
 from taskq.errors import BrokerUnavailable, JobCancelled, SoftTimeLimitExceeded
-from taskq.worker.aio import DEFAULT_ASYNC_CONCURRENCY, AsyncRunner
 from taskq.worker.cancels import StartCheck
 from taskq.worker.executor import Executor, Prepared
 from taskq.worker.finish import Finisher
@@ -39,6 +38,8 @@ from taskq.worker.scoreboard import MAX_BATCH, Slot
 
 logger = logging.getLogger(__name__)
 
+DEFAULT_ASYNC_CONCURRENCY = 16
+"""Async jobs one child runs at once unless ``--async-concurrency`` says otherwise."""
 BATCH_BUDGET_MS = 20.0
 """Adaptive prefetch sizes a batch to take about this long at the pace of recent jobs."""
 PACE_SMOOTHING = 0.2
@@ -75,7 +76,8 @@ class ConsumerOptions:
 
 
 class Consumer:
-    """Runs jobs from ``broker`` until asked to stop.
+    """Runs jobs from ``broker`` until asked to stop, in the loop that
+    :func:`taskq.worker.aio.serve` chooses: its public members are what both loops drive.
 
     Args:
         name: the consumer name in the group (unique per process).
@@ -104,7 +106,8 @@ class Consumer:
         self.set_title = set_title or (lambda _state: None)
         self.stopping = False
         self._idle = False
-        self._done = 0
+        self.jobs_done = 0
+        """Jobs run to an outcome here (``--max-tasks-per-child`` counts them)."""
         self._outages = OutageWaiter(should_give_up=lambda: self._idle and self.stopping)
         self.starts = StartCheck(broker, self._outages)
         self._fetched_at = time.monotonic()
@@ -154,18 +157,11 @@ class Consumer:
 
     # -- main loop -----------------------------------------------------------------------
 
-    def run(self) -> None:
-        """Serve until stopped (or, in burst mode, until nothing is ready)."""
-        if self.options.async_concurrency > 0 and self.executor.has_async_tasks:
-            AsyncRunner(self, self.options.async_concurrency).run()
-        else:
-            self._run_sync()
-        self._leave()
-
-    def _run_sync(self) -> None:
+    def run_sync(self) -> None:
+        """The sync loop: one job at a time, until stopped (burst mode: until none is ready)."""
         self.set_title("idle")
         while not self.stopping:
-            batch = self._next_batch()
+            batch = self.next_batch()
             if batch is None:
                 break
             self.starts.fetched(batch, self._fetched_at)
@@ -178,39 +174,46 @@ class Consumer:
                 if self.stopping:
                     self._hand_back_rest(batch[i:])
                     break
-                if not self._process(d, batch[i + 1 :], prepared[i]):
+                if not self.process(d, batch[i + 1 :], prepared[i]):
                     break  # the master revoked the rest of the batch and hands it back
             self._ahead.clear()
             self._settled.clear()
             self.set_title("idle")  # once per batch: the title names the job while it runs
-            self._check_limits()
+            self.check_limits()
 
-    def _leave(self) -> None:
+    def leave(self) -> None:
         """Send the last acks and leave the group."""
         if self.finisher.acks:
             self._outages.call(lambda: self._fetch(0))
         self._outages.call(lambda: self.broker.forget_consumer(self.name))
 
-    def _next_batch(self, count: int | None = None) -> list[Delivery] | None:
+    def next_batch(self, count: int | None = None) -> list[Delivery] | None:
         """The next jobs (``count``, else :attr:`batch_size`), blocking in Redis while none
         is ready; None in burst mode once nothing is left."""
-        if self._outages.happened:
-            self._outages.call(self._reconcile)
-            self._outages.happened = False
         count = self.batch_size if count is None else count
-        fetched = self._outages.call(lambda: self._fetch(count))
-        if fetched.due_in_ms == 0:
-            # A delayed job or retry is due: move them into their streams now (the next
-            # fetch takes them in priority order with everything else).
-            self._outages.call(self.broker.promote)
+        fetched = self.poll(count)
         if fetched.deliveries or self.stopping:
-            return self._keep(fetched.deliveries, count)
+            return self.keep(fetched.deliveries, count)
         if self.options.burst:
             return None if fetched.due_in_ms != 0 else []
         block_ms = self.executor.app.settings.block_ms
         if fetched.due_in_ms > 0:
             block_ms = min(block_ms, fetched.due_in_ms)
         return self._read_blocking(max(1, block_ms), count)
+
+    def poll(self, count: int, held: Callable[[], Collection[str]] = frozenset) -> Fetched:
+        """Send the queued acks and take up to ``count`` ready jobs (or more: see :meth:`keep`)
+        without blocking. After an outage, first hand back what is pending here but not
+        ``held`` (the entry ids of the jobs running meanwhile, asked only then)."""
+        if self._outages.happened:
+            self._outages.call(lambda: self._reconcile(held()))
+            self._outages.happened = False
+        fetched = self._outages.call(lambda: self._fetch(count))
+        if fetched.due_in_ms == 0:
+            # A delayed job or retry is due: move them into their streams now (the next
+            # fetch takes them in priority order with everything else).
+            self._outages.call(self.broker.promote)
+        return fetched
 
     @property
     def batch_size(self) -> int:
@@ -271,19 +274,19 @@ class Consumer:
             return []
         finally:
             self._idle = False
-        return self._keep(batch, count)
+        return self.keep(batch, count)
 
-    def _keep(self, batch: list[Delivery], count: int) -> list[Delivery]:
+    def keep(self, batch: list[Delivery], count: int) -> list[Delivery]:
         """XREADGROUP's COUNT is per stream: a read of several streams at once can bring up
         to `count` jobs from each. Keep the best `count` (the batch is in priority order) and
         hand the others back at once, for any idle child to take. (Keeping them would run a
         lower-priority job before the rest of a higher stream.)
         """
         if len(batch) > count:
-            self._hand_back(batch[count:])
+            self.hand_back(batch[count:])
         return batch[:count]
 
-    def _process(
+    def process(
         self,
         d: Delivery,
         rest: Sequence[Delivery] = (),
@@ -307,16 +310,16 @@ class Consumer:
             limited = o.rate_limit is not None or o.concurrency_limit is not None
             if limited and self.slot is not None and not self.slot.claim_next():
                 return False
-            if limited and not self._limits_allow(prepared, rest):
+            if limited and not self.limits_allow(prepared, rest):
                 return True  # deferred, or lost
             if not self._mark_started(prepared, claimed=limited):
                 return False
             outcome = self._run(prepared)
             self._pace(outcome.duration_s * 1000)
-        self._record(outcome)
+        self.record(outcome)
         if self.slot is not None:
             self.slot.finish(outcome.kind)
-        self._done += 1
+        self.jobs_done += 1
         return True
 
     def _mark_started(self, p: Prepared, *, claimed: bool) -> bool:
@@ -329,13 +332,14 @@ class Consumer:
             index, d.entry_id, msg.task, msg.id, p.hard_limit_s, recorded=recorded, claimed=claimed
         )
 
-    def _record(self, outcome: Outcome) -> None:
+    def record(self, outcome: Outcome) -> None:
+        """A success's ack waits for the next fetch; other ends move the job now."""
         if outcome.kind == OK:  # queued for the next fetch: no Redis call to wait out
             self.finisher.record(outcome, owner=self.name)
         else:
             self._outages.call(lambda: self.finisher.record(outcome, owner=self.name))
 
-    def _limits_allow(self, p: Prepared, rest: Sequence[Delivery] = ()) -> bool:
+    def limits_allow(self, p: Prepared, rest: Sequence[Delivery] = ()) -> bool:
         """A job of a limited task may start: it got its start slot and its running slot
         (else it now waits for them, out of its stream). The jobs of the same rate limit
         right behind it in the batch are admitted or deferred in the same call."""
@@ -377,9 +381,9 @@ class Consumer:
         revoked them already and hands them back itself)."""
         listed = self.slot is not None and self.options.prefetch is None
         if not listed or (self.slot is not None and self.slot.take_rest()):
-            self._hand_back(rest)
+            self.hand_back(rest)
 
-    def _hand_back(self, rest: list[Delivery]) -> None:
+    def hand_back(self, rest: list[Delivery]) -> None:
         """Return prefetched jobs that did not start, without using up an attempt."""
         for d in rest:
             self._outages.call(functools.partial(self.finisher.hand_back, d, owner=self.name))
@@ -400,10 +404,11 @@ class Consumer:
                 )
                 self.finisher.hand_back(d, owner=self.name)
 
-    def _check_limits(self) -> None:
+    def check_limits(self) -> None:
+        """Stop after ``max_tasks`` jobs, or past ``max_memory_kb`` (the child is recycled)."""
         o = self.options
-        if o.max_tasks and self._done >= o.max_tasks:
-            logger.info("recycling after %d jobs (--max-tasks-per-child)", self._done)
+        if o.max_tasks and self.jobs_done >= o.max_tasks:
+            logger.info("recycling after %d jobs (--max-tasks-per-child)", self.jobs_done)
             self.stopping = True
         elif o.max_memory_kb and _peak_rss_kb() > o.max_memory_kb:
             logger.info("recycling: memory above %d KiB (--max-memory-per-child)", o.max_memory_kb)

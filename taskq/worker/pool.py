@@ -24,9 +24,9 @@ from taskq import __version__
 from taskq.app import App
 from taskq.keys import consumer_name, worker_id
 from taskq.middleware import emit
-from taskq.worker.aio import DEFAULT_ASYNC_CONCURRENCY
+from taskq.worker.aio import serve
 from taskq.worker.cancels import Canceller
-from taskq.worker.consumer import Consumer, ConsumerOptions
+from taskq.worker.consumer import DEFAULT_ASYNC_CONCURRENCY, Consumer, ConsumerOptions
 from taskq.worker.executor import Executor
 from taskq.worker.lifeline import describe_exit, die_with_parent, kill, signal_name
 from taskq.worker.maintenance import Maintenance
@@ -221,7 +221,7 @@ class Pool:
             consumer.install_signal_handlers()
             emit(self.app.middleware, "child_start")
             started = True
-            consumer.run()
+            serve(consumer)
             return 0
         except BaseException:
             logger.exception("child %d crashed", index + 1)

@@ -17,6 +17,7 @@ from taskq.errors import ConfigError
 from taskq.job import Flow, Job
 from taskq.keys import GROUP
 from taskq.worker import cancels
+from taskq.worker.aio import serve
 from taskq.worker.consumer import Consumer, ConsumerOptions
 from taskq.worker.executor import Executor
 from taskq.worker.finish import Finisher
@@ -286,7 +287,7 @@ def test_a_job_cancelled_in_its_batch_never_starts_in_process(
     monkeypatch.setattr(cancels, "START_CHECK_HOLDS_S", 0.0)  # read again at every turn
     broker = app.broker_for(["batch"])
     options = ConsumerOptions(prefetch=8, burst=True)
-    Consumer(broker, Executor(app), name="w:0:1", options=options).run()
+    serve(Consumer(broker, Executor(app), name="w:0:1", options=options))
     # then neither started, and both ended cancelled
     assert ran == []
     assert [j.status().state for j in later] == ["cancelled", "cancelled"]

@@ -360,7 +360,7 @@ def test_a_job_of_a_revoked_batch_takes_no_slot(task_app: App, r: redis.Redis) -
     assert [e for _, e in board.revoke_rest(0, board.read(0))] == [d.entry_id]
     # (the master hands it back later: the entry is still pending under the child)
     # when the child reaches it, it skips it without taking the task's slot
-    assert not c._process(d)
+    assert not c.process(d)
     assert r.zcard(EXCLUSIVE_RUNNING) == 0 and not _tagged(r, "exclusive_stored")
     assert [x.entry_id for x in broker.pending_of(c.name)] == [d.entry_id]  # the master's now
 
