@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from taskq.worker.retry import RetryPolicy
+from taskq.retry import RetryPolicy
 
 
 def test_max_retries_counts_retries_after_the_first_run() -> None:

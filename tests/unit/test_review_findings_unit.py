@@ -9,7 +9,7 @@ import pytest
 
 from taskq.errors import DecodeError
 from taskq.message import Message
-from taskq.worker.retry import RetryPolicy
+from taskq.retry import RetryPolicy
 
 
 @pytest.mark.parametrize("attempt", [100, 512, 513, 600, 1025, 10**6, 2**63])
