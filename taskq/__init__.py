@@ -11,11 +11,10 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from taskq.app import App, task
+from taskq.app import App, current_app, task
 from taskq.canvas import Chain, Chord, Group, Signature, chain, chord, group
 from taskq.config import Settings
 from taskq.context import JobContext, current_job
-from taskq.current import current_app
 from taskq.deadletter import Deadletter
 from taskq.errors import (
     BrokerError,

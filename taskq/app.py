@@ -1,14 +1,14 @@
 """App: settings, the task registry and the producer (enqueue).
 
 There is no hidden global app. Shared tasks (``@taskq.task``) enqueue through
-:func:`~taskq.current.current_app`, which ``taskq worker`` sets to the app it runs and an
-application sets with :meth:`App.set_current`.
+:func:`current_app`, which ``taskq worker`` sets to the app it runs and an application sets
+with :meth:`App.set_current`. This is the façade: nothing else of the producer imports it
+(they name what they need of it in :mod:`taskq.protocols`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import os
 import weakref
 from collections.abc import Callable, Iterable, Sequence
@@ -22,19 +22,20 @@ from taskq.broker.records import Records, find_steps, status_steps
 from taskq.broker.steps import Steps, arun, run
 from taskq.canvas import Workflow
 from taskq.config import Settings, redact
-from taskq.context import JobContext, reset_current, set_current
-from taskq.current import set_current_app
+from taskq.current import current_producer, set_current_app
+from taskq.eager import run_job, run_workflow
 from taskq.errors import ConfigError
 from taskq.job import Flow, Job
 from taskq.keys import check_job_id
+from taskq.launch import flow_handle, launch_steps
 from taskq.message import Message
 from taskq.middleware import Hooks, Middleware, enqueue_through
+from taskq.options import TaskOptionArgs, build_options, renamed_options
 from taskq.partitions import expand
 from taskq.periodic import Periodic, PeriodicArgs, periodic_of
 from taskq.registry import SHARED, Registry
-from taskq.results import decode_value, encode_result
-from taskq.sending import handle, send_many_steps, send_steps
-from taskq.task import Task, TaskOptionArgs, build_options, renamed_options
+from taskq.sending import send_many_steps, send_steps
+from taskq.task import Task
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack is 3.11+; only mypy reads this
@@ -250,8 +251,6 @@ class App:
 
     def flow(self, flow_id: str, *, queue: str | None = None) -> Flow | None:
         """The handle of a workflow started elsewhere, from its record (None: no record)."""
-        from taskq.launch import flow_handle
-
         check_job_id(flow_id)
         found = self.records.find([queue] if queue else self.queues(), flow_id, flow=True)
         if found is None:
@@ -261,18 +260,14 @@ class App:
     def launch(self, workflow: Workflow) -> Flow:
         """Start a workflow (``chain(...)``, ``group(...)``, ``chord(...)``, a signature);
         its ``apply_async()`` does this with the app of its first task."""
-        from taskq.launch import launch_steps, run_eagerly  # loaded when first used
-
         if self.settings.eager:
-            return run_eagerly(workflow, self)
+            return run_workflow(workflow, self)
         return run(self.link, launch_steps(workflow, self))
 
     async def alaunch(self, workflow: Workflow) -> Flow:
         """:meth:`launch` for asyncio code."""
-        from taskq.launch import launch_steps, run_eagerly
-
         if self.settings.eager:
-            return run_eagerly(workflow, self)
+            return run_workflow(workflow, self)
         return await arun(self.alink, launch_steps(workflow, self))
 
     def queues(self) -> list[str]:
@@ -326,15 +321,15 @@ class App:
                 the job may or may not have been enqueued).
         """
         body = self.encode(msg)
-        if self.settings.eager:  # the task sees what a worker would: the decoded job
-            return self._run_eagerly(Message.decode(body))
+        if self.settings.eager:
+            return run_job(self, body)
         return run(self.link, send_steps(self, msg, body, in_ms))
 
     async def aenqueue(self, msg: Message, *, in_ms: int | None = None) -> Job:
         """:meth:`enqueue` for asyncio code: the same, without blocking the event loop."""
         body = self.encode(msg)
         if self.settings.eager:
-            return self._run_eagerly(Message.decode(body))
+            return run_job(self, body)
         return await arun(self.alink, send_steps(self, msg, body, in_ms))
 
     def enqueue_many(self, messages: Iterable[Message]) -> list[Job]:
@@ -344,28 +339,14 @@ class App:
         sends nothing of its batch.
         """
         if self.settings.eager:
-            return [self._run_eagerly(Message.decode(self.encode(m))) for m in messages]
+            return [run_job(self, self.encode(m)) for m in messages]
         return run(self.link, send_many_steps(self, messages))
 
     async def aenqueue_many(self, messages: Iterable[Message]) -> list[Job]:
         """:meth:`enqueue_many` for asyncio code."""
         if self.settings.eager:
-            return [self._run_eagerly(Message.decode(self.encode(m))) for m in messages]
+            return [run_job(self, self.encode(m)) for m in messages]
         return await arun(self.alink, send_many_steps(self, messages))
-
-    def _run_eagerly(self, msg: Message) -> Job:
-        from taskq.worker.executor import policy_for  # the worker package imports this one
-
-        task = self.get_task(msg.task)
-        policy = policy_for(task, self.settings)
-        token = set_current(JobContext.of(msg, 1, policy.max_attempts, None))
-        try:
-            value = task.run_to_end(msg.args, msg.kwargs)
-        finally:
-            reset_current(token)
-        if msg.result_ttl_s is not None:  # what a worker would store, and return from result()
-            value = decode_value(encode_result(value, max_bytes=self.settings.max_result_bytes))
-        return dataclasses.replace(handle(self, msg, None), eager_value=(value,))
 
 
 @overload
@@ -388,9 +369,20 @@ def task(fn: Callable[..., Any] | None = None, /, *, bind: bool = False, **optio
     """Declare a shared task that any app can run (Celery's ``shared_task``).
 
     Library code can use it without importing an app; enqueueing goes through
-    :func:`~taskq.current.current_app`.
+    :func:`current_app`.
     """
     return decorator(fn, options, bind=bind, app=None, register=SHARED.add)
+
+
+def current_app() -> App:
+    """The app set by :meth:`App.set_current` (``taskq worker`` sets the app it runs).
+
+    Raises:
+        ConfigError: no app was set.
+    """
+    app = current_producer()
+    assert isinstance(app, App)  # only App.set_current sets it
+    return app
 
 
 def decorator(

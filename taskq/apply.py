@@ -18,7 +18,7 @@ from taskq.sending import send_steps
 from taskq.unique import unique_steps, uniqueness
 
 if TYPE_CHECKING:
-    from taskq.task import Task
+    from taskq.protocols import TaskLike
 
 
 class ApplyOptions(TypedDict, total=False):
@@ -39,7 +39,7 @@ class ApplyOptions(TypedDict, total=False):
 
 
 def apply_plan(
-    task: Task[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], o: ApplyOptions
+    task: TaskLike, args: tuple[Any, ...], kwargs: dict[str, Any], o: ApplyOptions
 ) -> Job | Steps[Job] | Signature:
     """What an enqueue with options sends: a job's steps, or a one-step workflow (with
     callbacks); in eager mode, the job that already ran."""
@@ -75,7 +75,7 @@ def apply_plan(
 
 
 def _linked(
-    task: Task[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], o: ApplyOptions
+    task: TaskLike, args: tuple[Any, ...], kwargs: dict[str, Any], o: ApplyOptions
 ) -> Job | Signature:
     """``apply_async`` with callbacks: the job runs as a one-step workflow (this
     signature; run at once in eager mode)."""

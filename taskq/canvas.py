@@ -19,14 +19,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Union
 
-from taskq.current import current_app
+from taskq.current import current_producer
 from taskq.errors import ConfigError
 from taskq.keys import check_priority
 
 if TYPE_CHECKING:
-    from taskq.app import App
     from taskq.job import Flow
-    from taskq.task import Task
+    from taskq.protocols import Producer, TaskLike
 
 Workflow = Union["Signature", "Chain", "Group", "Chord"]
 """Anything that can be applied."""
@@ -53,7 +52,7 @@ class Signature:
     countdown_s: float | None = None
     link: tuple[Workflow, ...] = ()
     link_error: tuple[Signature, ...] = ()
-    task_obj: Task[..., Any] | None = field(default=None, repr=False, compare=False)
+    task_obj: TaskLike | None = field(default=None, repr=False, compare=False)
 
     def set(
         self,
@@ -87,7 +86,7 @@ class Signature:
     def __or__(self, other: Workflow) -> Chain:
         return chain(self, other)
 
-    def apply_async(self, *, app: App | None = None) -> Flow:
+    def apply_async(self, *, app: Producer | None = None) -> Flow:
         """Start it; returns the handle."""
         return _apply(self, app)
 
@@ -109,7 +108,7 @@ class Chain:
         """Start ``callbacks`` if any step fails for good."""
         return dataclasses.replace(self, link_error=(*self.link_error, *callbacks))
 
-    def apply_async(self, *, app: App | None = None) -> Flow:
+    def apply_async(self, *, app: Producer | None = None) -> Flow:
         return _apply(self, app)
 
     def delay(self) -> Flow:
@@ -125,7 +124,7 @@ class Group:
     def __or__(self, body: Workflow) -> Chord:
         return chord(self, body)
 
-    def apply_async(self, *, app: App | None = None) -> Flow:
+    def apply_async(self, *, app: Producer | None = None) -> Flow:
         return _apply(self, app)
 
     def delay(self) -> Flow:
@@ -148,7 +147,7 @@ class Chord:
         """Start ``callbacks`` once if the chord fails."""
         return dataclasses.replace(self, link_error=(*self.link_error, *callbacks))
 
-    def apply_async(self, *, app: App | None = None) -> Flow:
+    def apply_async(self, *, app: Producer | None = None) -> Flow:
         return _apply(self, app)
 
     def delay(self) -> Flow:
@@ -194,11 +193,11 @@ def _items(values: tuple[Any, ...]) -> list[Any]:
     return list(values)
 
 
-def _apply(workflow: Workflow, app: App | None) -> Flow:
+def _apply(workflow: Workflow, app: Producer | None) -> Flow:
     return (app or app_of(workflow)).launch(workflow)
 
 
-def app_of(w: Workflow) -> App:
+def app_of(w: Workflow) -> Producer:
     """The app of the workflow's first task (the current app for shared tasks)."""
     if isinstance(w, Signature) and w.task_obj is not None:
         return w.task_obj.app
@@ -208,4 +207,4 @@ def app_of(w: Workflow) -> App:
         return app_of(w.members[0])
     if isinstance(w, Chord):
         return app_of(w.header)
-    return current_app()
+    return current_producer()

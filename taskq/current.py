@@ -1,7 +1,9 @@
 """The current app: the one shared tasks (``@taskq.task``) enqueue through.
 
 Set explicitly, by :meth:`App.set_current` or by ``taskq worker`` for the app it runs; there
-is no app made behind the user's back.
+is no app made behind the user's back. Held here as a :class:`~taskq.protocols.Producer`
+(what the tasks and workflows below the app need of it); :func:`taskq.current_app` returns
+it as the ``App`` it is.
 """
 
 from __future__ import annotations
@@ -11,12 +13,12 @@ from typing import TYPE_CHECKING
 from taskq.errors import ConfigError
 
 if TYPE_CHECKING:
-    from taskq.app import App
+    from taskq.protocols import Producer
 
-_current: App | None = None
+_current: Producer | None = None
 
 
-def current_app() -> App:
+def current_producer() -> Producer:
     """The app set by :meth:`App.set_current` (``taskq worker`` sets the app it runs).
 
     Raises:
@@ -30,6 +32,6 @@ def current_app() -> App:
     return _current
 
 
-def set_current_app(app: App) -> None:
+def set_current_app(app: Producer) -> None:
     global _current
     _current = app

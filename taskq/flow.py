@@ -37,7 +37,7 @@ from taskq.results import encode_args
 from taskq.signing import Signer
 
 if TYPE_CHECKING:
-    from taskq.app import App
+    from taskq.protocols import Producer
 
 Op = list[Any]
 """One write ``_flow.lua`` knows: ``["job", ...]``, ``["chord_add", ...]``, ... (see there)."""
@@ -96,7 +96,7 @@ class Laid:
 class Layout:
     """Lays a workflow out for one app (its task options and settings)."""
 
-    def __init__(self, app: App) -> None:
+    def __init__(self, app: Producer) -> None:
         self.app = app
 
     def lay(self, w: Workflow, ctx: Context) -> Laid:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from taskq.broker.records import entry_status_steps, status_steps, wait_steps
 from taskq.broker.steps import Steps, arun, run
@@ -20,7 +20,27 @@ from taskq.errors import (
 from taskq.results import CANCELLED, EXPIRED, FAILED, FINAL, SUCCEEDED, UNKNOWN, JobStatus
 
 if TYPE_CHECKING:
-    from taskq.app import App
+    from taskq.broker.alink import AsyncLink
+    from taskq.broker.link import Link
+    from taskq.broker.records import Records
+    from taskq.config import Settings
+
+
+class HandleApp(Protocol):
+    """What a handle needs of its app (:class:`~taskq.App` is one): the settings, this
+    process's links and the job records. A Protocol, so that this module sits below the app."""
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def link(self) -> Link: ...
+
+    @property
+    def alink(self) -> AsyncLink: ...
+
+    @property
+    def records(self) -> Records: ...
 
 
 @dataclass(frozen=True)
@@ -40,7 +60,7 @@ class Job:
     entry_id: str | None = None
     eta_ms: int | None = None
     stores_result: bool = False
-    app: App | None = field(default=None, repr=False, compare=False)
+    app: HandleApp | None = field(default=None, repr=False, compare=False)
     eager_value: tuple[Any] | None = field(default=None, repr=False, compare=False)
     """In eager mode, the 1-tuple of the value the task returned (it ran at enqueue)."""
 
@@ -166,7 +186,7 @@ class Job:
             return False
         return self._app().records.forget(self.queue, self.id)
 
-    def _app(self) -> App:
+    def _app(self) -> HandleApp:
         if self.app is None:
             raise ConfigError(f"job {self.id} has no app: get handles from enqueue or app.job()")
         return self.app
@@ -187,7 +207,7 @@ class Flow:
     queue: str
     jobs: tuple[Job, ...]
     single: bool = True
-    app: App | None = field(default=None, repr=False, compare=False)
+    app: HandleApp | None = field(default=None, repr=False, compare=False)
     eager_value: tuple[Any] | None = field(default=None, repr=False, compare=False)
 
     def result(self, timeout: float | None = None) -> Any:

@@ -1,5 +1,5 @@
 """Starting a workflow (one script for its first jobs, the records of its later steps and
-its own record), its handle from that record, and running one inline in eager mode."""
+its own record), and its handle from that record."""
 
 from __future__ import annotations
 
@@ -18,10 +18,11 @@ from taskq.keys import QueueKeys
 from taskq.message import new_job_id
 
 if TYPE_CHECKING:
-    from taskq.app import App
+    from taskq.job import HandleApp
+    from taskq.protocols import Producer
 
 
-def launch_steps(w: Workflow, app: App) -> Steps[Flow]:
+def launch_steps(w: Workflow, app: Producer) -> Steps[Flow]:
     """Start a workflow: its first jobs, the status records of all its steps (``pending``
     until their turn), and its own record, in one script. Returns its handle."""
     laid = Layout(app).lay(w, Context())
@@ -34,18 +35,18 @@ def launch_steps(w: Workflow, app: App) -> Steps[Flow]:
             ops.add(["record", k.job(frag["id"]), frag["ttl"] * 1000, *about], k.job(frag["id"]))
     flow_id = new_job_id()
     queue = laid.terminal[0].queue
-    kind = _kind(w)
+    kind = kind_of(w)
     steps = [[f["id"], f["task"], f["queue"]] for f in laid.steps if f["ttl"] is not None]
     chords = [[f["key"], f["n"]] for f in _chords(laid.fragments)]
     terminal = [[j.id, j.task, j.queue, j.priority, j.stores_result] for j in laid.terminal]
     flow_key = QueueKeys(queue).flow(flow_id)
     ttl_ms = app.settings.result_ttl_s * 1000
-    info = {"steps": steps, "chords": chords, "jobs": terminal, "single": _single(w)}
+    info = {"steps": steps, "chords": chords, "jobs": terminal, "single": single_result(w)}
     blob = bytes(msgpack.packb(info, use_bin_type=True))
     ops.add(["flow", flow_key, ttl_ms, kind, blob], flow_key)
     yield [script_command("launch", ops.keys, [ops.packed()])]
     jobs = tuple(dataclasses.replace(j, app=app) for j in laid.terminal)
-    return Flow(flow_id, kind, queue, jobs, single=_single(w), app=app)
+    return Flow(flow_id, kind, queue, jobs, single=single_result(w), app=app)
 
 
 def _started_ids(fragments: Sequence[dict[str, Any]]) -> set[str]:
@@ -68,7 +69,7 @@ def _chords(fragments: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def flow_handle(flow_id: str, queue: str, raw: dict[bytes, bytes], app: App) -> Flow:
+def flow_handle(flow_id: str, queue: str, raw: dict[bytes, bytes], app: HandleApp) -> Flow:
     """The handle of a workflow from its record (``app.flow(id)``)."""
     info = msgpack.unpackb(raw.get(b"info", b"\x80"), raw=False)
     jobs = tuple(
@@ -79,44 +80,16 @@ def flow_handle(flow_id: str, queue: str, raw: dict[bytes, bytes], app: App) -> 
     return Flow(flow_id, kind, queue, jobs, single=bool(info.get("single", True)), app=app)
 
 
-def _kind(w: Workflow) -> str:
+def kind_of(w: Workflow) -> str:
+    """``job``, ``chain``, ``group`` or ``chord``: the workflow's kind, kept in its record."""
     return {Signature: "job", Chain: "chain", Group: "group", Chord: "chord"}[type(w)]
 
 
-def _single(w: Workflow) -> bool:
+def single_result(w: Workflow) -> bool:
     """Whether the workflow's result is one value (else the list of its last group's)."""
     if isinstance(w, Group):
         return False
     if isinstance(w, Chain):
         last = with_implicit_chords(list(w.steps))[-1]
-        return _single(last)
+        return single_result(last)
     return True
-
-
-# -- eager mode -----------------------------------------------------------------------------
-
-
-def run_eagerly(w: Workflow, app: App) -> Flow:
-    """Run the workflow inline (eager mode), as a worker would: results pass through msgpack
-    from step to step, and a failure raises at once."""
-    value = _eager(w, app, None)
-    queue = app.settings.queue
-    return Flow(new_job_id(), _kind(w), queue, (), _single(w), app, eager_value=(value,))
-
-
-def _eager(w: Workflow, app: App, parent: tuple[Any] | None) -> Any:
-    if isinstance(w, Signature):
-        args = tuple(w.args) if w.immutable or parent is None else (parent[0], *w.args)
-        task = w.task_obj if w.task_obj is not None else app.get_task(w.task)
-        value = app.enqueue(task.message(args, dict(w.kwargs))).result()
-        value = msgpack.unpackb(msgpack.packb(value, use_bin_type=True), raw=False)
-        for linked in w.link:
-            _eager(linked, app, (value,))
-        return value
-    if isinstance(w, Chain):
-        for step in with_implicit_chords(list(w.steps)):
-            parent = (_eager(step, app, parent),)
-        return parent[0] if parent is not None else None
-    if isinstance(w, Group):
-        return [_eager(m, app, parent) for m in w.members]
-    return _eager(w.body, app, (_eager(w.header, app, parent),))

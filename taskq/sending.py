@@ -17,13 +17,13 @@ from taskq.job import Job
 from taskq.message import Message, now_ms
 
 if TYPE_CHECKING:
-    from taskq.app import App
+    from taskq.protocols import Producer
 
 BATCH_SIZE = 1_000
 """Jobs per pipelined round trip of a bulk enqueue."""
 
 
-def send_steps(app: App, msg: Message, body: bytes, in_ms: int | None) -> Steps[Job]:
+def send_steps(app: Producer, msg: Message, body: bytes, in_ms: int | None) -> Steps[Job]:
     """One job to its stream, or to the schedule if it has a countdown or a future eta."""
     delayed = in_ms is not None or _later(msg, now_ms())
     command = schedule_command(msg, body, in_ms) if delayed else publish_command(msg, body)
@@ -37,7 +37,7 @@ def send_steps(app: App, msg: Message, body: bytes, in_ms: int | None) -> Steps[
     return handle(app, msg, None if delayed else text(reply))
 
 
-def send_many_steps(app: App, messages: Iterable[Message]) -> Steps[list[Job]]:
+def send_many_steps(app: Producer, messages: Iterable[Message]) -> Steps[list[Job]]:
     """Many jobs, one round trip per batch of :data:`BATCH_SIZE`; every job of a batch is
     encoded and checked before any is sent, so a bad argument sends nothing of its batch."""
     jobs: list[Job] = []
@@ -63,20 +63,20 @@ def send_many_steps(app: App, messages: Iterable[Message]) -> Steps[list[Job]]:
     return jobs
 
 
-def handle(app: App, msg: Message, entry_id: str | None) -> Job:
+def handle(app: Producer, msg: Message, entry_id: str | None) -> Job:
     """The job's handle; ``eta_ms`` only for a job that waits in the schedule (no entry id)."""
     eta = None if entry_id else msg.eta_ms
     stores = msg.result_ttl_s is not None
     return Job(msg.id, msg.task, msg.queue, msg.priority, entry_id, eta, stores, app)
 
 
-def durable(app: App) -> list[Command]:
+def durable(app: Producer) -> list[Command]:
     """``WAIT 1 <timeout>`` after the writes, with ``durable_enqueue`` (else nothing)."""
     s = app.settings
     return [("WAIT", 1, s.durable_enqueue_timeout_ms)] if s.durable_enqueue else []
 
 
-def check_durable(app: App, confirmed: list[object]) -> None:
+def check_durable(app: Producer, confirmed: list[object]) -> None:
     """Raises BrokerUnavailable if ``durable_enqueue`` is on and no replica confirmed."""
     if confirmed and not (isinstance(confirmed[0], int) and confirmed[0] >= 1):
         # (0 replicas, or an error: WAIT on a replica, or a server without replication)

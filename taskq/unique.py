@@ -28,8 +28,7 @@ from taskq.message import Message, now_ms
 from taskq.results import encode_args
 
 if TYPE_CHECKING:
-    from taskq.app import App
-    from taskq.task import Task
+    from taskq.protocols import Producer, TaskLike
 
 UNTIL_DONE, THROTTLE = "until_done", "throttle"
 MODES = (UNTIL_DONE, THROTTLE)
@@ -49,7 +48,7 @@ class Uniqueness:
 
 
 def uniqueness(
-    task: Task[..., Any],
+    task: TaskLike,
     msg: Message,
     *,
     unique_key: str | None,
@@ -88,7 +87,7 @@ def uniqueness(
     return Uniqueness(QueueKeys(msg.queue).unique(key), hold_ms, mode == UNTIL_DONE)
 
 
-def canonical_args(task: Task[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
+def canonical_args(task: TaskLike, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
     """The arguments of a call, encoded the same however the call was written: bound to the
     task's signature with its defaults applied, each value under its parameter in the
     signature's order, a ``**kwargs`` catch-all sorted by name. So ``delay(8, full=True)``,
@@ -115,7 +114,7 @@ def _check_key(key: str) -> None:
         )
 
 
-def unique_steps(app: App, msg: Message, u: Uniqueness, in_ms: int | None) -> Steps[Job]:
+def unique_steps(app: Producer, msg: Message, u: Uniqueness, in_ms: int | None) -> Steps[Job]:
     """Enqueue ``msg`` unless its key is held; returns its handle, or the holder's."""
     if u.released_at_end:
         msg = msg._replace(unique=u.lock)

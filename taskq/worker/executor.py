@@ -10,18 +10,17 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from taskq.broker import Delivery
-from taskq.config import Settings
 from taskq.context import JobContext, reset_current, set_current
 from taskq.errors import DecodeError, JobCancelled, ResultError, Retry, TaskNotFound
 from taskq.flow import needs_result
 from taskq.message import Message, now_ms
 from taskq.middleware import Hooks, arun_around, run_around
 from taskq.results import encode_result
+from taskq.retry import RetryPolicy, policy_for
 from taskq.signing import SignatureError
 from taskq.task import Task
 from taskq.worker.interrupt import interruptible
 from taskq.worker.outcome import CANCELLED, DEAD, EXPIRED, OK, RETRY, Outcome, rejected
-from taskq.worker.retry import RetryPolicy
 
 if TYPE_CHECKING:
     from taskq.app import App
@@ -42,18 +41,6 @@ class Prepared(NamedTuple):
     attempt: int
     soft_limit_s: float | None
     hard_limit_s: float | None
-
-
-def policy_for(task: Task[..., Any], settings: Settings) -> RetryPolicy:
-    """The task's retry settings, falling back to the app's."""
-    o = task.options
-    return RetryPolicy(
-        max_retries=settings.max_retries if o.max_retries is None else o.max_retries,
-        backoff_ms=o.retry_backoff_ms or settings.retry_backoff_ms,
-        backoff_factor=settings.retry_backoff_factor,
-        backoff_max_ms=o.retry_backoff_max_ms or settings.retry_backoff_max_ms,
-        jitter=settings.retry_jitter if o.retry_jitter is None else o.retry_jitter,
-    )
 
 
 class Executor:
@@ -91,7 +78,7 @@ class Executor:
             return rejected(d, str(exc), msg)
         policy = self._policies.get(task.name)
         if policy is None:
-            policy = self._policies[task.name] = policy_for(task, self.app.settings)
+            policy = self._policies[task.name] = policy_for(task.options, self.app.settings)
         attempt = msg.retries + d.deliveries
         if attempt > policy.max_attempts and d.deliveries == 1:
             # Never delivered before: its body alone claims the attempts (a foreign producer,

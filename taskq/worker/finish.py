@@ -20,9 +20,9 @@ from taskq.errors import TaskNotFound
 from taskq.flow import Ops, ends_with_writes, on_failure, on_success
 from taskq.message import Message, with_retries
 from taskq.middleware import emit
+from taskq.options import TaskOptions
 from taskq.results import Completion, FailedRun
 from taskq.signing import Signer
-from taskq.task import TaskOptions
 from taskq.worker.executor import Executor, Prepared
 from taskq.worker.limiter import release_ops
 from taskq.worker.outcome import CANCELLED, DEAD, EXPIRED, OK, RETRY, Outcome

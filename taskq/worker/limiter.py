@@ -21,7 +21,7 @@ from taskq.flow import Ops
 from taskq.keys import QueueKeys, worker_of
 from taskq.limits import Rate
 from taskq.message import Message, with_retries
-from taskq.task import TaskOptions
+from taskq.options import TaskOptions
 from taskq.worker.executor import Prepared
 from taskq.worker.outcome import Outcome
 

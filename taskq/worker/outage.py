@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from taskq.errors import BrokerUnavailable
-from taskq.worker.retry import capped_exponential
+from taskq.retry import capped_exponential
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")

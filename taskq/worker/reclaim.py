@@ -13,11 +13,11 @@ import time
 from dataclasses import dataclass, field
 
 from taskq.broker import Broker
+from taskq.retry import capped_exponential
 from taskq.worker.executor import Executor
 from taskq.worker.finish import Finisher
 from taskq.worker.maintenance import Maintenance
 from taskq.worker.outcome import JobCounts
-from taskq.worker.retry import capped_exponential
 from taskq.worker.scoreboard import SlotView
 
 

@@ -13,8 +13,8 @@ import pytest
 
 from taskq import ConfigError, Settings
 from taskq.contrib.django import DjangoApp, DjangoTask, taskq_settings
+from taskq.options import TaskOptions
 from taskq.registry import SHARED
-from taskq.task import TaskOptions
 from tests.conftest import ROOT
 
 

@@ -19,12 +19,13 @@ MODULES = {module_name(p): p for p in ROOT.rglob("*.py")}
 MODULE_NAMES = set(MODULES)
 
 
-def runtime_imports(path: Path) -> set[str]:
-    """Modules ``path`` imports when it runs (anywhere but under ``if TYPE_CHECKING:``)."""
+def imports(path: Path, *, for_mypy: bool = True) -> set[str]:
+    """Modules ``path`` imports: at module level, inside functions, and (``for_mypy``) under
+    ``if TYPE_CHECKING:``, which mypy reads, so that a circle there is a circle all the same."""
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+        if not for_mypy and isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
             for child in node.orelse:
                 visit(child)
             return
@@ -43,28 +44,75 @@ def runtime_imports(path: Path) -> set[str]:
 
 
 GRAPH = {
-    name: {m for m in runtime_imports(path) if m in MODULES and m != name}
-    for name, path in MODULES.items()
+    name: {m for m in imports(path) if m in MODULES and m != name} for name, path in MODULES.items()
+}
+
+BEING_SPLIT = {
+    # Two circles whose split is under way, each in its own change (issue 30): the broker's
+    # read side editing the Broker's private state, and the async loop driving Consumer
+    # through its private members. Remove this allow-list when both have landed.
+    frozenset(
+        {
+            "taskq.broker.broker",
+            "taskq.broker.fetching",
+            "taskq.broker.partitioned",
+            "taskq.broker.slots",
+        }
+    ),
+    frozenset({"taskq.worker.aio", "taskq.worker.consumer"}),
 }
 
 
+def circles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The groups of modules that import each other (Tarjan's strongly connected
+    components of more than one module)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups: list[set[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in graph[node]:
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = {stack.pop()}
+            while node not in group:
+                group.add(stack.pop())
+            if len(group) > 1:
+                groups.append(group)
+
+    for name in sorted(graph):
+        if name not in index:
+            visit(name)
+    return groups
+
+
 def test_no_module_imports_itself_through_others() -> None:
-    cycles = []
-    state: dict[str, str] = {}
+    """Each module imports only modules below it, counting imports inside functions and
+    under ``TYPE_CHECKING``: a lower module that needs something of a higher one names a
+    small Protocol instead (taskq/protocols.py)."""
+    found = [g for g in circles(GRAPH) if frozenset(g) not in BEING_SPLIT]
+    assert not found, "modules that import each other: " + "; ".join(
+        ", ".join(sorted(g)) for g in found
+    )
 
-    def walk(node: str, path: list[str]) -> None:
-        state[node] = "open"
-        for nxt in sorted(GRAPH[node]):
-            if state.get(nxt) == "open":
-                cycles.append([*path[path.index(nxt) :], nxt])
-            elif nxt not in state:
-                walk(nxt, [*path, nxt])
-        state[node] = "done"
 
-    for name in sorted(GRAPH):
-        if name not in state:
-            walk(name, [name])
-    assert not cycles, "import circles: " + "; ".join(" -> ".join(c) for c in cycles)
+def test_the_circle_check_sees_imports_inside_functions_and_for_mypy(tmp_path: Path) -> None:
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [{"a", "b", "c"}]
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from taskq.app import App\n"
+        "def f():\n    from taskq.launch import launch_steps\n"
+    )
+    assert {"taskq.app", "taskq.launch"} <= imports(probe)
+    assert imports(probe, for_mypy=False) == {"typing", "taskq.launch"}
 
 
 def test_only_the_broker_imports_redis() -> None:
@@ -72,7 +120,7 @@ def test_only_the_broker_imports_redis() -> None:
         name
         for name, path in MODULES.items()
         if not name.startswith("taskq.broker")
-        and any(m == "redis" or m.startswith("redis.") for m in runtime_imports(path))
+        and any(m == "redis" or m.startswith("redis.") for m in imports(path, for_mypy=False))
     )
     assert users == []
 
@@ -82,3 +130,18 @@ def test_the_tree_reads_as_the_data_flow() -> None:
     assert {"broker", "worker", "ops", "cli"} <= folders
     sizes = {name: len(path.read_text().splitlines()) for name, path in MODULES.items()}
     assert not {name: n for name, n in sizes.items() if n > 420}, "modules stay small"
+
+
+def test_the_producer_never_imports_the_worker() -> None:
+    """An application's process (App, its tasks, eager mode) loads nothing of the worker."""
+    runtime = {
+        name: {m for m in imports(p, for_mypy=False) if m in MODULES} for name, p in MODULES.items()
+    }
+    loaded: set[str] = set()
+    todo = ["taskq.app"]
+    while todo:
+        name = todo.pop()
+        if name not in loaded:
+            loaded.add(name)
+            todo += runtime[name]
+    assert sorted(m for m in loaded if m.startswith("taskq.worker")) == []

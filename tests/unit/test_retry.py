@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from taskq.worker.retry import RetryPolicy
+from taskq.retry import RetryPolicy
 
 
 @pytest.mark.parametrize("attempt", [100, 512, 513, 600, 1025, 10**6, 2**63])

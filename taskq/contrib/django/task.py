@@ -18,8 +18,9 @@ from django.db import transaction
 from taskq.app import App, decorator
 from taskq.apply import ApplyOptions
 from taskq.errors import ConfigError
+from taskq.options import TaskOptionArgs
 from taskq.registry import SHARED
-from taskq.task import Task, TaskOptionArgs
+from taskq.task import Task
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack

@@ -1,10 +1,18 @@
-"""Retry policy as pure functions: how long to wait, and whether to try again at all."""
+"""Retry policy as pure functions: how long to wait, and whether to try again at all.
+
+The worker and eager mode both take a task's policy from :func:`policy_for`.
+"""
 
 from __future__ import annotations
 
 import math
 import random
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from taskq.config import Settings
+    from taskq.options import TaskOptions
 
 
 def capped_exponential(first: float, factor: float, cap: float, n: int) -> float:
@@ -48,3 +56,15 @@ class RetryPolicy:
         if self.jitter:
             base *= (rng or random).uniform(0.75, 1.25)
         return max(0, int(base))
+
+
+def policy_for(options: TaskOptions, settings: Settings) -> RetryPolicy:
+    """A task's retry settings, falling back to the app's."""
+    o = options
+    return RetryPolicy(
+        max_retries=settings.max_retries if o.max_retries is None else o.max_retries,
+        backoff_ms=o.retry_backoff_ms or settings.retry_backoff_ms,
+        backoff_factor=settings.retry_backoff_factor,
+        backoff_max_ms=o.retry_backoff_max_ms or settings.retry_backoff_max_ms,
+        jitter=settings.retry_jitter if o.retry_jitter is None else o.retry_jitter,
+    )

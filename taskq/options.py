@@ -1,0 +1,165 @@
+"""Task options: what ``@app.task(...)`` accepts and the checked value a Task carries.
+
+Values only: nothing here knows an app or a task, so every module that reads a task's
+options (the retry policy, uniqueness, the limits, the worker) can sit below them.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypedDict
+
+from taskq.config import check_queue_name
+from taskq.errors import ConfigError
+from taskq.keys import check_priority
+from taskq.limits import Rate
+
+
+class TaskOptionArgs(TypedDict, total=False):
+    """The keyword options of ``@app.task(...)`` (all optional; units in the names).
+
+    ``time_limit``, ``soft_time_limit`` (s), ``retry_backoff`` and ``retry_backoff_max`` (ms)
+    are the old spellings, still accepted with a DeprecationWarning.
+    """
+
+    name: str
+    queue: str
+    priority: str
+    max_retries: int
+    time_limit_s: float
+    soft_time_limit_s: float
+    retry_backoff_ms: int
+    retry_backoff_max_ms: int
+    retry_jitter: bool
+    dont_autoretry_for: Iterable[type[BaseException]]
+    store_result: bool
+    result_ttl_s: int
+    unique: bool
+    unique_for_s: float
+    unique_mode: str
+    rate_limit: str
+    concurrency_limit: int
+    limit_key: Callable[..., Any]
+    time_limit: float
+    soft_time_limit: float
+    retry_backoff: int
+    retry_backoff_max: int
+
+
+DEPRECATED_OPTIONS = {
+    "time_limit": "time_limit_s",
+    "soft_time_limit": "soft_time_limit_s",
+    "retry_backoff": "retry_backoff_ms",
+    "retry_backoff_max": "retry_backoff_max_ms",
+}
+"""Old option names (units not in the name) → the names that say their unit."""
+
+
+@dataclass(frozen=True)
+class TaskOptions:
+    """Per-task settings; None means "use the app's setting"."""
+
+    queue: str | None = None
+    priority: str = "normal"
+    max_retries: int | None = None
+    time_limit_s: float | None = None
+    soft_time_limit_s: float | None = None
+    retry_backoff_ms: int | None = None
+    retry_backoff_max_ms: int | None = None
+    retry_jitter: bool | None = None
+    dont_autoretry_for: tuple[type[BaseException], ...] = ()
+    bind: bool = False
+    store_result: bool | None = None
+    result_ttl_s: int | None = None
+    unique: bool = False
+    """Each job is unique by its task and arguments (see :mod:`taskq.unique`)."""
+    unique_for_s: float = 3600.0
+    unique_mode: str = "until_done"
+    rate_limit: str | None = None
+    """At most this many starts per window across the fleet (:mod:`taskq.limits`)."""
+    concurrency_limit: int | None = None
+    """At most this many of the task's jobs run at once across the fleet."""
+    limit_key: Callable[..., Any] | None = None
+    """Called with the job's arguments: one limit (rate, concurrency) per value it returns."""
+
+    def __post_init__(self) -> None:
+        check_priority(self.priority)
+        if self.queue is not None:
+            check_queue_name(self.queue)
+        if self.max_retries is not None and self.max_retries < 0:
+            raise ConfigError("max_retries must be >= 0")
+        for name in ("time_limit_s", "soft_time_limit_s"):
+            check_seconds(name, getattr(self, name))
+        if self.rate_limit is not None:
+            Rate.parse(self.rate_limit)
+        c = self.concurrency_limit
+        if c is not None and (isinstance(c, bool) or not isinstance(c, int) or c < 1):
+            raise ConfigError(f"concurrency_limit must be a whole number >= 1, not {c!r}")
+        if self.limit_key is not None and self.rate_limit is None and c is None:
+            raise ConfigError("limit_key needs a rate_limit or a concurrency_limit")
+        if self.unique_mode not in ("until_done", "throttle"):
+            raise ConfigError(
+                f"unique_mode must be until_done or throttle, not {self.unique_mode!r}"
+            )
+        if isinstance(self.unique_for_s, bool) or not (
+            isinstance(self.unique_for_s, int | float) and self.unique_for_s > 0
+        ):
+            raise ConfigError(f"unique_for_s must be seconds > 0, not {self.unique_for_s!r}")
+        if self.result_ttl_s is not None and (
+            isinstance(self.result_ttl_s, bool)
+            or not isinstance(self.result_ttl_s, int)
+            or self.result_ttl_s <= 0
+        ):
+            raise ConfigError(
+                f"result_ttl_s must be a whole number of seconds > 0, not {self.result_ttl_s!r}"
+            )
+
+
+MAX_TIME_LIMIT_S = 366 * 86_400.0
+"""The longest time limit (a year): a limit is kept in ms on monotonic clocks and in records."""
+
+
+def check_seconds(name: str, value: float | None) -> None:
+    """A time limit: None (the app's), else a finite number of seconds > 0, at most a year.
+
+    Raises:
+        ConfigError: 0, a negative number, NaN, infinity, or anything but a number.
+    """
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"{name} must be a number of seconds, not {value!r}")
+    if not 0 < value <= MAX_TIME_LIMIT_S:  # False for NaN too
+        raise ConfigError(f"{name} must be > 0 and at most {MAX_TIME_LIMIT_S:.0f}, not {value!r}")
+
+
+def renamed_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The options with old spellings renamed (a DeprecationWarning at the decorator)."""
+    opts: dict[str, Any] = dict(options)
+    for old, new in DEPRECATED_OPTIONS.items():
+        if old in opts:
+            warnings.warn(
+                f"task option {old!r} is deprecated: use {new!r}", DeprecationWarning, stacklevel=4
+            )
+            opts[new] = opts.pop(old)
+    return opts
+
+
+def build_options(options: Mapping[str, Any], default_name: str) -> tuple[str, TaskOptions]:
+    """The task's name (``name=``, else ``default_name``: from the function) and options.
+
+    Raises:
+        ConfigError: an unknown option, or an invalid value; the message names the task.
+    """
+    opts: dict[str, Any] = dict(options)
+    name = opts.pop("name", None) or default_name
+    if "dont_autoretry_for" in opts:
+        opts["dont_autoretry_for"] = tuple(opts["dont_autoretry_for"])
+    try:
+        return name, TaskOptions(**opts)
+    except TypeError as exc:
+        raise ConfigError(f"task {name!r}: unknown task option: {exc}") from None
+    except ConfigError as exc:
+        raise ConfigError(f"task {name!r}: {exc}") from None
