@@ -122,7 +122,7 @@ def _act(*args: Any) -> None:
 
 
 class Runner:
-    """One consumer's thread: ``_process`` of one delivery, which blocks in the task."""
+    """One consumer's thread: ``process`` of one delivery, which blocks in the task."""
 
     def __init__(self) -> None:
         self.events: queue.Queue[tuple[str, Any]] = queue.Queue()
@@ -130,12 +130,12 @@ class Runner:
         self.thread: threading.Thread | None = None
 
     def start(self, consumer: Consumer, d: Delivery, rest: list[Delivery]) -> tuple[str, Any]:
-        """Run the delivery; returns ("entered", job id) or ("done", _process's result)."""
+        """Run the delivery; returns ("entered", job id) or ("done", process's result)."""
 
         def target() -> None:
             _runner.value = self
             try:
-                self.events.put(("done", consumer._process(d, rest)))
+                self.events.put(("done", consumer.process(d, rest)))
             except Died:
                 self.events.put(("died", None))
             except BaseException as exc:  # the test's failure, raised in the main thread
@@ -291,7 +291,7 @@ class ControlPlaneModel(RuleBasedStateMachine):
         c = w.consumer
         c._ahead.clear()
         c._settled.clear()
-        w.batch = c._keep(c._fetch(count).deliveries, count)
+        w.batch = c.keep(c._fetch(count).deliveries, count)
         w.revoked = False
         assert c.slot is not None
         c.slot.list_batch([(c.broker.stream_position[d.stream], d.entry_id) for d in w.batch])
@@ -299,7 +299,7 @@ class ControlPlaneModel(RuleBasedStateMachine):
     @precondition(lambda self: any(w.batch and w.running is None for w in self.workers.values()))
     @rule(data=st.data())
     def start_next(self, data: st.DataObject) -> None:
-        """The consumer's turn at the next job of its batch: the real ``_process`` (expiry,
+        """The consumer's turn at the next job of its batch: the real ``process`` (expiry,
         limits, the scoreboard's start), which runs the task until a rule ends it."""
         ready = [s for s, w in self.workers.items() if w.batch and w.running is None]
         w = self.workers[data.draw(st.sampled_from(ready))]

@@ -47,21 +47,6 @@ GRAPH = {
     name: {m for m in imports(path) if m in MODULES and m != name} for name, path in MODULES.items()
 }
 
-BEING_SPLIT = {
-    # Two circles whose split is under way, each in its own change (issue 30): the broker's
-    # read side editing the Broker's private state, and the async loop driving Consumer
-    # through its private members. Remove this allow-list when both have landed.
-    frozenset(
-        {
-            "taskq.broker.broker",
-            "taskq.broker.fetching",
-            "taskq.broker.partitioned",
-            "taskq.broker.slots",
-        }
-    ),
-    frozenset({"taskq.worker.aio", "taskq.worker.consumer"}),
-}
-
 
 def circles(graph: dict[str, set[str]]) -> list[set[str]]:
     """The groups of modules that import each other (Tarjan's strongly connected
@@ -97,7 +82,7 @@ def test_no_module_imports_itself_through_others() -> None:
     """Each module imports only modules below it, counting imports inside functions and
     under ``TYPE_CHECKING``: a lower module that needs something of a higher one names a
     small Protocol instead (taskq/protocols.py)."""
-    found = [g for g in circles(GRAPH) if frozenset(g) not in BEING_SPLIT]
+    found = circles(GRAPH)
     assert not found, "modules that import each other: " + "; ".join(
         ", ".join(sorted(g)) for g in found
     )
