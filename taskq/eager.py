@@ -43,7 +43,7 @@ def run_job(app: Producer, body: bytes) -> Job:
         value = run_to_end(task, msg.args, msg.kwargs)
     finally:
         reset_current(token)
-    if msg.result_ttl_s is not None:
+    if msg.recorded:
         value = decode_value(encode_result(value, max_bytes=app.settings.max_result_bytes))
     return dataclasses.replace(handle(app, msg, None), eager_value=(value,))
 

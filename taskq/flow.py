@@ -287,7 +287,7 @@ def _stream_op(msg: Message, body: bytes, args: bytes) -> Ops:
 
 def _record_keys(msg: Message) -> tuple[str, str]:
     """The job's record and done list, or two '' when it keeps no record."""
-    if msg.result_ttl_s is None:
+    if not msg.recorded:
         return "", ""
     k = QueueKeys(msg.queue)
     return k.job(msg.id), k.done(msg.id)
@@ -405,7 +405,7 @@ def ends_with_writes(msg: Message) -> bool:
 
 def needs_result(msg: Message) -> bool:
     """Whether the job's success needs its encoded result (to store, or to pass on)."""
-    if msg.result_ttl_s is not None:
+    if msg.recorded:
         return True
     wf = msg.wf
     return bool(wf and (wf.get("next") or wf.get("chord")))

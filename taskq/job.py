@@ -64,6 +64,11 @@ class Job:
     eager_value: tuple[Any] | None = field(default=None, repr=False, compare=False)
     """In eager mode, the 1-tuple of the value the task returned (it ran at enqueue)."""
 
+    @property
+    def recorded(self) -> bool:
+        """Whether the job keeps a status record (:attr:`stores_result`, the public field)."""
+        return self.stores_result
+
     def status(self) -> JobStatus:
         """Where the job is now (one round trip).
 

@@ -127,7 +127,7 @@ def unique_steps(app: Producer, msg: Message, u: Uniqueness, in_ms: int | None) 
     command = unique_command(keys, msg.id, u.hold_ms, ops.packed(), at, u.released_at_end)
     [holder] = yield [command]
     holder_id = holder.decode() if isinstance(holder, bytes) else str(holder)
-    stores = msg.result_ttl_s is not None
+    stores = msg.recorded
     if holder_id == msg.id:
         eta = msg.eta_ms if delay_ms > 0 else None
         return Job(msg.id, msg.task, msg.queue, msg.priority, None, eta, stores, app)

@@ -1,8 +1,8 @@
 """One slot's read side: the pipelined read without a script (the hot path) and the
 ``fetch.lua`` call, their commands and replies kept apart so that a worker on queues in
 several cluster slots can send every slot's read in one round (see
-:mod:`taskq.broker.slots`). The reach and the record tracking that steer a fetch live here,
-with the reads that move them."""
+:mod:`taskq.broker.slots`). The reach and whether the jobs are recorded, which steer a
+fetch, live here, with the reads that move them."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ class SlotFetcher:
         (more are read only once those are empty, so a read rarely finds jobs on two)."""
         self.was_reached = False
         """As a part of a multi-slot fetch: the part the last job came from."""
-        self._tracking = False
+        self._recorded = False
         """The last jobs taken keep status records: fetch with the script, which marks them
         running as it takes them, instead of the pipelined read and a second call."""
 
@@ -78,9 +78,9 @@ class SlotFetcher:
         ensure_groups(self.link, self.streams)
 
     @property
-    def tracking(self) -> bool:
+    def recorded(self) -> bool:
         """Whether the last jobs taken keep status records (then fetch with the script)."""
-        return self._tracking
+        return self._recorded
 
     def reach_all(self) -> None:
         """Let the next one-job fetch read every stream at once (its queues were empty)."""
@@ -89,8 +89,8 @@ class SlotFetcher:
     def note_records(self, got: Sequence[Delivery]) -> None:
         """A read outside the fetch script took these: if one keeps a record, the next fetch
         goes through the script, which writes the completions of such jobs."""
-        if any(d.record_id for d in got):
-            self._tracking = True
+        if any(d.recorded for d in got):
+            self._recorded = True
 
     def fetch(
         self,
@@ -104,7 +104,7 @@ class SlotFetcher:
         dirty: Sequence[str] = (),
     ) -> Fetched:
         """:meth:`taskq.broker.Broker.fetch` on this slot's queues."""
-        if not (fence_acks and acks) and not completions and not self._tracking:
+        if not (fence_acks and acks) and not completions and not self._recorded:
             finished = sorted({*dirty, *(d.stream for d in acks)})
             fetched = self.fetch_pipelined(consumer, count, acks, finished if trim else ())
             self.note_records(fetched.deliveries)
@@ -261,7 +261,7 @@ class SlotFetcher:
             for i in range(1, len(flat), 3)
         ]
         self._reach = self.stream_position[got[0].stream] if got else 0
-        self._tracking = any(d.record_id for d in got)
+        self._recorded = any(d.recorded for d in got)
         return Fetched(got, as_int(flat[0], -1))
 
     # -- the blocking read -----------------------------------------------------------------

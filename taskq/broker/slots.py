@@ -105,7 +105,7 @@ def fetch_one_round(
     pipeline (the cluster link writes to every node before it reads any), plus the acks of
     the slots after it: one round for the worker however many slots come before its job.
     None when it found nothing (the caller's slot-by-slot path then trims and looks again)."""
-    if any(p.tracking for p in parts):
+    if any(p.recorded for p in parts):
         return None
     reach = next((i for i, p in enumerate(parts) if p.was_reached), 0)
     commands: list[Command] = []

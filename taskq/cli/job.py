@@ -60,12 +60,12 @@ def _show_job(
     """Show a job (or a workflow), waiting first with ``wait``. Returns the exit status."""
     _check(job_id, queue)
     handle = app.job(job_id, queue=queue)
-    if not handle.stores_result:
+    if not handle.recorded:
         flow = app.flow(job_id, queue=queue)
         if flow is not None:
             return _show_flow(app, flow, as_json, wait, timeout)
     code = 0
-    if wait and handle.stores_result:
+    if wait and handle.recorded:
         try:
             handle.wait(timeout)
         except TaskFailed:
@@ -94,7 +94,7 @@ def _cancel(app: Any, job_id: str, queue: str | None, *, terminate: bool) -> int
     """Cancel a job or a workflow's steps; prints each outcome. Returns the exit status."""
     _check(job_id, queue)
     handle = app.job(job_id, queue=queue)
-    if handle.stores_result:
+    if handle.recorded:
         outcomes = {job_id: handle.cancel(terminate=terminate)}
     else:
         flow = app.flow(job_id, queue=queue)

@@ -107,7 +107,7 @@ class Source:
             check_queue_name(queue)
         handle = self.app.job(job_id, queue=queue or None)
         now = self.app.reader.now_ms()
-        if not handle.stores_result:
+        if not handle.recorded:
             flow = self.app.flow(job_id, queue=queue or None)
             if flow is not None:
                 return JobPage(None, self.app.records.flow_view(flow.queue, flow.id), now)
@@ -158,7 +158,7 @@ class Source:
     def cancel(self, job_id: str, queue: str | None, *, terminate: bool) -> dict[str, str]:
         check_job_id(job_id)
         handle = self.app.job(job_id, queue=queue or None)
-        if handle.stores_result:
+        if handle.recorded:
             return {job_id: handle.cancel(terminate=terminate)}
         flow = self.app.flow(job_id, queue=queue or None)
         if flow is None:

@@ -194,7 +194,7 @@ class AsyncRunner:
         if c.slot is not None:
             msg = prepared.msg
             index = c.broker.stream_position[d.stream]
-            hard_s, recorded = prepared.hard_limit_s, d.record_id is not None
+            hard_s, recorded = prepared.hard_limit_s, d.recorded
             c.slot.start(index, d.entry_id, msg.task, msg.id, hard_s, at=at, recorded=recorded)
         loop = self._loop
         assert loop is not None

@@ -327,7 +327,7 @@ class Consumer:
         if self.slot is None:
             return True
         d, msg, index = p.delivery, p.msg, self.broker.stream_position[p.delivery.stream]
-        recorded = d.record_id is not None
+        recorded = d.recorded
         return self.slot.start(
             index, d.entry_id, msg.task, msg.id, p.hard_limit_s, recorded=recorded, claimed=claimed
         )

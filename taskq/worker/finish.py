@@ -67,7 +67,7 @@ class Finisher:
                     ops = release
                 self.completions[d] = Completion(
                     msg.id,
-                    msg.result_ttl_s is not None,
+                    msg.recorded,
                     self._ttl_ms(msg),
                     o.result,
                     o.attempt,
