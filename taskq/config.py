@@ -15,6 +15,10 @@ from typing import Any, TypedDict
 from taskq.errors import ConfigError
 from taskq.signing import Signer, signer_for
 
+MAX_RESULT_TTL_S = 10 * 365 * 24 * 3600
+"""The longest a record and result may live: ten years (its TTL in ms stays an exact integer
+in Lua; a body asking for more is refused)."""
+
 DEFAULT_REDIS_URL = "redis://localhost:6379/0"
 
 
@@ -141,6 +145,8 @@ class Settings:
         ):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0")
+        if self.result_ttl_s > MAX_RESULT_TTL_S:
+            raise ConfigError(f"result_ttl_s must be at most {MAX_RESULT_TTL_S} (ten years)")
         if not self.retry_backoff_factor >= 1.0:
             raise ConfigError("retry_backoff_factor must be >= 1")
         if self.retry_backoff_max_ms < self.retry_backoff_ms:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from taskq.config import check_queue_name
+from taskq.config import MAX_RESULT_TTL_S, check_queue_name
 from taskq.errors import ConfigError, DecodeError
 from taskq.keys import PRIORITIES, QueueKeys, check_job_id
 
@@ -22,7 +22,7 @@ MAX_TIME_MS = 2**47
 """Largest time (ms since the epoch) or delay a body may carry: year 6429, far inside
 the integers that Lua's doubles hold exactly."""
 
-MAX_TTL_S = 10 * 365 * 24 * 3600
+MAX_TTL_S = MAX_RESULT_TTL_S
 """Largest ``result_ttl_s``: ten years. A TTL in ms stays an exact integer in Lua."""
 
 MAX_RETRIES = 2**31 - 1

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
-from taskq.config import check_queue_name
+from taskq.config import MAX_RESULT_TTL_S, check_queue_name
 from taskq.errors import ConfigError
 from taskq.keys import check_priority
 from taskq.limits import Rate
@@ -110,10 +110,11 @@ class TaskOptions:
         if self.result_ttl_s is not None and (
             isinstance(self.result_ttl_s, bool)
             or not isinstance(self.result_ttl_s, int)
-            or self.result_ttl_s <= 0
+            or not 0 < self.result_ttl_s <= MAX_RESULT_TTL_S
         ):
             raise ConfigError(
-                f"result_ttl_s must be a whole number of seconds > 0, not {self.result_ttl_s!r}"
+                f"result_ttl_s must be a whole number of seconds > 0 and at most "
+                f"{MAX_RESULT_TTL_S} (ten years), not {self.result_ttl_s!r}"
             )
 
 

@@ -59,3 +59,12 @@ def test_a_time_limit_out_of_range_is_refused_at_declaration(option: str, value:
 def test_a_time_limit_in_range_is_kept() -> None:
     t = App(eager=True).task(time_limit_s=0.5, soft_time_limit_s=86_400)(lambda: None)
     assert (t.options.time_limit_s, t.options.soft_time_limit_s) == (0.5, 86_400)
+
+
+@pytest.mark.parametrize("ttl", [0, -1, 2**62, 10 * 365 * 24 * 3600 + 1, 1.5, True])
+def test_a_result_ttl_out_of_range_is_refused_at_declaration_and_in_settings(ttl: object) -> None:
+    # a TTL past ten years would be refused in every body: it is refused where it is set
+    with pytest.raises(ConfigError, match="result_ttl_s must be"):
+        App(eager=True).task(name="job", result_ttl_s=ttl)(lambda: None)
+    with pytest.raises(ConfigError, match="result_ttl_s must be"):
+        App(eager=True, result_ttl_s=ttl)
