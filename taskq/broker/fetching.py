@@ -58,8 +58,9 @@ class SlotFetcher:
         self.was_reached = False
         """As a part of a multi-slot fetch: the part the last job came from."""
         self._recorded = False
-        """The last jobs taken keep status records: fetch with the script, which marks them
-        running as it takes them, instead of the pipelined read and a second call."""
+        """The last jobs taken keep status records: their ends write completions (results,
+        records), which the fetch script carries, so fetch with it rather than the pipelined
+        read without a script."""
 
     @property
     def direct(self) -> Direct:

@@ -81,7 +81,3 @@ class Schedules:
             "periodic", [QueueKeys(queue).periodic, *keys], [name, expected, new, blob]
         )
         return Claim(as_int(reply[0]) == 1, text(reply[1]), as_int(reply[2]))
-
-    def forget(self, queue: str, name: str) -> bool:
-        """Delete a schedule's state (it starts over at the next worker start)."""
-        return as_int(self.link.call("HDEL", QueueKeys(queue).periodic, name)) == 1

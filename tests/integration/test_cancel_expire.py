@@ -357,3 +357,14 @@ def test_a_cancel_while_running_starts_no_error_callback(
     wait_until(lambda: [x for x in runs(r) if x.get("tag") == "errback"], 20, message="errback")
     _sentinel_ran(r)
     assert [x["failed"] for x in runs(r) if x.get("tag") == "errback"] == [failing.id]
+
+
+def test_a_cancel_releases_only_a_lock_of_its_own_queue(task_app: App, r: redis.Redis) -> None:
+    # given a waiting job whose record (which whoever may write the queue can write) names a
+    # key that is not a lock of its queue, holding the job's id
+    job = tasks.add.delay(1, 1)
+    r.set("victim", job.id)
+    r.hset(f"tasks:job:{job.id}", "unique", "victim")
+    # when it is cancelled, then it ends and that key stays
+    assert job.cancel() == "cancelled"
+    assert r.get("victim") == job.id.encode()

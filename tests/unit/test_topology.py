@@ -83,7 +83,9 @@ _CHECKS = (
 
 def test_scripts_declare_their_keys() -> None:
     """Every script names its KEYS in its header, and the only key names built inside Lua are
-    derived from a declared key of the same queue (same prefix, so same hash tag and slot)."""
+    derived from the queue's own name or a declared key of the same queue (same prefix, so
+    same hash tag and slot), or built only to compare a stored name with the one it must be
+    (docs/architecture.md lists each)."""
     folder = resources.files("taskq.broker").joinpath("lua")
     built = []
     for path in sorted(folder.iterdir(), key=lambda p: p.name):
@@ -107,7 +109,7 @@ def test_scripts_declare_their_keys() -> None:
         ("_flow.lua", _CHECKS[2]),
         ("_record.lua", "return string.match(stream, '^(.*):[^:]*$') .. ':job:' .. job_id"),
         ("_record.lua", "return string.match(stream, '^(.*):[^:]*$') .. ':done:' .. job_id"),
-        ("cancel.lua", "local held_head = prefix .. ':held:'"),
+        ("cancel.lua", "local held_head, lock_head = prefix .. ':held:', prefix .. ':unique:'"),
         ("cancel.lua", "local running = prefix .. ':running:' .. string.sub(held, #held_head + 1)"),
     ]
 

@@ -47,14 +47,17 @@ local function remove_member(set, due, skip_first_line)
   return false
 end
 
--- A key read from the record, if it is one of this queue's held sets; else nil.
+-- A key read from the record, if it is one of this queue's keys of that kind (`head`:
+-- '<queue>:<kind>:'); else nil.
 local prefix = string.sub(rec, 1, #rec - #id - 5)  -- rec is '<queue>:job:<id>'
-local held_head = prefix .. ':held:'
-local function own_held(key)
-  if type(key) == 'string' and #key > #held_head and string.sub(key, 1, #held_head) == held_head
-  then return key end
+local held_head, lock_head = prefix .. ':held:', prefix .. ':unique:'
+local function own(key, head)
+  if type(key) == 'string' and #key > #head and string.sub(key, 1, #head) == head then
+    return key
+  end
   return nil
 end
+local function own_held(key) return own(key, held_head) end
 
 -- A job moved back from a held set to its stream had a slot kept free for it: the next held
 -- job takes it now (else it would wait until another job of the task came and ended).
@@ -93,7 +96,7 @@ elseif state == 'pending' then
 end
 local now = now_ms()
 if removed then
-  local lock = redis.call('HGET', rec, 'unique')  -- a unique job's lock goes with it
+  local lock = own(redis.call('HGET', rec, 'unique'), lock_head)  -- its lock goes with it
   if lock and redis.call('GET', lock) == id then redis.call('DEL', lock) end
   if state == 'waiting' and not held then pass_on_slot(now) end
   finish_record(rec, KEYS[2], 'cancelled', tonumber(ARGV[3]), now)
