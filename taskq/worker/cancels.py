@@ -36,7 +36,7 @@ from taskq.worker.scoreboard import LOCK_TIMEOUT_S, Running, Scoreboard, SlotVie
 logger = logging.getLogger(__name__)
 
 CHECK_EVERY_S = 0.25
-START_CHECK_HOLDS_S = 0.005
+START_CHECK_HOLDS_S = 0.05
 """A child's read of its batch's tombstones answers for the jobs whose turn comes within
 this long; a cancel later than that finds its job started (and interrupted as it runs)."""
 KILL_AFTER_S = 5.0
@@ -156,9 +156,9 @@ class StartCheck:
     record: only they can be cancelled), so that one cancelled while it waited in the batch
     does not start. A read answers for START_CHECK_HOLDS_S. The fetch counts as one: a job
     had no tombstone when it was delivered (a job cancelled after its delivery is handed
-    back, if ever, as cancelled: Finisher.hand_back), so jobs that start within 5 ms of
+    back, if ever, as cancelled: Finisher.hand_back), so jobs that start within 50 ms of
     their fetch cost nothing. Past that, one pipelined read covers the job and those after
-    it in its batch: a batch of short jobs costs one read per 5 ms, not one per job.
+    it in its batch: a batch of short jobs costs one read per 50 ms, not one per job.
     ``outages``: the consumer's outage handling, which the reads go through."""
 
     def __init__(self, broker: Broker, outages: OutageWaiter) -> None:
