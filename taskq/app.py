@@ -23,11 +23,10 @@ from taskq.broker.steps import Steps, arun, run
 from taskq.canvas import Workflow
 from taskq.config import Settings, redact
 from taskq.current import current_producer, set_current_app
-from taskq.eager import run_job, run_workflow
 from taskq.errors import ConfigError
 from taskq.job import Flow, Job
 from taskq.keys import check_job_id
-from taskq.launch import flow_handle, launch_steps
+from taskq.loaded_late import flow_handle, launch_steps, run_job, run_workflow
 from taskq.message import Message
 from taskq.middleware import Hooks, Middleware, enqueue_through
 from taskq.options import TaskOptionArgs, build_options, renamed_options

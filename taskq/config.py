@@ -18,6 +18,11 @@ from taskq.signing import Signer, signer_for
 MAX_RESULT_TTL_S = 10 * 365 * 24 * 3600
 """The longest a record and result may live: ten years (its TTL in ms stays an exact integer
 in Lua; a body asking for more is refused)."""
+MAX_TIME_MS = 2**47
+"""Largest time (ms since the epoch) or delay a body may carry: year 6429, far inside the
+integers that Lua's doubles hold exactly."""
+MAX_RETRIES = 2**31 - 1
+"""Largest attempt count a body may carry."""
 
 DEFAULT_REDIS_URL = "redis://localhost:6379/0"
 

@@ -14,18 +14,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from taskq.config import MAX_RESULT_TTL_S, check_queue_name
+from taskq.config import MAX_RESULT_TTL_S as MAX_TTL_S
+from taskq.config import MAX_TIME_MS, check_queue_name
 from taskq.errors import ConfigError, DecodeError
 from taskq.keys import PRIORITIES, QueueKeys, check_job_id
-
-MAX_TIME_MS = 2**47
-"""Largest time (ms since the epoch) or delay a body may carry: year 6429, far inside
-the integers that Lua's doubles hold exactly."""
-
-MAX_TTL_S = MAX_RESULT_TTL_S
-"""Largest ``result_ttl_s``: ten years. A TTL in ms stays an exact integer in Lua."""
-
-MAX_RETRIES = 2**31 - 1
 
 MAX_DEPTH = 200
 """How deep workflow maps may nest: a chain nests one level per step, and msgpack's own

@@ -14,8 +14,9 @@ from typing import Any, NamedTuple
 
 import msgpack
 
+from taskq.config import MAX_RESULT_TTL_S as MAX_TTL_S
+from taskq.config import MAX_RETRIES, MAX_TIME_MS
 from taskq.errors import ConfigError, DecodeError, EnqueueError, PayloadTooLarge
-from taskq.flowcheck import MAX_RETRIES, MAX_TIME_MS, MAX_TTL_S, check_unique, check_wf
 from taskq.keys import PRIORITIES, check_job_id, is_plain_job_id
 from taskq.signing import Signer
 
@@ -293,6 +294,8 @@ def _check_maps(
     """The checks on the fields that carry maps or name keys (see :mod:`taskq.flowcheck`)."""
     if headers and not all(type(k) is str and type(v) is str for k, v in headers.items()):
         raise DecodeError("body field 'headers' must map strings to strings", body)
+    from taskq.flowcheck import check_unique, check_wf  # (only bodies that name keys need it)
+
     if wf is not None:
         check_wf(wf, body, digests=digests)
     if unique is not None:

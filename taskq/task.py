@@ -16,7 +16,6 @@ from taskq.canvas import Signature
 from taskq.config import check_queue_name
 from taskq.context import JobContext, current_job, reset_current, set_current
 from taskq.current import current_producer
-from taskq.eager import run_to_end
 from taskq.errors import ConfigError
 from taskq.job import Job
 from taskq.keys import check_priority
@@ -96,6 +95,8 @@ class Task(Generic[P, R]):
     def run_to_end(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """:meth:`run`, and for an async task its coroutine to its end (eager mode's way to
         run it: :func:`taskq.eager.run_to_end`)."""
+        from taskq.eager import run_to_end  # (loaded when first used: import taskq stays light)
+
         return run_to_end(self, args, kwargs)
 
     def delay(self, *args: P.args, **kwargs: P.kwargs) -> Job:

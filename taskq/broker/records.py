@@ -25,7 +25,6 @@ from taskq.broker.link import Link, script_command
 from taskq.broker.replies import as_int, flat_pairs, info_records, pending_rows, redis_ms, text
 from taskq.broker.steps import Pause, Steps, run
 from taskq.errors import BrokerRefused, BrokerUnavailable
-from taskq.flowcheck import Refusal, record_ref
 from taskq.keys import GROUP, PRIORITIES, QueueKeys
 from taskq.results import FINAL, RUNNING, SUCCEEDED, UNKNOWN, WAITING, FlowView, JobStatus
 
@@ -36,6 +35,8 @@ def later_steps(packed: bytes | None) -> list[list[Any]]:
     """The records of the workflow steps after a job (its record's ``later`` field:
     ``[record key, done key, ttl ms]`` each), which end with it if it is cancelled before it
     runs; none unless every one is a well-formed reference (the field is untrusted)."""
+    from taskq.flowcheck import Refusal, record_ref  # (a cancel's only)
+
     if not packed:
         return []
     try:
