@@ -14,7 +14,7 @@ import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec, TypeVar, overload
 
-from taskq.broker import Broker, Link, connect
+from taskq.broker import Link, connect
 from taskq.broker.alink import AsyncLink, connect_async
 from taskq.broker.operators import Operators
 from taskq.broker.reads import Reader
@@ -39,6 +39,7 @@ from taskq.task import Task
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack is 3.11+; only mypy reads this
 
+    from taskq.broker.broker import Broker
     from taskq.config import SettingsArgs
 
 P = ParamSpec("P")
@@ -201,6 +202,8 @@ class App:
     @property
     def broker(self) -> Broker:
         """A broker for the app's queue, on this process's link."""
+        from taskq.broker.broker import Broker  # (loaded when first used: see taskq.broker)
+
         link = self.link
         if self._broker is None:
             self._broker = Broker(link, [self.settings.queue])
@@ -209,6 +212,8 @@ class App:
     def broker_for(self, queues: Sequence[str]) -> Broker:
         """A broker for ``queues`` (in the order a worker reads them; a partitioned queue is
         read as all of its partitions), on this process's link."""
+        from taskq.broker.broker import Broker
+
         names, groups = expand(self.settings.partitions, queues)
         return Broker(self.link, names, groups=groups)
 
