@@ -55,8 +55,9 @@ from bench.common.redistime import Window
 from bench.common.report import div, md_table, med, num, pct, verdict
 from bench.common.rounds import fig, half_medians, half_of
 from bench.common.runner import Entry
-from bench.features import family
-from bench.features.family import AgentCtx, Family, Params, Size
+from bench.features import agentside, family
+from bench.features.agentside import AgentCtx, Params
+from bench.features.family import Family, Size
 from bench.features.periodic_bench import Phase
 
 KEY = "limits"
@@ -224,9 +225,9 @@ def drain_half(system: Any, ctx: AgentCtx, half: str) -> Params:
     window = Window(ctx.url)
     window.start()
     argvs = system.worker_argvs(ctx.procs, ctx.concurrency)
-    with family.workers(argvs, ctx, f"drain-{half}") as running:
+    with agentside.workers(argvs, ctx, f"drain-{half}") as running:
         t_spawn = running.t_start
-        done_ns = family.wait_counter(client, n, running, ctx.deadline)
+        done_ns = agentside.wait_counter(client, n, running, ctx.deadline)
         time.sleep(SETTLE_S)
         stats = window.stop(n)
     noop = _starts(ctx, system.limited_base, limited=False)

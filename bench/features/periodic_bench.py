@@ -54,7 +54,8 @@ from bench.common.report import md_table, num
 from bench.common.rounds import environ
 from bench.common.runner import Entry
 from bench.features import family
-from bench.features.family import AgentCtx, Family, Params, Size, latency_figures
+from bench.features.agentside import AgentCtx, Params, latency_figures
+from bench.features.family import Family, Size
 
 KEY = "periodic"
 PHASES = ("steady", "kill")

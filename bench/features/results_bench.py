@@ -43,13 +43,15 @@ from redis import Redis
 
 from bench.common import envs
 from bench.common.procs import BenchError
-from bench.common.report import md_table, num, ratio
+from bench.common.report import md_table, med, num, ratio, verdict
 from bench.common.rounds import alternating
 from bench.common.runner import Entry, brief
-from bench.compare import report
+from bench.compare import report, summary
 from bench.compare.run import RAW_FOR, SYSTEMS
-from bench.features import family
-from bench.features.family import AgentCtx, Family, MemoryProbe, Params, Size, median_of
+from bench.features import agentside, family, section
+from bench.features.agentside import AgentCtx, MemoryProbe, Params
+from bench.features.family import Family, Size
+from bench.features.section import median_of
 from bench.peers.featurebase import Results
 
 EXPECTED = 3  # add(1, 2)
@@ -92,7 +94,7 @@ def probes(system: Results, ctx: AgentCtx) -> Params:
         except Exception as exc:  # a timeout or a peer's error: a lost probe
             errors.append(f"{type(exc).__name__}: {exc}")
     return {
-        **family.latency_figures(lat_ms, len(lat_ms) + len(errors)),
+        **agentside.latency_figures(lat_ms, len(lat_ms) + len(errors)),
         "first_result_s": startup_s,
         "errors": errors[:3],
     }
@@ -141,7 +143,7 @@ def measure(system: Results, ctx: AgentCtx, running: AbstractContextManager[Any]
 
 def agent(system: Results, ctx: AgentCtx) -> Params:
     """One system's round, in its venv: its worker CLI with ``procs`` processes."""
-    return measure(system, ctx, family.workers(system.worker_argvs(ctx.procs), ctx))
+    return measure(system, ctx, agentside.workers(system.worker_argvs(ctx.procs), ctx))
 
 
 # ------------------------------------------------------------------ raw floor
@@ -199,7 +201,7 @@ def raw(ctx: AgentCtx) -> Params:
     """The raw floor: ``procs`` forked consumers, the same probes and memory phase."""
     r = ctx.redis()
     r.xgroup_create(STREAM, GROUP, id="0", mkstream=True)
-    running = family.forked(_raw_worker, ctx.procs, (ctx.url,))
+    running = agentside.forked(_raw_worker, ctx.procs, (ctx.url,))
     return measure(RawResults(r), ctx, running)
 
 
@@ -267,16 +269,16 @@ def drain_summary(node: dict[str, Any]) -> dict[str, Any]:
     clean = [r for r in node["clean"] if "error" not in r]
 
     def m(*path: str) -> float | None:
-        return report.med([report.dig(r, *path) for r in timed])
+        return med([summary.dig(r, *path) for r in timed])
 
     acc = node["accounting"]
-    costs = report.redis_costs(timed, ("enqueue_bulk", "drain"), acc)
+    costs = summary.redis_costs(timed, ("enqueue_bulk", "drain"), acc)
     return {
         "drain": m("drain", "rate"),
         "drain_steady": m("drain", "steady_rate"),
         "startup_s": m("drain", "startup_s"),
         "enqueue_bulk": m("enqueue_bulk", "rate"),
-        "redis_clean": report.redis_costs(clean, ("drain",), acc)["drain"],
+        "redis_clean": summary.redis_costs(clean, ("drain",), acc)["drain"],
         "redis": costs["drain"],
         "redis_bulk": costs["enqueue_bulk"],
         "ok": f"{len(timed)}+{len(clean)} of {len(node['timed'])}+{len(node['clean'])}",
@@ -293,7 +295,7 @@ def per_run_ratios(node: dict[str, Any]) -> list[float | None]:
     """Drain with results on / off of each run (the two halves of a run are paired)."""
     pairs = zip(node["on"]["timed"], node["off"]["timed"], strict=False)
     return [
-        report.dig(on, "drain", "rate") / off["drain"]["rate"]
+        summary.dig(on, "drain", "rate") / off["drain"]["rate"]
         if "error" not in on and "error" not in off
         else None
         for on, off in pairs
@@ -311,9 +313,9 @@ def drain_target(
     value = statistics.median(paired) if paired else None
     each = ", ".join(_pct(r, 1.0) for r in runs)
     detail = (
-        f"{name}: each run {each}; medians {report.rate(on['drain'])} vs "
-        f"{report.rate(off['drain'])} jobs/s, {_pct(on['drain'], off['drain'])}; after the "
-        f"1st job: {report.rate(on['drain_steady'])} vs {report.rate(off['drain_steady'])}, "
+        f"{name}: each run {each}; medians {num(on['drain'])} vs "
+        f"{num(off['drain'])} jobs/s, {_pct(on['drain'], off['drain'])}; after the "
+        f"1st job: {num(on['drain_steady'])} vs {num(off['drain_steady'])}, "
         f"{_pct(on['drain_steady'], off['drain_steady'])}"
     )
     return {"value": value, "pass": None if value is None else value >= DRAIN_VS_OFF,
@@ -350,8 +352,8 @@ def render_drain(data: dict[str, Any]) -> list[str]:
             x = s[mode]
             c = x["redis_clean"] or x["redis"]
             rows.append([
-                label, mode, report.rate(x["drain"]), report.rate(x["drain_steady"]),
-                num(x["startup_s"], ".2f"), report.rate(x["enqueue_bulk"]),
+                label, mode, num(x["drain"]), num(x["drain_steady"]),
+                num(x["startup_s"], ".2f"), num(x["enqueue_bulk"]),
                 "none" if x["redis_clean"] is None else _us_cell(x["redis_clean"]),
                 _us_cell(x["redis"]), report.breakdown(c) if c else "n/a",
                 _us_cell(x["redis_bulk"]), x["ok"],
@@ -368,8 +370,7 @@ def render_drain(data: dict[str, Any]) -> list[str]:
     t_row = [f"drain with results on vs off ({num(n)} jobs)", f">= {DRAIN_VS_OFF:.0%}"]
     for label, t in targets:
         t_header += [label, ""]
-        verdict = report.verdict(t["pass"])
-        t_row += [_pct(t["value"], 1.0), verdict]
+        t_row += [_pct(t["value"], 1.0), verdict(t["pass"])]
     t_header.append("compared")
     t_row.append("; ".join(t["detail"] for _, t in targets))
     out = [
@@ -408,7 +409,7 @@ def _row(label: str, runs: list[Params], floor: list[Params]) -> list[str]:
         ratio(m("p50_ms"), median_of(floor, "p50_ms")),
         ratio(m("p99_ms"), median_of(floor, "p99_ms")),
         num(m("result_key_bytes")), num(m("result_keys_bytes")), num(m("new_keys_bytes")),
-        num(m("used_memory_bytes")), f"{len(family.ok_runs(runs))}/{len(runs)}",
+        num(m("used_memory_bytes")), f"{len(section.ok_runs(runs))}/{len(runs)}",
     ]  # fmt: skip
 
 
@@ -422,29 +423,26 @@ HEADER = [
 def _vs_best_peer(data: dict[str, Any]) -> list[str]:
     """taskq against the best peer, per figure (lower is better for all of them)."""
     peers = [n for n, e in ENTRIES.items() if not e.is_taskq and n in data["systems"]]
-    lines = []
-    for name in (n for n in data["systems"] if ENTRIES[n].is_taskq):
-        for key, what in (("p50_ms", "p50"), ("p99_ms", "p99"), ("used_memory_bytes", "memory")):
-            best = [(v, p) for p in peers if (v := median_of(data["systems"][p], key)) is not None]
-            if best:
-                value, peer = min(best)
-                mine = median_of(data["systems"][name], key)
-                lines.append(f"- {ENTRIES[name].label} {what} vs best peer ({peer}): "
-                             f"{ratio(mine, value)}")  # fmt: skip
-    return lines
+    return [
+        line
+        for name in data["systems"]
+        if ENTRIES[name].is_taskq
+        for key, what in (("p50_ms", "p50"), ("p99_ms", "p99"), ("used_memory_bytes", "memory"))
+        if (line := section.vs_best_peer(data, name, key, what, peers, highest=False))
+    ]
 
 
 def _kinds_line(label: str, runs: list[Params]) -> str | None:
     """The memory phase's new keys of one system by kind: median bytes, keys per result."""
     found: dict[str, list[dict[str, float]]] = {}
-    for r in family.ok_runs(runs):
+    for r in section.ok_runs(runs):
         for kind, v in (r.get("memory", {}).get("kinds") or {}).items():
             found.setdefault(kind, []).append(v)
     parts = []
     for kind, vs in found.items():
-        per = report.med([v["keys_per_result"] for v in vs]) or 0.0
+        per = med([v["keys_per_result"] for v in vs]) or 0.0
         if per >= 0.01:
-            size = report.med([v["median_bytes"] for v in vs])
+            size = med([v["median_bytes"] for v in vs])
             parts.append(f"`{kind}` {num(size)} B x {per:.2f}")
     return f"- {label}: {', '.join(parts)}" if parts else None
 
@@ -452,11 +450,11 @@ def _kinds_line(label: str, runs: list[Params]) -> str | None:
 def render(data: dict[str, Any]) -> list[str]:
     """The section body: one table, every ratio from this run."""
     rows = [
-        _row(family.label(data, n), runs, data["raw"].get(RAW_FOR.get(n, "raw"), []))
+        _row(section.label(data, n), runs, data["raw"].get(RAW_FOR.get(n, "raw"), []))
         for group in ("systems", "raw")
         for n, runs in data[group].items()
     ]
-    rows += family.not_available_rows(data, len(HEADER))
+    rows += section.not_available_rows(data, len(HEADER))
     out = [
         "Enqueue `add(1, 2)`, wait for its result with the system's own API, one probe at a "
         "time on an idle worker with 2 processes; latency from just before the enqueue to the "
@@ -473,7 +471,7 @@ def render(data: dict[str, Any]) -> list[str]:
         line
         for group in ("systems", "raw")
         for n, runs in data[group].items()
-        if (line := _kinds_line(family.label(data, n), runs))
+        if (line := _kinds_line(section.label(data, n), runs))
     ]
     if kinds:
         kinds.insert(0, "New keys of the memory phase by kind (ids shown as `*`): `MEMORY USAGE` "

@@ -53,12 +53,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.common import envs
 from bench.common.job import COUNTER, counter_client
 from bench.common.procs import BenchError
-from bench.common.report import div, md_table, num, pct
+from bench.common.report import div, md_table, med, num, pct, verdict
 from bench.common.rounds import alternating
 from bench.common.runner import Entry, brief, loadavg
-from bench.compare import report
-from bench.features import family
-from bench.features.family import AgentCtx, Family, Params, Size
+from bench.compare import report, summary
+from bench.features import agentside, family, section
+from bench.features.agentside import AgentCtx, Params
+from bench.features.family import Family, Size
 from bench.peers.taskq_signing_app import ENV, KEY, QUEUE
 
 FAMILY_KEY = "signing"
@@ -141,7 +142,7 @@ def micro(number: int) -> Params:
     return out | {"body_bytes_off": len(off), "body_bytes_on": len(on), "number": number}
 
 
-def _wait(what: str, done: Callable[[], bool], running: family.Workers) -> None:
+def _wait(what: str, done: Callable[[], bool], running: agentside.Workers) -> None:
     bound = time.monotonic() + CHECK_TIMEOUT_S
     while not done():
         if time.monotonic() > bound:
@@ -170,7 +171,7 @@ def check(ctx: AgentCtx) -> Params:
     bodies = [fields[b"body"] for _, fields in entries]
     flags = [is_signed(b) for b in bodies]
     counter = counter_client(ctx.url)
-    with signing_env("on"), family.workers([taskq_app.SYSTEM.worker_argv(1)], ctx, "check") as w:
+    with signing_env("on"), agentside.workers([taskq_app.SYSTEM.worker_argv(1)], ctx, "check") as w:
         _wait("the signed job's run", lambda: int(counter.get(COUNTER) or 0) >= 1, w)
         _wait("the unsigned job's dead letter", lambda: r.xlen(keys.deadletter) >= 1, w)
         time.sleep(0.3)
@@ -333,13 +334,13 @@ def _round(
 
 def mode_summary(node: Params) -> Params:
     """Medians of one mode (signing off or on) over its runs; failed runs left out."""
-    enq, drn, cln = (family.ok_runs(node[k]) for k in ("enqueue", "drain", "clean"))
+    enq, drn, cln = (section.ok_runs(node[k]) for k in ("enqueue", "drain", "clean"))
     acc = node["accounting"]
 
     def m(runs: Sequence[Params], *path: str) -> float | None:
-        return report.med([report.dig(r, *path) for r in runs])
+        return med([summary.dig(r, *path) for r in runs])
 
-    drain_costs = report.redis_costs(drn, ("enqueue_bulk", "drain"), acc)
+    drain_costs = summary.redis_costs(drn, ("enqueue_bulk", "drain"), acc)
     counts = "+".join(str(len(x)) for x in (enq, drn, cln))
     total = "+".join(str(len(node[k])) for k in ("enqueue", "drain", "clean"))
     errors = [f"{k}, run {r['run']}: {r['error']}" for k in ("enqueue", "drain", "clean")
@@ -353,10 +354,10 @@ def mode_summary(node: Params) -> Params:
         "drain_steady": m(drn, "drain", "steady_rate"),
         "startup_s": m(drn, "drain", "startup_s"),
         "duplicates": m(drn, "drain", "duplicates"),
-        "redis_one": report.redis_costs(enq, ("enqueue_one",), acc)["enqueue_one"],
+        "redis_one": summary.redis_costs(enq, ("enqueue_one",), acc)["enqueue_one"],
         "redis_bulk": drain_costs["enqueue_bulk"],
         "redis_drain": drain_costs["drain"],
-        "redis_clean": report.redis_costs(cln, ("drain",), acc)["drain"],
+        "redis_clean": summary.redis_costs(cln, ("drain",), acc)["drain"],
         "ok": f"{counts} of {total}",
         "errors": errors,
     }
@@ -375,14 +376,14 @@ def per_run(
 
     def fig(mode: str, run: int) -> float | None:
         res = by[mode].get(run)
-        return None if res is None or "error" in res else report.dig(res, *path)
+        return None if res is None or "error" in res else summary.dig(res, *path)
 
     return [(run, fig("off", run), fig("on", run)) for run in runs]
 
 
 def _interleaved(data: dict[str, Any]) -> list[Params]:
     """The interleaved producer loops of the family rounds that did not fail."""
-    runs = family.ok_runs(data["systems"].get("taskq", []))
+    runs = section.ok_runs(data["systems"].get("taskq", []))
     return [r["interleaved"] for r in runs if "interleaved" in r]
 
 
@@ -398,7 +399,7 @@ def targets(data: dict[str, Any]) -> dict[str, Params]:
     node = data.get("rounds", {}).get("taskq")
     ab = [
         r["interleaved"]
-        for r in family.ok_runs(data["systems"].get("taskq", []))
+        for r in section.ok_runs(data["systems"].get("taskq", []))
         if "interleaved" in r
     ]
     s = {mode: mode_summary(node[mode]) for mode in MODES} if node else None
@@ -408,18 +409,18 @@ def targets(data: dict[str, Any]) -> dict[str, Params]:
         if node and s:
             runs = [div(on, off) for _, off, on in per_run(node, key)]
             t["rounds"] = {
-                "value": report.med(runs), "runs": runs, "off": s["off"][key], "on": s["on"][key],
+                "value": med(runs), "runs": runs, "off": s["off"][key], "on": s["on"][key],
                 "of_medians": div(s["on"][key], s["off"][key]),
             }  # fmt: skip
             if key == "drain":
                 steady = [div(on, off) for _, off, on in per_run(node, key, "steady_rate")]
-                t["steady"] = {"value": report.med(steady), "runs": steady}
+                t["steady"] = {"value": med(steady), "runs": steady}
         if key in JUDGED_INTERLEAVED and ab:
             runs = [div(r[key]["on"], r[key]["off"]) for r in ab]
             t["interleaved"] = {
-                "value": report.med(runs), "runs": runs,
-                "off": report.med([r[key]["off"] for r in ab]),
-                "on": report.med([r[key]["on"] for r in ab]),
+                "value": med(runs), "runs": runs,
+                "off": med([r[key]["off"] for r in ab]),
+                "on": med([r[key]["on"] for r in ab]),
             }  # fmt: skip
         t["judged_on"] = "interleaved" if key in JUDGED_INTERLEAVED else "rounds"
         judged = t[t["judged_on"]]
@@ -431,7 +432,7 @@ def targets(data: dict[str, Any]) -> dict[str, Params]:
 
 def check_results(data: dict[str, Any]) -> list[Params]:
     """The family rounds' checks (one per run that did not fail)."""
-    return [r["check"] for r in family.ok_runs(data["systems"].get("taskq", []))]
+    return [r["check"] for r in section.ok_runs(data["systems"].get("taskq", []))]
 
 
 def _us_cell(c: Params | None) -> str:
@@ -469,7 +470,7 @@ def _ab_rows(data: dict[str, Any]) -> list[list[str]]:
     """The interleaved producer loops: medians of each mode's rate, their ratio, each run's."""
     runs = [
         r["interleaved"]
-        for r in family.ok_runs(data["systems"].get("taskq", []))
+        for r in section.ok_runs(data["systems"].get("taskq", []))
         if "interleaved" in r
     ]
     if not runs:
@@ -478,11 +479,11 @@ def _ab_rows(data: dict[str, Any]) -> list[list[str]]:
     for key, what in (("enqueue_one", "single-call enqueue (`delay`), blocks of {block}"),
                       ("enqueue_bulk", "bulk enqueue (`starmap`), one batch of {batch} per "
                        "block")):  # fmt: skip
-        off = report.med([r[key]["off"] for r in runs])
-        on = report.med([r[key]["on"] for r in runs])
+        off = med([r[key]["off"] for r in runs])
+        on = med([r[key]["on"] for r in runs])
         each = ", ".join(pct(div(r[key]["on"], r[key]["off"])) for r in runs)
         label = what.format(block=runs[0]["one_block"], batch=f"{runs[0]['bulk_batch']:,}")
-        cpu = {mode: report.med([r[key].get(f"cpu_us_{mode}") for r in runs]) for mode in MODES}
+        cpu = {mode: med([r[key].get(f"cpu_us_{mode}") for r in runs]) for mode in MODES}
         added = None if None in cpu.values() else cpu["on"] - cpu["off"]  # type: ignore[operator]
         rows.append([f"{label}, {runs[0][key]['jobs']:,} jobs per mode", num(off), num(on),
                      pct(div(on, off)), each,
@@ -492,10 +493,10 @@ def _ab_rows(data: dict[str, Any]) -> list[list[str]]:
 
 
 def _micro_med(data: dict[str, Any]) -> Params:
-    runs = [r["micro"] for r in family.ok_runs(data["systems"].get("taskq", [])) if "micro" in r]
+    runs = [r["micro"] for r in section.ok_runs(data["systems"].get("taskq", [])) if "micro" in r]
     if not runs:
         return {}
-    return {k: report.med([r.get(k) for r in runs]) for k in runs[0]}
+    return {k: med([r.get(k) for r in runs]) for k in runs[0]}
 
 
 def _micro_rows(mc: Params) -> list[list[str]]:
@@ -663,7 +664,7 @@ def render(data: dict[str, Any]) -> list[str]:
 def _target_row(key: str, t: Params, n: int, m: int) -> list[str]:
     _, _, what = TARGETS[key]
     size = f"{m:,} jobs" if key == "enqueue_one" else f"{n:,} jobs"
-    verdict = report.verdict(t["pass"])
+    cell = verdict(t["pass"])
     judged = t[t["judged_on"]] or {"runs": [], "off": None, "on": None}
     source = {"interleaved": "interleaved producer loop", "rounds": "separate rounds"}
     other = t.get("steady") if key == "drain" else t["rounds"]
@@ -673,7 +674,7 @@ def _target_row(key: str, t: Params, n: int, m: int) -> list[str]:
         each = ", ".join(pct(r) for r in other["runs"])
         beside = f"{other_what}: {pct(other['value'])} ({each})"
     return [f"{what}, {size}", f"≥ {SIGNED_VS_OFF:.0%}", source[t["judged_on"]],
-            f"**{pct(t['value'])}**", verdict, ", ".join(pct(r) for r in judged["runs"]),
+            f"**{pct(t['value'])}**", cell, ", ".join(pct(r) for r in judged["runs"]),
             f"{num(judged['off'])} / {num(judged['on'])}", beside]  # fmt: skip
 
 
