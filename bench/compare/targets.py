@@ -56,7 +56,7 @@ def targets(
     peers: dict[str, Summary],
     floor_key: str = "consume_floor",
 ) -> list[dict[str, Any]]:
-    """The issue's targets for one taskq variant, as ratios from this run, then its budgets.
+    """The targets for one taskq variant, as ratios from this run, then its budgets.
 
     Each row: target, need (shown), kind ("min" ratio / "max" ratio / "cpu" absolute /
     "budget" µs per job), limit, value, pass, and what was compared.

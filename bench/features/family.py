@@ -1,19 +1,20 @@
-"""Shared machinery of the feature benchmarks: results, chords and async.
+"""A feature benchmark family's description (:class:`Family`, :class:`Size`) and its
+orchestrator.
 
-Each family is one module with its own entry point (``bench/features/results_bench.py``,
-``bench/features/chords_bench.py``, ``bench/features/async_bench.py``) that describes itself as a
-:class:`Family`. The same module runs three ways:
+Each family is one module with its own entry point (``bench/features/<family>_bench.py``) that
+describes itself as a :class:`Family`. The same module runs three ways:
 
-* ``python bench/<family>_bench.py [--quick]``: the orchestrator, in the project's
-  venv. It sets up the bench venvs (:mod:`bench.common.envs`), starts a private
+* ``python bench/features/<family>_bench.py [--quick]``: the orchestrator (here), in the
+  project's venv. It sets up the bench venvs (:mod:`bench.common.envs`), starts a private
   ``redis-server`` (:mod:`bench.common.redis_server`), pins it and the producers like
-  ``run.py``, runs every selected system and raw floor ``--runs`` times (each from
-  an empty Redis) and writes the family's section of ``bench/results/RESULTS-features.md``
-  and ``bench/results/results-features.json`` (``-quick`` variants with ``--quick``),
-  keeping the other families' sections.
-* ``python -m bench.<family>_bench agent --module <peer module> ...``: one system's
-  round, inside that system's venv; prints one JSON object on its last line.
-* ``python -m bench.<family>_bench raw ...``: the family's raw redis-py floor, in
+  ``run.py``, runs every selected system and raw floor ``--runs`` times (each from an empty
+  Redis) and writes the family's section of ``bench/results/RESULTS-features.md`` and
+  ``bench/results/results-features.json`` (``-quick`` variants with ``--quick``), keeping the
+  other families' sections (:mod:`bench.features.section`).
+* ``python -m bench.features.<family>_bench agent --module <peer module> ...``: one system's
+  round, inside that system's venv (:mod:`bench.features.agentside`); prints one JSON object
+  on its last line.
+* ``python -m bench.features.<family>_bench raw ...``: the family's raw redis-py floor, in
   ``.venv-peers`` (pure-Python parser) or the project venv (hiredis).
 
 A taskq module (``bench/peers/taskq_*_app.py``) that needs a feature taskq does not
