@@ -1,4 +1,5 @@
-"""What every bench report shares: medians, ratios, number formats, Markdown tables, verdicts.
+"""What every bench report shares: medians, ratios, the best of several, number formats,
+Markdown tables, verdicts.
 
 The peer comparison (bench/compare/report.py) and every feature bench render with these, so a
 figure, a ratio or a PASS/FAIL cell reads the same in RESULTS.md and RESULTS-features.md.
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 Params = dict[str, Any]
@@ -39,6 +40,20 @@ def pct(v: float | None) -> str:
 def ratio(a: float | None, b: float | None) -> str:
     """``a / b`` as "1.23x", or "n/a"."""
     return "n/a" if a is None or not b else f"{a / b:.2f}x"
+
+
+def best(values: Mapping[str, float | None], highest: bool) -> tuple[str, float] | None:
+    """(name, value) of the highest (or the lowest) value present, None when there is none."""
+    found = [(v, name) for name, v in values.items() if v is not None]
+    if not found:
+        return None
+    value, name = max(found) if highest else min(found)
+    return name, value
+
+
+def vs_line(label: str, what: str, other: str, mine: float | None, theirs: float | None) -> str:
+    """A ratio line of a report: ``- {label} {what} vs {other}: 1.23x``."""
+    return f"- {label} {what} vs {other}: {ratio(mine, theirs)}"
 
 
 def num(v: float | None, fmt: str = ",.0f") -> str:

@@ -1,325 +1,17 @@
-"""Medians, target ratios, Redis budgets and the Markdown report (bench/results/RESULTS.md)."""
+"""The Markdown of the peer comparison (bench/results/RESULTS.md), from the medians of
+:mod:`bench.compare.summary` and the targets of :mod:`bench.compare.targets`."""
 
 from __future__ import annotations
 
 import shlex
-import statistics
-from collections.abc import Sequence
 from typing import Any
 
-from bench.common.redistime import cost, median_cost
-from bench.common.report import md_table, med, verdict
-
-# ---- pass/fail thresholds; bench/README.md "Targets" explains each one
-DRAIN_VS_BEST_PEER = 2.5  # drain at default settings, times the best peer's drain
-FLOOR_PREFETCH = "64"  # the --prefetch value held to the raw floor
-DRAIN_VS_FLOOR = 0.85  # drain at --prefetch FLOOR_PREFETCH, share of the raw floor
-ENQUEUE_ONE_VS_XADD = 0.95  # single-call enqueue, share of the raw one-XADD-per-call loop
-BULK_VS_PIPELINED = 0.70  # bulk enqueue, share of pipelined XADD
-P50_VS_BEST_PEER = 0.8  # enqueue->start p50, times the best peer's p50
-P99_VS_BEST_PEER = 1.0  # enqueue->start p99, times the best peer's p99
-IDLE_CPU_PCT = 1.0  # idle worker tree, % of one core (strictly below)
-# Redis budget: queue-side Redis µs per job in the drain (INFO commandstats, the task's INCR
-# left out, nothing counted twice), per taskq configuration, from the clean pass (no client
-# process on redis-server's CPU; the timed drain's contended figure when there is no clean
-# pass). run.py exits non-zero, with a BUDGET EXCEEDED line, when one is exceeded.
-REDIS_BUDGET_US: dict[str, float] = {"default": 15.0, "--prefetch 1": 15.0, "--prefetch 64": 5.0}
+from bench.common.report import md_table, num, verdict
+from bench.compare.summary import RAW_CEILINGS, Cost, Summary, dig
+from bench.compare.targets import exceeded_budgets, headline
 
 BUSY_LOAD = 0.5
 BUSY = " (**busy machine**: other processes were running, figures are noisier)"
-
-Run = dict[str, Any]
-Summary = dict[str, Any]
-Cost = dict[str, Any]  # redistime.cost / median_cost of one window
-
-# (raw ceiling key, label) in display order
-RAW_CEILINGS = [
-    ("xadd_one", "XADD, one per call"),
-    ("xadd_pipelined", "XADD, pipelined x1000"),
-    ("consume_floor", "raw floor: 2 procs: XREADGROUP COUNT 100 + INCR per message + "
-     "pipelined XACK+XDEL"),
-    ("consume_queue_floor", "queue floor: the raw floor, but per message a msgpack decode of "
-     "the job body and the bench task itself (its record + INCR on its own connection)"),
-    ("consume_batched", "2 procs: XREADGROUP COUNT 100 + pipelined XACK+XDEL"),
-    ("consume_single", "2 procs: XREADGROUP COUNT 1 + XACK+XDEL per message"),
-]  # fmt: skip
-ENQUEUE_WINDOWS = ("enqueue_one",)  # measured in the enqueue round; the rest in the drain round
-DRAIN_WINDOWS = ("enqueue_bulk", "drain")
-
-
-def prefetch_config(value: str) -> str:
-    """Configuration name of a --prefetch value (REDIS_BUDGET_US keys, accounting passes)."""
-    return f"--prefetch {value}"
-
-
-def budget_prefetch_values() -> list[str]:
-    """The --prefetch values that the budgets and the floor target need measured."""
-    values = [k.split()[1] for k in REDIS_BUDGET_US if k.startswith("--prefetch ")]
-    return sorted({*values, FLOOR_PREFETCH}, key=int)
-
-
-def dig(run: Run, *path: str) -> Any:
-    """run[path[0]][path[1]]..., None when any level is missing."""
-    node: Any = run
-    for key in path:
-        if not isinstance(node, dict) or key not in node:
-            return None
-        node = node[key]
-    return node
-
-
-def _children_mb(runs: Sequence[Run]) -> list[float]:
-    """Element-wise median child RSS (MB), largest first."""
-    lists = [sorted(dig(r, "idle", "rss_children_kb") or [], reverse=True) for r in runs]
-    lists = [x for x in lists if x]
-    if not lists:
-        return []
-    if len({len(x) for x in lists}) > 1:
-        lists = [lists[-1]]
-    return [statistics.median(col) / 1024 for col in zip(*lists, strict=True)]
-
-
-def redis_costs(
-    runs: Sequence[Run], windows: Sequence[str], accounting: Run | None
-) -> dict[str, Any]:
-    """Median Redis cost per job of each window over ``runs``, split with ``accounting``."""
-    acc = (accounting or {}).get("accounting")
-    out = {}
-    for w in windows:
-        costs = [
-            cost(r["redis"][w], acc.get(w) if acc else None) for r in runs if dig(r, "redis", w)
-        ]
-        out[w] = median_cost(costs)
-    return out
-
-
-def summarize_system(
-    enqueue_runs: Sequence[Run],
-    drain_runs: Sequence[Run],
-    accounting: Run | None = None,
-    clean_runs: Sequence[Run] = (),
-) -> Summary:
-    """Median figures of one system over its runs (failed runs left out).
-
-    ``redis`` holds the timed rounds' Redis costs (the drain's is contended), ``redis_clean``
-    the drain's from the clean passes (``clean_runs``).
-    """
-    enq = [r for r in enqueue_runs if "error" not in r]
-    dr = [r for r in drain_runs if "error" not in r]
-    clean = [r for r in clean_runs if "error" not in r]
-
-    def m(*path: str) -> float | None:
-        return med([dig(r, *path) for r in dr])
-
-    rss = m("idle", "rss_master_kb")
-    return {
-        "enqueue_one": med([dig(r, "enqueue_one", "rate") for r in enq]),
-        "enqueue_bulk": m("enqueue_bulk", "rate"),
-        "drain": m("drain", "rate"),
-        "drain_steady": m("drain", "steady_rate"),
-        "startup_s": m("drain", "startup_s"),
-        "p50_ms": m("latency", "p50_ms"),
-        "p99_ms": m("latency", "p99_ms"),
-        "rss_master_mb": rss / 1024 if rss is not None else None,
-        "rss_children_mb": _children_mb(dr),
-        "idle_cpu_pct": m("idle", "cpu_pct"),
-        "redis": redis_costs(enq, ENQUEUE_WINDOWS, accounting)
-        | redis_costs(dr, DRAIN_WINDOWS, accounting),
-        "redis_clean": redis_costs(clean, ("drain",), accounting),
-        "runs_ok": f"{len(enq)}+{len(dr)} of {len(enqueue_runs)}+{len(drain_runs)}",
-        "errors": [r["error"] for r in [*enqueue_runs, *drain_runs] if "error" in r]
-        + [f"clean pass: {r['error']}" for r in clean_runs if "error" in r],
-    }
-
-
-def summarize_raw(runs: Sequence[Run]) -> dict[str, Any]:
-    """Median rate of each raw ceiling, its Redis cost per message (contended for the consume
-    ceilings), and the consume ceilings' clean Redis cost (``redis_clean``)."""
-    ok = [r for r in runs if "error" not in r]
-    out: dict[str, Any] = {key: med([dig(r, key, "rate") for r in ok]) for key, _ in RAW_CEILINGS}
-    for out_key, path in (("redis", ()), ("redis_clean", ("clean",))):
-        out[out_key] = {
-            key: median_cost(
-                [cost(w, None) for r in ok if (w := dig(r, *path, key, "redis")) is not None]
-            )
-            for key, _ in RAW_CEILINGS
-        }
-    return out
-
-
-def summarize_prefetch(
-    by_value: dict[str, list[Run]],
-    accounting: dict[str, Run],
-    clean: dict[str, list[Run]] | None = None,
-) -> Summary:
-    """Median drain and Redis cost per --prefetch value, and the best value.
-
-    ``clean``: the clean passes per configuration ("--prefetch N").
-    """
-    rows = {}
-    for value, runs in by_value.items():
-        config = prefetch_config(value)
-        ok = [r for r in runs if "error" not in r]
-        clean_ok = [r for r in (clean or {}).get(config, []) if "error" not in r]
-        rows[value] = {
-            "drain": med([dig(r, "drain", "rate") for r in ok]),
-            "drain_steady": med([dig(r, "drain", "steady_rate") for r in ok]),
-            "redis": redis_costs(ok, DRAIN_WINDOWS, accounting.get(config)),
-            "redis_clean": redis_costs(clean_ok, ("drain",), accounting.get(config)),
-        }
-    scored = [(row["drain"], value) for value, row in rows.items() if row["drain"] is not None]
-    best = max(scored)[1] if scored else None
-    return {
-        "by_prefetch": rows,
-        "best_prefetch": best,
-        "best_drain": rows[best]["drain"] if best else None,
-        "best_drain_steady": rows[best]["drain_steady"] if best else None,
-    }
-
-
-# ------------------------------------------------------------------ targets
-
-
-def rate(v: float | None) -> str:
-    """A rate for humans."""
-    return "n/a" if v is None else f"{v:,.0f}"
-
-
-def ms(v: float | None) -> str:
-    """Milliseconds (or a percentage) for humans."""
-    return "n/a" if v is None else f"{v:.2f}"
-
-
-def _best_peer(peers: dict[str, Summary], key: str, highest: bool) -> tuple[str, float | None]:
-    """(name, value) of the peer with the best ``key``."""
-    vals = [(s[key], name) for name, s in peers.items() if s.get(key) is not None]
-    if not vals:
-        return "no peer", None
-    value, name = max(vals) if highest else min(vals)
-    return name, value
-
-
-def _ratio(a: float | None, b: float | None) -> float | None:
-    return a / b if a is not None and b else None
-
-
-def _us(v: float | None) -> str:
-    """Microseconds for humans."""
-    return "n/a" if v is None else f"{v:.1f}"
-
-
-def _judge(kind: str, limit: float, value: float | None) -> bool | None:
-    if value is None:
-        return None
-    if kind == "min":
-        return value >= limit
-    return value < limit if kind == "cpu" else value <= limit
-
-
-def targets(
-    variant: str,
-    me: Summary,
-    prefetch: Summary | None,
-    raw: dict[str, Any],
-    peers: dict[str, Summary],
-    floor_key: str = "consume_floor",
-) -> list[dict[str, Any]]:
-    """The issue's targets for one taskq variant, as ratios from this run, then its budgets.
-
-    Each row: target, need (shown), kind ("min" ratio / "max" ratio / "cpu" absolute /
-    "budget" µs per job), limit, value, pass, and what was compared.
-    """
-    drain_peer, drain_best = _best_peer(peers, "drain", highest=True)
-    p50_peer, p50_best = _best_peer(peers, "p50_ms", highest=False)
-    p99_peer, p99_best = _best_peer(peers, "p99_ms", highest=False)
-    pf = dig(prefetch or {}, "by_prefetch", FLOOR_PREFETCH) or {}
-    floor = raw.get(floor_key)
-    steady = _ratio(pf.get("drain_steady"), floor)
-    steady_note = "n/a" if steady is None else f"{100 * steady:.0f} %"
-    least = _ratio(raw.get("consume_queue_floor"), floor) if floor_key == "consume_floor" else None
-    least_note = "" if least is None else f"; the queue floor: {100 * least:.0f} %"
-    d, one, bulk = me.get("drain"), me.get("enqueue_one"), me.get("enqueue_bulk")
-    rows: list[tuple[str, str, str, float, float | None, str]] = [
-        ("drain, default settings, vs best peer", f">= {DRAIN_VS_BEST_PEER:g}x", "min",
-         DRAIN_VS_BEST_PEER, _ratio(d, drain_best),
-         f"{rate(d)} vs {drain_peer} {rate(drain_best)} jobs/s"),
-        (f"drain, --prefetch {FLOOR_PREFETCH}, vs raw floor", f">= {DRAIN_VS_FLOOR:.0%}", "min",
-         DRAIN_VS_FLOOR, _ratio(pf.get("drain"), floor),
-         f"{rate(pf.get('drain'))} vs {rate(floor)} jobs/s "
-         f"(after the 1st job: {rate(pf.get('drain_steady'))}, {steady_note}{least_note})"),
-        ("single-call enqueue vs raw XADD per call", f">= {ENQUEUE_ONE_VS_XADD:.0%}", "min",
-         ENQUEUE_ONE_VS_XADD, _ratio(one, raw.get("xadd_one")),
-         f"{rate(one)} vs {rate(raw.get('xadd_one'))} jobs/s"),
-        ("bulk enqueue vs pipelined XADD", f">= {BULK_VS_PIPELINED:.0%}", "min",
-         BULK_VS_PIPELINED, _ratio(bulk, raw.get("xadd_pipelined")),
-         f"{rate(bulk)} vs {rate(raw.get('xadd_pipelined'))} jobs/s"),
-        ("enqueue->start p50 vs best peer p50", f"<= {P50_VS_BEST_PEER:g}x", "max",
-         P50_VS_BEST_PEER, _ratio(me.get("p50_ms"), p50_best),
-         f"{ms(me.get('p50_ms'))} vs {p50_peer} {ms(p50_best)} ms"),
-        ("enqueue->start p99 vs best peer p99", f"<= {P99_VS_BEST_PEER:g}x", "max",
-         P99_VS_BEST_PEER, _ratio(me.get("p99_ms"), p99_best),
-         f"{ms(me.get('p99_ms'))} vs {p99_peer} {ms(p99_best)} ms"),
-        ("idle worker CPU, % of one core", f"< {IDLE_CPU_PCT:g}%", "cpu", IDLE_CPU_PCT,
-         me.get("idle_cpu_pct"), "whole worker tree over the idle window"),
-    ]  # fmt: skip
-    rows += _budget_rows(me, prefetch)
-    return [
-        {"target": name, "need": need, "kind": kind, "limit": limit, "value": value,
-         "pass": _judge(kind, limit, value), "detail": f"{variant}: {detail}"}
-        for name, need, kind, limit, value, detail in rows
-    ]  # fmt: skip
-
-
-def config_costs(
-    config: str, me: Summary, prefetch: Summary | None
-) -> tuple[Cost | None, Cost | None]:
-    """(clean, contended) median drain Redis cost of one taskq configuration.
-
-    ``config`` is "default" or "--prefetch N".
-    """
-    node: Summary | None = me
-    if config != "default":
-        node = dig(prefetch or {}, "by_prefetch", config.removeprefix("--prefetch "))
-    node = node or {}
-    return dig(node, "redis_clean", "drain"), dig(node, "redis", "drain")
-
-
-def headline(clean: Cost | None, contended: Cost | None) -> tuple[Cost | None, str]:
-    """The cost that the figures and budgets use, and its basis: the clean pass's, or the
-    timed drain's ("contended") when there is no clean figure."""
-    return (clean, "clean") if clean else (contended, "contended")
-
-
-def _budget_rows(
-    me: Summary, prefetch: Summary | None
-) -> list[tuple[str, str, str, float, float | None, str]]:
-    rows = []
-    for config, limit in REDIS_BUDGET_US.items():
-        clean, contended = config_costs(config, me, prefetch)
-        found, basis = headline(clean, contended)
-        c = found or {}
-        also = f" (contended {_us(contended['us_per_job'])})" if clean and contended else ""
-        detail = (
-            f"{config}: {basis} {_us(c.get('us_per_job'))} µs/job{also}, scripts "
-            f"{_us(c.get('script_us'))} of which commands inside "
-            f"{_us(c.get('inside_scripts_us'))} ({c.get('split', 'n/a')})"
-        )
-        rows.append((f"Redis time per job, {config}", f"<= {limit:g} µs", "budget", limit,
-                     c.get("us_per_job"), detail))  # fmt: skip
-    return rows
-
-
-def exceeded_budgets(by_variant: dict[str, list[dict[str, Any]]]) -> list[str]:
-    """One line per exceeded Redis budget (empty when every budget holds)."""
-    return [
-        f"BUDGET EXCEEDED: {t['target']}: {t['value']:.1f} µs > {t['limit']:g} µs ({t['detail']})"
-        for rows in by_variant.values()
-        for t in rows
-        if t["kind"] == "budget" and t["pass"] is False
-    ]
-
-
-# ----------------------------------------------------------------- markdown
 
 
 def figures_table(labels: dict[str, str], summary: dict[str, Summary]) -> str:
@@ -335,9 +27,9 @@ def figures_table(labels: dict[str, str], summary: dict[str, Summary]) -> str:
         master = "n/a" if s["rss_master_mb"] is None else f"{s['rss_master_mb']:.1f}"
         startup = "n/a" if s["startup_s"] is None else f"{s['startup_s']:.2f}"
         rows.append([
-            labels.get(name, name), rate(s["enqueue_one"]), rate(s["enqueue_bulk"]),
-            rate(s["drain"]), rate(s["drain_steady"]), startup, ms(s["p50_ms"]), ms(s["p99_ms"]),
-            master, kids, ms(s["idle_cpu_pct"]), s["runs_ok"],
+            labels.get(name, name), num(s["enqueue_one"]), num(s["enqueue_bulk"]),
+            num(s["drain"]), num(s["drain_steady"]), startup, num(s["p50_ms"], ".2f"),
+            num(s["p99_ms"], ".2f"), master, kids, num(s["idle_cpu_pct"], ".2f"), s["runs_ok"],
         ])  # fmt: skip
     return md_table(header, rows)
 
@@ -345,7 +37,7 @@ def figures_table(labels: dict[str, str], summary: dict[str, Summary]) -> str:
 def raw_table(raw: dict[str, dict[str, Any]]) -> str:
     """Raw redis-py ceilings, one column per client variant."""
     header = ["raw ceiling (msgs/s)", *raw.keys()]
-    rows = [[label, *(rate(raw[v].get(key)) for v in raw)] for key, label in RAW_CEILINGS]
+    rows = [[label, *(num(raw[v].get(key)) for v in raw)] for key, label in RAW_CEILINGS]
     return md_table(header, rows)
 
 
@@ -358,8 +50,9 @@ def prefetch_table(labels: dict[str, str], prefetch: dict[str, Summary]) -> str:
             clean = dig(row, "redis_clean", "drain", "us_per_job")
             contended = dig(row, "redis", "drain", "us_per_job")
             rows.append([labels.get(name, name), f"`--prefetch {value}`{mark}",
-                         rate(row["drain"]), rate(row["drain_steady"]),
-                         "none" if clean is None else _us(clean), _us(contended)])  # fmt: skip
+                         num(row["drain"]), num(row["drain_steady"]),
+                         "none" if clean is None else num(clean, ".1f"),
+                         num(contended, ".1f")])  # fmt: skip
     header = ["system", "worker option", "drain (jobs/s)", "drain after 1st job (jobs/s)",
               "Redis µs/job, clean", "Redis µs/job, contended"]  # fmt: skip
     return md_table(header, rows)
@@ -385,7 +78,7 @@ def breakdown(c: dict[str, Any]) -> str:
 def _total(c: Cost | None) -> str:
     if not c:
         return "n/a"
-    return _us(c["us_per_job"]) + (" (upper bound)" if c["split"] == "upper bound" else "")
+    return num(c["us_per_job"], ".1f") + (" (upper bound)" if c["split"] == "upper bound" else "")
 
 
 def _cost_cells(clean: Cost | None, contended: Cost | None) -> list[str]:
@@ -395,9 +88,10 @@ def _cost_cells(clean: Cost | None, contended: Cost | None) -> list[str]:
     if not c:
         return [*first, *["n/a"] * 8]
     return [
-        *first, rate(c["per_core"]), _us(c["script_us"]), _us(c["inside_scripts_us"]),
-        _us(c["exec_us"]), _us(c["inside_exec_us"]), breakdown(c), _us(c["cpu_us"]),
-        _us(c["task_incr_us"]),
+        *first, num(c["per_core"]), num(c["script_us"], ".1f"),
+        num(c["inside_scripts_us"], ".1f"), num(c["exec_us"], ".1f"),
+        num(c["inside_exec_us"], ".1f"), breakdown(c), num(c["cpu_us"], ".1f"),
+        num(c["task_incr_us"], ".1f"),
     ]  # fmt: skip
 
 
@@ -457,8 +151,8 @@ def redis_table(labels: dict[str, str], summary: dict[str, Any]) -> str:
     ]  # fmt: skip
     rows = []
     for label, config, clean, contended, one, bulk in redis_rows(labels, summary):
-        one_us = _us(one["us_per_job"]) if one else "n/a"
-        bulk_us = _us(bulk["us_per_job"]) if bulk else "n/a"
+        one_us = num(one["us_per_job"], ".1f") if one else "n/a"
+        bulk_us = num(bulk["us_per_job"], ".1f") if bulk else "n/a"
         rows.append([label, config, *_cost_cells(clean, contended), one_us, bulk_us])
     return md_table(header, rows)
 

@@ -46,7 +46,7 @@ from bench.common.runner import (
     machine,
     taskq_problem,
 )
-from bench.compare import report
+from bench.compare import report, summary, targets
 
 if TYPE_CHECKING:  # imported where it is used: it imports taskq, which the peers' venvs lack
     pass
@@ -184,7 +184,7 @@ def new_data(args: argparse.Namespace, systems: list[Entry], raws: list[str]) ->
 def prefetch_values(args: argparse.Namespace) -> list[str]:
     """--prefetch values to drain with: the given ones plus those the budgets and targets need."""
     given = {p.strip() for p in args.prefetch.split(",") if p.strip()}
-    return sorted(given | set(report.budget_prefetch_values()), key=int)
+    return sorted(given | set(targets.budget_prefetch_values()), key=int)
 
 
 def account(
@@ -265,7 +265,7 @@ def measure(runner: Runner, data: dict[str, Any], systems: list[Entry], raws: li
             measure_system(runner, data, entry, run, clean)
         for entry in (e for e in systems if e.is_taskq):
             for value in prefetch_values(args):
-                config = report.prefetch_config(value)
+                config = summary.prefetch_config(value)
                 res = runner.agent(entry, run, "drain", config)
                 data["prefetch"][entry.name].setdefault(value, []).append(res)
                 print(f"{head}  {entry.name:<14} {config}: {brief(res)}", flush=True)
@@ -279,7 +279,7 @@ def summarize(data: dict[str, Any], systems: list[Entry]) -> dict[str, Any]:
     """Medians per system, raw ceilings, the prefetch configurations, targets and budgets."""
     acc, clean = data["accounting"], data["clean"]
     sys_sum = {
-        n: report.summarize_system(
+        n: summary.summarize_system(
             d["enqueue"],
             d["drain"],
             acc.get(n, {}).get("default"),
@@ -287,15 +287,15 @@ def summarize(data: dict[str, Any], systems: list[Entry]) -> dict[str, Any]:
         )
         for n, d in data["systems"].items()
     }
-    raw_sum = {n: report.summarize_raw(runs) for n, runs in data["raw"].items()}
+    raw_sum = {n: summary.summarize_raw(runs) for n, runs in data["raw"].items()}
     pf_sum = {
-        n: report.summarize_prefetch(by, acc.get(n, {}), clean.get(n, {}))
+        n: summary.summarize_prefetch(by, acc.get(n, {}), clean.get(n, {}))
         for n, by in data["prefetch"].items()
     }
     peers = {e.name: sys_sum[e.name] for e in systems if not e.is_taskq}
     floor = "consume_floor" if data["meta"]["params"]["incr"] else "consume_batched"
-    targets = {
-        e.name: report.targets(
+    by_variant = {
+        e.name: targets.targets(
             e.name,
             sys_sum[e.name],
             pf_sum.get(e.name),
@@ -310,7 +310,7 @@ def summarize(data: dict[str, Any], systems: list[Entry]) -> dict[str, Any]:
         "systems": sys_sum,
         "raw": raw_sum,
         "prefetch": pf_sum,
-        "targets": targets,
+        "targets": by_variant,
         "floor": floor,
     }
 
@@ -368,7 +368,7 @@ def main() -> int:
         print(f"logs kept in {workdir}")
     else:
         shutil.rmtree(workdir, ignore_errors=True)
-    exceeded = report.exceeded_budgets(data["summary"]["targets"])
+    exceeded = targets.exceeded_budgets(data["summary"]["targets"])
     for line in exceeded:
         print(f"\n!!! {line}", file=sys.stderr, flush=True)
     if runner.failures:

@@ -38,8 +38,10 @@ from bench.common.procs import STALL_S, BenchError
 from bench.common.report import md_table, num, ratio
 from bench.common.runner import Entry
 from bench.compare.run import RAW_FOR, SYSTEMS
-from bench.features import family
-from bench.features.family import AgentCtx, Family, Params, Size, Workers, median_of
+from bench.features import agentside, family, section
+from bench.features.agentside import AgentCtx, Params, Workers
+from bench.features.family import Family, Size
+from bench.features.section import median_of
 from bench.peers.featurebase import NAP_S, Async
 
 STREAM, GROUP = "rawasync:jobs", "rawasync"
@@ -87,7 +89,7 @@ def wait_finished(running: Workers, rec_dir: Path, n: int, deadline_s: float) ->
             raise BenchError(f"drain stalled: no job ended for {STALL_S:.0f}s ({before}/{n})")
         if time.monotonic() > stop:
             raise BenchError(f"drain not finished after {deadline_s:.0f}s ({before}/{n})")
-        time.sleep(family.POLL_S)
+        time.sleep(agentside.POLL_S)
     return sorted(ends.values())
 
 
@@ -112,7 +114,7 @@ def agent(system: Async, ctx: AgentCtx) -> Params:
     record.clear(ctx.record_dir)
     os.environ["BENCH_ASYNC_CONCURRENCY"] = str(ctx.concurrency)  # arq reads it at import
     argvs = system.worker_argvs(ctx.procs, ctx.concurrency)
-    with family.workers(argvs, ctx) as running:
+    with agentside.workers(argvs, ctx) as running:
         drain = drain_figures(
             n, running.t_start, wait_finished(running, ctx.record_dir, n, ctx.deadline)
         )
@@ -178,7 +180,7 @@ def _noop_drain(system: Any, ctx: AgentCtx, kind: str) -> Params:
     record.clear(ctx.record_dir)
     system.noop_enqueue(kind, ctx.jobs)
     argvs = system.noop_argvs(kind, ctx.procs, ctx.concurrency)
-    with family.workers(argvs, ctx, tag=f"noop-{kind}") as running:
+    with agentside.workers(argvs, ctx, tag=f"noop-{kind}") as running:
         ends = wait_finished(running, ctx.record_dir, ctx.jobs, ctx.deadline)
         return drain_figures(ctx.jobs, running.t_start, ends, nap_s=0.0)
 
@@ -288,7 +290,7 @@ def _consume(ctx: AgentCtx) -> Params:
     r.xgroup_create(STREAM, GROUP, id="0")
     fork = mp.get_context("fork")
     barrier, out = fork.Barrier(ctx.procs + 1), fork.Queue()
-    with family.forked(_raw_consumer, ctx.procs, (ctx, barrier, out)):
+    with agentside.forked(_raw_consumer, ctx.procs, (ctx, barrier, out)):
         barrier.wait(timeout=30)
         barrier.wait(timeout=30)
         t0 = time.time_ns()
@@ -331,7 +333,7 @@ def _row(label: str, runs: list[Params], floor: list[Params], bound: float) -> l
         label, num(m("enqueue_rate")), ratio(m("enqueue_rate"), median_of(floor, "enqueue_rate")),
         num(m("drain_s"), ".3f"), num(m("drain_rate")), ratio(m("drain_rate"), bound),
         ratio(m("drain_rate"), median_of(floor, "drain_rate")), num(m("steady_rate")),
-        num(m("startup_s"), ".2f"), f"{len(family.ok_runs(runs))}/{len(runs)}",
+        num(m("startup_s"), ".2f"), f"{len(section.ok_runs(runs))}/{len(runs)}",
     ]  # fmt: skip
 
 
@@ -340,11 +342,11 @@ def render(data: dict[str, Any]) -> list[str]:
     p = data["meta"]["params"]
     bound = p["procs"] * p["concurrency"] / NAP_S  # jobs/s if only the sleeps took time
     rows = [
-        _row(family.label(data, n), runs, data["raw"].get(RAW_FOR.get(n, "raw"), []), bound)
+        _row(section.label(data, n), runs, data["raw"].get(RAW_FOR.get(n, "raw"), []), bound)
         for group in ("systems", "raw")
         for n, runs in data[group].items()
     ]
-    rows += family.not_available_rows(data, len(HEADER))
+    rows += section.not_available_rows(data, len(HEADER))
     peers = [n for n, e in ENTRIES.items() if not e.is_taskq and n in data["systems"]]
     out = [
         f"{p['jobs']:,} jobs that each `await asyncio.sleep({NAP_S})`, {p['procs']} worker "
@@ -362,7 +364,7 @@ def render(data: dict[str, Any]) -> list[str]:
         a, s = median_of(runs, "noop_async_rate"), median_of(runs, "noop_sync_rate")
         if a and s:
             out.append(
-                f"\n- {family.label(data, name)} no-op drain after the first job, "
+                f"\n- {section.label(data, name)} no-op drain after the first job, "
                 f"{p['procs']} processes: `async def` tasks ({p['concurrency']} in flight per "
                 f"process) {a:,.0f} jobs/s, sync tasks (one at a time per process, adaptive "
                 f"prefetch) {s:,.0f} jobs/s: async/sync {ratio(a, s)}"
@@ -372,18 +374,15 @@ def render(data: dict[str, Any]) -> list[str]:
             each = ", ".join(f"{r['figures']['interleaved_ratio']:.2f}x" for r in runs)
             verdict = "PASS" if mixed >= ENQUEUE_TARGET else "**FAIL**"
             out.append(
-                f"\n- {family.label(data, name)} enqueue vs the raw `redis.asyncio` XADD loop, "
+                f"\n- {section.label(data, name)} enqueue vs the raw `redis.asyncio` XADD loop, "
                 f"interleaved in one process (blocks of {BLOCK}, median of the block pairs' "
                 f"ratios; target >= {ENQUEUE_TARGET:.0%}): **{mixed:.2f}x** {verdict} (each "
                 f"run: {each}); the table's enqueue column is from separate rounds"
             )
         for key, what in (("enqueue_rate", "enqueue"), ("drain_rate", "drain")):
-            best = [(v, q) for q in peers if (v := median_of(data["systems"][q], key))]
-            if best:
-                value, peer = max(best)
-                mine = median_of(data["systems"][name], key)
-                out.append(f"\n- {family.label(data, name)} {what} vs best peer ({peer}): "
-                           f"{ratio(mine, value)}")  # fmt: skip
+            line = section.vs_best_peer(data, name, key, what, peers, highest=True)
+            if line:
+                out.append("\n" + line)
     return out
 
 

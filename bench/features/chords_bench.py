@@ -37,11 +37,13 @@ from redis import Redis
 
 from bench.common import envs
 from bench.common.procs import BenchError
-from bench.common.report import md_table, num, ratio
+from bench.common.report import md_table, num, ratio, vs_line
 from bench.common.runner import Entry
 from bench.compare.run import RAW_FOR, SYSTEMS
-from bench.features import family
-from bench.features.family import AgentCtx, Family, Params, Size, median_of
+from bench.features import agentside, family, section
+from bench.features.agentside import AgentCtx, Params
+from bench.features.family import Family, Size
+from bench.features.section import median_of
 from bench.peers.featurebase import Chords, tsum_expected
 
 WARMUP_N = 10  # an untimed chord of this size first: the worker is up
@@ -122,7 +124,7 @@ def measure(system: Chords, ctx: AgentCtx, running: AbstractContextManager[Any])
 
 def agent(system: Chords, ctx: AgentCtx) -> Params:
     """One system's round, in its venv: its worker CLI with ``procs`` processes."""
-    return measure(system, ctx, family.workers(system.worker_argvs(ctx.procs), ctx))
+    return measure(system, ctx, agentside.workers(system.worker_argvs(ctx.procs), ctx))
 
 
 # ------------------------------------------------------------------ raw floor
@@ -165,7 +167,7 @@ class RawChords(Chords):
         return n
 
     def wait_plain(self, handles: Any, timeout_s: float) -> None:
-        family.bounded("raw plain drain", timeout_s, lambda: self.done.value >= handles)
+        agentside.bounded("raw plain drain", timeout_s, lambda: self.done.value >= handles)
 
     def plain_results(self, handles: Any, timeout_s: float) -> list[Any]:
         pipe = self.r.pipeline(transaction=False)
@@ -235,7 +237,7 @@ def raw(ctx: AgentCtx) -> Params:
     r = ctx.redis()
     r.xgroup_create(STREAM, GROUP, id="0", mkstream=True)
     done = mp.get_context("fork").Value("q", 0)
-    running = family.forked(_raw_worker, ctx.procs, (ctx.url, done))
+    running = agentside.forked(_raw_worker, ctx.procs, (ctx.url, done))
     return measure(RawChords(r, done), ctx, running)
 
 
@@ -256,7 +258,7 @@ def _row(label: str, runs: list[Params], floor: list[Params]) -> list[str]:
         label, num(m("chord_s"), ".3f"), num(m("chord_rate")), num(m("submit_s"), ".3f"),
         ratio(m("chord_s"), median_of(floor, "chord_s")), num(m("plain_s"), ".3f"),
         num(m("plain_rate")), num(m("chord_vs_plain"), ".2f"),
-        f"{len(family.ok_runs(runs))}/{len(runs)}",
+        f"{len(section.ok_runs(runs))}/{len(runs)}",
     ]  # fmt: skip
 
 
@@ -264,12 +266,12 @@ def render(data: dict[str, Any]) -> list[str]:
     """The section body: one table, every ratio from this run."""
     n = data["meta"]["params"]["chord_size"]
     rows = [
-        _row(family.label(data, name), runs, data["raw"].get(RAW_FOR.get(name, "raw"), []))
+        _row(section.label(data, name), runs, data["raw"].get(RAW_FOR.get(name, "raw"), []))
         for group in ("systems", "raw")
         for name, runs in data[group].items()
     ]
-    rows += family.not_available_rows(data, len(HEADER))
-    peers = [v for p in ("celery",) if (v := median_of(data["systems"].get(p, []), "chord_s"))]
+    rows += section.not_available_rows(data, len(HEADER))
+    celery = median_of(data["systems"].get("celery", []), "chord_s")
     lines = [
         f"A chord of {n:,} headers `add(i, i)` and the body `tsum(results)` on an idle worker "
         "with 2 processes: time from the submit call to the body's result in hand (the submit "
@@ -283,8 +285,7 @@ def render(data: dict[str, Any]) -> list[str]:
     ]
     for name in (x for x in data["systems"] if ENTRIES[x].is_taskq):
         mine = median_of(data["systems"][name], "chord_s")
-        lines.append(f"\n- {family.label(data, name)} chord vs Celery: "
-                     f"{ratio(mine, peers[0] if peers else None)}")  # fmt: skip
+        lines.append("\n" + vs_line(section.label(data, name), "chord", "Celery", mine, celery))
     return lines
 
 

@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.common.redis_server import PrivateRedis
 from bench.common.report import md_table
-from bench.features.family import write_section
+from bench.features.section import write_section
 from taskq import App
 from taskq.broker.series import Series, minute_of
 from taskq.broker.workers import WorkerRegistry

@@ -44,8 +44,9 @@ from bench.common.procs import BenchError
 from bench.common.report import div, md_table, num, pct
 from bench.common.rounds import fig, half_medians, half_of
 from bench.common.runner import Entry
-from bench.features import family
-from bench.features.family import AgentCtx, Family, Params, Size
+from bench.features import agentside, family
+from bench.features.agentside import AgentCtx, Params
+from bench.features.family import Family, Size
 
 KEY = "otel"
 ENV = "BENCH_OTEL"  # read by bench/peers/taskq_otel_app.py at import: "on" or "off"
@@ -116,8 +117,8 @@ def drain_half(system: Any, ctx: AgentCtx, half: str) -> Params:
     system.enqueue_noop(n, BATCH)
     enqueue_s = time.perf_counter() - t0
     system.flush()
-    with family.workers(system.worker_argvs(ctx.procs), ctx, f"drain-{half}") as running:
-        done_ns = family.wait_counter(client, n, running, ctx.deadline)
+    with agentside.workers(system.worker_argvs(ctx.procs), ctx, f"drain-{half}") as running:
+        done_ns = agentside.wait_counter(client, n, running, ctx.deadline)
     starts = sorted(ns for i, ns in record.read_records(ctx.record_dir))
     if len(starts) < n:
         raise BenchError(f"{half}: {len(starts)} start records for {n} jobs")

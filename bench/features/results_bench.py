@@ -28,11 +28,8 @@ from __future__ import annotations
 
 import itertools
 import math
-import shlex
-import statistics
 import sys
 import time
-from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -43,13 +40,14 @@ from redis import Redis
 
 from bench.common import envs
 from bench.common.procs import BenchError
-from bench.common.report import md_table, num, ratio
-from bench.common.rounds import alternating
-from bench.common.runner import Entry, brief
-from bench.compare import report
+from bench.common.report import md_table, med, num, ratio
+from bench.common.runner import Entry
 from bench.compare.run import RAW_FOR, SYSTEMS
-from bench.features import family
-from bench.features.family import AgentCtx, Family, MemoryProbe, Params, Size, median_of
+from bench.features import agentside, family, section
+from bench.features.agentside import AgentCtx, MemoryProbe, Params
+from bench.features.family import Family, Size
+from bench.features.results_drain import drain_rounds, render_drain
+from bench.features.section import median_of
 from bench.peers.featurebase import Results
 
 EXPECTED = 3  # add(1, 2)
@@ -92,7 +90,7 @@ def probes(system: Results, ctx: AgentCtx) -> Params:
         except Exception as exc:  # a timeout or a peer's error: a lost probe
             errors.append(f"{type(exc).__name__}: {exc}")
     return {
-        **family.latency_figures(lat_ms, len(lat_ms) + len(errors)),
+        **agentside.latency_figures(lat_ms, len(lat_ms) + len(errors)),
         "first_result_s": startup_s,
         "errors": errors[:3],
     }
@@ -141,7 +139,7 @@ def measure(system: Results, ctx: AgentCtx, running: AbstractContextManager[Any]
 
 def agent(system: Results, ctx: AgentCtx) -> Params:
     """One system's round, in its venv: its worker CLI with ``procs`` processes."""
-    return measure(system, ctx, family.workers(system.worker_argvs(ctx.procs), ctx))
+    return measure(system, ctx, agentside.workers(system.worker_argvs(ctx.procs), ctx))
 
 
 # ------------------------------------------------------------------ raw floor
@@ -199,201 +197,8 @@ def raw(ctx: AgentCtx) -> Params:
     """The raw floor: ``procs`` forked consumers, the same probes and memory phase."""
     r = ctx.redis()
     r.xgroup_create(STREAM, GROUP, id="0", mkstream=True)
-    running = family.forked(_raw_worker, ctx.procs, (ctx.url,))
+    running = agentside.forked(_raw_worker, ctx.procs, (ctx.url,))
     return measure(RawResults(r), ctx, running)
-
-
-# ------------------------------------------------------------------ drain, results on vs off
-
-DRAIN_VS_OFF = 0.80  # target: drain with results on, share of the drain with results off
-MODES = {"off": "taskq_app", "on": "taskq_results_app"}  # bench/peers module of each half
-ACCOUNT_JOBS = 2_000  # jobs of the untimed MONITOR accounting pass (as run.py's default)
-# What run.Runner.agent reads from the options besides this family's own: the main bench's
-# bulk batch, and the task's INCR (the standard shape); no latency or idle phase here.
-AGENT_OPTIONS = {"batch": 1_000, "latency_samples": 0, "idle_seconds": 0.0, "incr": True}
-
-
-def _drain_entry(entry: Entry, mode: str) -> Entry:
-    """The bench.compare.agent round of taskq variant ``entry`` with results ``mode`` (off, on)."""
-    return Entry(f"{entry.name}-results-{mode}", MODES[mode], entry.venv,
-                 f"{entry.label}, results {mode}", True)  # fmt: skip
-
-
-def drain_rounds(s: family.Session, systems: Sequence[Entry], run: int) -> None:
-    """Run ``run`` of the drain with results off and on, for each taskq variant.
-
-    Each half is the main bench's drain round (``python -m bench.compare.agent --phases drain``, a
-    fresh agent from an empty Redis): bulk enqueue of ``--drain-jobs`` jobs, then the worker
-    is spawned and timed to the last job's start, with a commandstats window. Then the same
-    drain as a clean pass (the worker tree off redis-server's CPU) for the Redis time per
-    job, and in run 1 the MONITOR accounting pass that splits script time. The halves
-    alternate which goes first from one run to the next.
-    """
-    n = s.args.drain_jobs
-    variants = [e for e in systems if e.is_taskq]
-    if n <= 0 or not variants:
-        return
-    for key, value in AGENT_OPTIONS.items():
-        vars(s.args).setdefault(key, value)
-    meta = s.data["meta"].setdefault("drain", {})
-    meta.setdefault("clean_cpus", s.runner.clean_cpus)
-    modes = alternating(("off", "on"), run)
-    head = f"run {run}/{s.args.runs}"
-    for entry in variants:
-        node = s.data.setdefault("drain", {}).setdefault(
-            entry.name, {m: {"timed": [], "clean": [], "accounting": None} for m in MODES}
-        )
-        for clean in (False, True) if s.runner.clean_cpus else (False,):
-            for mode in modes:
-                res = s.runner.agent(_drain_entry(entry, mode), run, "drain", sizes=(n, 1),
-                                     clean=clean)  # fmt: skip
-                node[mode]["clean" if clean else "timed"].append(res)
-                if res.get("worker_argv"):
-                    meta.setdefault("worker_argv", {})[mode] = res["worker_argv"]
-                what = "clean pass done" if clean else brief(res)
-                print(f"{head}  {entry.name:<14} results {mode}: {what}", flush=True)
-        if run == 1:
-            for mode in modes:
-                sizes = (min(n, ACCOUNT_JOBS), 1)
-                res = s.runner.agent(_drain_entry(entry, mode), 0, "account", sizes=sizes)
-                node[mode]["accounting"] = {k: res[k] for k in ("accounting", "error") if k in res}
-                print(f"{head}  {entry.name:<14} results {mode}: accounting pass (MONITOR) "
-                      f"{'ERROR' if 'error' in res else 'done'}", flush=True)  # fmt: skip
-
-
-def drain_summary(node: dict[str, Any]) -> dict[str, Any]:
-    """Medians of one half (results off or on) over its runs; failed runs left out."""
-    timed = [r for r in node["timed"] if "error" not in r]
-    clean = [r for r in node["clean"] if "error" not in r]
-
-    def m(*path: str) -> float | None:
-        return report.med([report.dig(r, *path) for r in timed])
-
-    acc = node["accounting"]
-    costs = report.redis_costs(timed, ("enqueue_bulk", "drain"), acc)
-    return {
-        "drain": m("drain", "rate"),
-        "drain_steady": m("drain", "steady_rate"),
-        "startup_s": m("drain", "startup_s"),
-        "enqueue_bulk": m("enqueue_bulk", "rate"),
-        "redis_clean": report.redis_costs(clean, ("drain",), acc)["drain"],
-        "redis": costs["drain"],
-        "redis_bulk": costs["enqueue_bulk"],
-        "ok": f"{len(timed)}+{len(clean)} of {len(node['timed'])}+{len(node['clean'])}",
-        "errors": [r["error"] for r in (*node["timed"], *node["clean"]) if "error" in r]
-        + ([f"accounting pass: {acc['error']}"] if acc and "error" in acc else []),
-    }
-
-
-def _pct(a: float | None, b: float | None) -> str:
-    return "n/a" if a is None or not b else f"{100 * a / b:.0f} %"
-
-
-def per_run_ratios(node: dict[str, Any]) -> list[float | None]:
-    """Drain with results on / off of each run (the two halves of a run are paired)."""
-    pairs = zip(node["on"]["timed"], node["off"]["timed"], strict=False)
-    return [
-        report.dig(on, "drain", "rate") / off["drain"]["rate"]
-        if "error" not in on and "error" not in off
-        else None
-        for on, off in pairs
-    ]
-
-
-def drain_target(
-    name: str, off: dict[str, Any], on: dict[str, Any], runs: list[float | None]
-) -> dict[str, Any]:
-    """The issue's target for one taskq variant: the median over the runs of each run's own
-    ratio ``runs`` (drain with results on / off), as the signing family judges. A run's two
-    halves drain back to back, so load that hits one run drops out with its ratio, where a
-    ratio of the medians can set one run's off half against another's on half (shown too)."""
-    paired = sorted(r for r in runs if r is not None)
-    value = statistics.median(paired) if paired else None
-    each = ", ".join(_pct(r, 1.0) for r in runs)
-    detail = (
-        f"{name}: each run {each}; medians {report.rate(on['drain'])} vs "
-        f"{report.rate(off['drain'])} jobs/s, {_pct(on['drain'], off['drain'])}; after the "
-        f"1st job: {report.rate(on['drain_steady'])} vs {report.rate(off['drain_steady'])}, "
-        f"{_pct(on['drain_steady'], off['drain_steady'])}"
-    )
-    return {"value": value, "pass": None if value is None else value >= DRAIN_VS_OFF,
-            "detail": detail}  # fmt: skip
-
-
-def _us_cell(c: dict[str, Any] | None) -> str:
-    if not c:
-        return "n/a"
-    bound = " (upper bound)" if c["split"] == "upper bound" else ""
-    return f"{c['us_per_job']:.1f}{bound}"
-
-
-def render_drain(data: dict[str, Any]) -> list[str]:
-    """The "drain with results on vs off" part of the section (empty if it did not run)."""
-    drains = data.get("drain") or {}
-    if not drains:
-        return []
-    meta = data["meta"].get("drain", {})
-    n = data["meta"]["params"].get("drain_jobs")
-    cpus = meta.get("clean_cpus")
-    clean_text = (
-        f"an untimed clean pass of the same drain in every run, with the worker tree and the "
-        f"producer on CPU {', '.join(map(str, cpus))}, off redis-server's"
-        if cpus
-        else "**no clean pass** (nothing pinned): the Redis figures are the timed drain's"
-    )
-    labels = data["meta"]["labels"]
-    rows, targets, errors = [], [], []
-    for name, node in drains.items():
-        label = labels.get(name, name)
-        s = {mode: drain_summary(node[mode]) for mode in MODES}
-        for mode in MODES:
-            x = s[mode]
-            c = x["redis_clean"] or x["redis"]
-            rows.append([
-                label, mode, report.rate(x["drain"]), report.rate(x["drain_steady"]),
-                num(x["startup_s"], ".2f"), report.rate(x["enqueue_bulk"]),
-                "none" if x["redis_clean"] is None else _us_cell(x["redis_clean"]),
-                _us_cell(x["redis"]), report.breakdown(c) if c else "n/a",
-                _us_cell(x["redis_bulk"]), x["ok"],
-            ])  # fmt: skip
-            errors += [f"- {label}, results {mode}: {e}" for e in x["errors"]]
-        targets.append((label, drain_target(label, s["off"], s["on"], per_run_ratios(node))))
-    argv = meta.get("worker_argv", {})
-    commands = "; ".join(f"results {m}: `{shlex.join(a)}`" for m, a in argv.items())
-    header = ["system", "results", "drain (jobs/s)", "drain after 1st job (jobs/s)",
-              "start-up (s)", "bulk enqueue (jobs/s)", "drain, clean: Redis µs/job",
-              "drain, contended: Redis µs/job", "per command (µs/job, clean)",
-              "bulk enqueue: Redis µs/job", "ok runs (timed+clean)"]  # fmt: skip
-    t_header = ["target", "need"]
-    t_row = [f"drain with results on vs off ({num(n)} jobs)", f">= {DRAIN_VS_OFF:.0%}"]
-    for label, t in targets:
-        t_header += [label, ""]
-        verdict = report.verdict(t["pass"])
-        t_row += [_pct(t["value"], 1.0), verdict]
-    t_header.append("compared")
-    t_row.append("; ".join(t["detail"] for _, t in targets))
-    out = [
-        "### Drain with results on vs off",
-        "",
-        f"{num(n)} no-op jobs (the main bench's task: one record and one `INCR`, returning "
-        "None), bulk-enqueued with `noop.starmap` (batches of 1,000) with no worker running, "
-        "then drained by `taskq worker -c 2`, once on the plain app (results off) and once on "
-        "`App(store_results=True)` (results on: a status record per job written at enqueue, "
-        "take and end, the result and a done list at the end), from an empty Redis each, in "
-        "the same run, alternating which goes first. The drain is the main bench's "
-        "(`bench/agent.py`): from just before the worker is spawned to the last job's start, "
-        'start-up included; "after 1st job" leaves start-up out. Redis µs/job as in the main '
-        "bench's Redis-time table (`INFO commandstats`, the task's `INCR` left out, script "
-        'time split with a `MONITOR` pass in run 1, nothing counted twice): "clean" from '
-        f'{clean_text}; "contended" from the timed drain. Worker commands: {commands}.',
-        "",
-        md_table(t_header, [t_row]),
-        "",
-        md_table(header, rows),
-    ]
-    if errors:
-        out += ["", *errors]
-    return out
 
 
 # ------------------------------------------------------------------ report
@@ -408,7 +213,7 @@ def _row(label: str, runs: list[Params], floor: list[Params]) -> list[str]:
         ratio(m("p50_ms"), median_of(floor, "p50_ms")),
         ratio(m("p99_ms"), median_of(floor, "p99_ms")),
         num(m("result_key_bytes")), num(m("result_keys_bytes")), num(m("new_keys_bytes")),
-        num(m("used_memory_bytes")), f"{len(family.ok_runs(runs))}/{len(runs)}",
+        num(m("used_memory_bytes")), f"{len(section.ok_runs(runs))}/{len(runs)}",
     ]  # fmt: skip
 
 
@@ -422,29 +227,26 @@ HEADER = [
 def _vs_best_peer(data: dict[str, Any]) -> list[str]:
     """taskq against the best peer, per figure (lower is better for all of them)."""
     peers = [n for n, e in ENTRIES.items() if not e.is_taskq and n in data["systems"]]
-    lines = []
-    for name in (n for n in data["systems"] if ENTRIES[n].is_taskq):
-        for key, what in (("p50_ms", "p50"), ("p99_ms", "p99"), ("used_memory_bytes", "memory")):
-            best = [(v, p) for p in peers if (v := median_of(data["systems"][p], key)) is not None]
-            if best:
-                value, peer = min(best)
-                mine = median_of(data["systems"][name], key)
-                lines.append(f"- {ENTRIES[name].label} {what} vs best peer ({peer}): "
-                             f"{ratio(mine, value)}")  # fmt: skip
-    return lines
+    return [
+        line
+        for name in data["systems"]
+        if ENTRIES[name].is_taskq
+        for key, what in (("p50_ms", "p50"), ("p99_ms", "p99"), ("used_memory_bytes", "memory"))
+        if (line := section.vs_best_peer(data, name, key, what, peers, highest=False))
+    ]
 
 
 def _kinds_line(label: str, runs: list[Params]) -> str | None:
     """The memory phase's new keys of one system by kind: median bytes, keys per result."""
     found: dict[str, list[dict[str, float]]] = {}
-    for r in family.ok_runs(runs):
+    for r in section.ok_runs(runs):
         for kind, v in (r.get("memory", {}).get("kinds") or {}).items():
             found.setdefault(kind, []).append(v)
     parts = []
     for kind, vs in found.items():
-        per = report.med([v["keys_per_result"] for v in vs]) or 0.0
+        per = med([v["keys_per_result"] for v in vs]) or 0.0
         if per >= 0.01:
-            size = report.med([v["median_bytes"] for v in vs])
+            size = med([v["median_bytes"] for v in vs])
             parts.append(f"`{kind}` {num(size)} B x {per:.2f}")
     return f"- {label}: {', '.join(parts)}" if parts else None
 
@@ -452,11 +254,11 @@ def _kinds_line(label: str, runs: list[Params]) -> str | None:
 def render(data: dict[str, Any]) -> list[str]:
     """The section body: one table, every ratio from this run."""
     rows = [
-        _row(family.label(data, n), runs, data["raw"].get(RAW_FOR.get(n, "raw"), []))
+        _row(section.label(data, n), runs, data["raw"].get(RAW_FOR.get(n, "raw"), []))
         for group in ("systems", "raw")
         for n, runs in data[group].items()
     ]
-    rows += family.not_available_rows(data, len(HEADER))
+    rows += section.not_available_rows(data, len(HEADER))
     out = [
         "Enqueue `add(1, 2)`, wait for its result with the system's own API, one probe at a "
         "time on an idle worker with 2 processes; latency from just before the enqueue to the "
@@ -473,7 +275,7 @@ def render(data: dict[str, Any]) -> list[str]:
         line
         for group in ("systems", "raw")
         for n, runs in data[group].items()
-        if (line := _kinds_line(family.label(data, n), runs))
+        if (line := _kinds_line(section.label(data, n), runs))
     ]
     if kinds:
         kinds.insert(0, "New keys of the memory phase by kind (ids shown as `*`): `MEMORY USAGE` "
