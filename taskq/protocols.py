@@ -43,6 +43,11 @@ class Producer(HandleApp, Protocol):
 
     def get_task(self, name: str, /) -> TaskLike: ...
 
+    # Handles from an id, which users reach through a task (``my_task.app.job(job_id)``).
+    def job(self, job_id: str, *, queue: str | None = None) -> Job: ...
+
+    def flow(self, flow_id: str, *, queue: str | None = None) -> Flow | None: ...
+
 
 class TaskLike(Protocol):
     """What signatures, workflows, uniqueness and eager mode need of a task."""

@@ -46,3 +46,9 @@ text: int = greet("ada")  # error: assignment
 
 @app.task(time_limit_sec=3)  # error: call-overload
 def misspelt() -> None: ...
+
+
+# A handle from an id, reached through a task's app.
+handle = add.app.job("0123456789abcdef0123456789abcdef")
+handle.result(timeout=1)
+add.app.job(7)  # error: arg-type
