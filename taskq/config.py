@@ -56,6 +56,9 @@ class SettingsArgs(TypedDict, total=False):
     durable_enqueue: bool
     durable_enqueue_timeout_ms: int
     partitions: Mapping[str, int]
+    target_time_to_start_s: float
+    scale_horizon_s: float
+    autoscale_idle_s: float
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,12 @@ class Settings:
             that one busy queue spreads over the shards of a Redis Cluster. Producers spread
             its jobs round robin (or by ``partition_key=``), workers read every partition.
             See docs/scaling.md.
+        target_time_to_start_s: the autoscaling signal (``taskq scale``) asks for enough
+            worker processes that a waiting job starts within this many seconds.
+        scale_horizon_s: delayed jobs and retries due within this many seconds count as
+            waiting for that signal.
+        autoscale_idle_s: ``taskq worker --autoscale`` shrinks to its minimum once no job
+            waited or ran for this many seconds.
     """
 
     redis_url: str = DEFAULT_REDIS_URL
@@ -121,6 +130,9 @@ class Settings:
     durable_enqueue: bool = False
     durable_enqueue_timeout_ms: int = 1_000
     partitions: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    target_time_to_start_s: float = 10.0
+    scale_horizon_s: float = 60.0
+    autoscale_idle_s: float = 60.0
 
     def __repr__(self) -> str:
         # Neither the password in the URL nor the signing keys are shown.
@@ -150,6 +162,7 @@ class Settings:
         ):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0")
+        _check_scaling(self)
         if self.result_ttl_s > MAX_RESULT_TTL_S:
             raise ConfigError(f"result_ttl_s must be at most {MAX_RESULT_TTL_S} (ten years)")
         if not self.retry_backoff_factor >= 1.0:
@@ -217,6 +230,14 @@ def _check_type(name: str, annotation: object, value: Any) -> None:
     accepts, wanted = _KINDS[str(annotation)]
     if not accepts(value):
         raise ConfigError(f"setting {name} must be {wanted}, not {value!r}")
+
+
+def _check_scaling(s: Settings) -> None:
+    for name in ("target_time_to_start_s", "autoscale_idle_s"):
+        if not getattr(s, name) > 0:
+            raise ConfigError(f"{name} must be > 0")
+    if not s.scale_horizon_s >= 0:
+        raise ConfigError("scale_horizon_s must be >= 0")
 
 
 TLS_SCHEMES = ("rediss", "rediss+cluster", "rediss+sentinel")

@@ -10,10 +10,11 @@ from taskq.cli.inspect import inspect, purge
 from taskq.cli.job import job
 from taskq.cli.main import main
 from taskq.cli.periodic import periodic
+from taskq.cli.scale import scale
 from taskq.cli.server import server
 from taskq.cli.worker import worker
 
-for command in (worker, server, inspect, purge, deadletter, job, periodic, acl, dashboard):
+for command in (worker, server, inspect, purge, deadletter, job, periodic, acl, dashboard, scale):
     main.add_command(command)
 
 __all__ = ["main"]

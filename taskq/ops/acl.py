@@ -103,6 +103,7 @@ OPERATOR_COMMANDS = (
     "xinfo|groups",
     "zrange",
     "zcard",
+    "zcount",  # taskq scale: delayed jobs and retries due within the horizon
     "hgetall",
     "hmget",
     "hget",

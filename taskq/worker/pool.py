@@ -27,6 +27,7 @@ from taskq.middleware import emit
 from taskq.worker.aio import serve
 from taskq.worker.cancels import Canceller
 from taskq.worker.consumer import DEFAULT_ASYNC_CONCURRENCY, Consumer, ConsumerOptions
+from taskq.worker.durations import DurationMeter
 from taskq.worker.executor import Executor
 from taskq.worker.lifeline import describe_exit, die_with_parent, kill, signal_name
 from taskq.worker.maintenance import Maintenance
@@ -112,6 +113,7 @@ class Pool:
         self._started_mono = time.monotonic()
         self._settled = JobCounts()  # of children that exited, and what the master recorded
         self._last_processed = (0, time.monotonic())
+        self.durations = DurationMeter()
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -283,6 +285,7 @@ class Pool:
                 self._kill_for_hard_limit(child, late)
             elif long_job and now - long_job.started_mono > HANDBACK_AFTER_S:
                 self._revoke_rest(child, view, long_job)
+        self.durations.sample(sum(len(view.running) for _, _, view in busy))
         self.canceller.tick(busy, self._queue_of, self._mark_killed)
         self.marks.tick(busy, self._queue_of)
 
@@ -345,6 +348,7 @@ class Pool:
         now = time.monotonic()
         rate = (totals.processed - done) / (now - at) if now > at else 0.0
         self._last_processed = (totals.processed, now)
+        recent = self.durations.recent(totals.processed + totals.failed)
         streams = self.maintenance.broker.streams
         children = tuple(
             ChildRecord.of(c.index + 1, c.pid, c.consumer, v.running, streams, now)
@@ -364,6 +368,8 @@ class Pool:
             counts=totals,
             rate_per_s=round(rate, 1),
             children=children,
+            recent_jobs=recent.jobs,
+            recent_busy_ms=recent.busy_ms,
         )
 
     def _title(self) -> None:

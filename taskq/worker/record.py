@@ -96,6 +96,9 @@ class WorkerRecord:
         uptime_ms: how long the master had run when it wrote the record.
         rate_per_s: successes per second over the last heartbeat interval.
         heartbeat_ms: when the record was written, by the Redis clock (set by Redis).
+        recent_jobs, recent_busy_ms: jobs finished, and the time its jobs ran (all children
+            summed), over the last minutes (:mod:`taskq.worker.durations`): their ratio is
+            the mean job duration the autoscaling signal uses.
     """
 
     id: str
@@ -112,6 +115,8 @@ class WorkerRecord:
     rate_per_s: float
     children: tuple[ChildRecord, ...]
     heartbeat_ms: int = 0
+    recent_jobs: int = 0
+    recent_busy_ms: int = 0
 
     def to_fields(self) -> dict[str, str | int | float]:
         """The hash fields (``heartbeat_ms`` is left to the script, which has the clock)."""
@@ -128,6 +133,8 @@ class WorkerRecord:
             "tasks": json.dumps(list(self.tasks)),
             "rate_per_s": self.rate_per_s,
             "children": json.dumps([asdict(c) for c in self.children]),
+            "recent_jobs": self.recent_jobs,
+            "recent_busy_ms": self.recent_busy_ms,
         }
         out.update(asdict(self.counts))
         return out
@@ -151,6 +158,8 @@ class WorkerRecord:
             rate_per_s=_float(f.get("rate_per_s")),
             children=tuple(ChildRecord.from_json(c) for c in _json_list(f.get("children"))),
             heartbeat_ms=as_int(f.get("heartbeat_ms")),
+            recent_jobs=max(0, as_int(f.get("recent_jobs"))),
+            recent_busy_ms=max(0, as_int(f.get("recent_busy_ms"))),
         )
 
 

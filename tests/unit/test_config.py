@@ -45,6 +45,15 @@ def test_sweep_must_be_faster_than_the_visibility_timeout() -> None:
         Settings(visibility_timeout_ms=1000, sweep_interval_ms=1000)
 
 
+@pytest.mark.parametrize(
+    "bad",
+    [{"target_time_to_start_s": 0}, {"autoscale_idle_s": -1.0}, {"scale_horizon_s": -0.5}],
+)
+def test_scaling_settings_are_checked(bad: dict[str, float]) -> None:
+    with pytest.raises(ConfigError, match=next(iter(bad))):
+        Settings(**bad)  # type: ignore[arg-type]
+
+
 WRONG_TYPES = {
     "redis_url": 6379,
     "queue": ["tasks"],
@@ -67,6 +76,9 @@ WRONG_TYPES = {
     "durable_enqueue": None,
     "durable_enqueue_timeout_ms": 1.0,
     "partitions": 3,
+    "target_time_to_start_s": "10",
+    "scale_horizon_s": None,
+    "autoscale_idle_s": [60],
 }
 
 

@@ -1,0 +1,74 @@
+"""The autoscaling signal (``taskq scale``) against a real Redis and real workers."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from taskq import App
+from taskq.ops.scale import Scaler, ScaleSignal
+from tests import tasks
+from tests.conftest import WorkerProcess, wait_until
+
+pytestmark = pytest.mark.integration
+
+
+def scale_json(redis_url: str, *queues: str) -> Any:
+    from taskq.cli import main
+
+    result = CliRunner().invoke(main, ["--redis-url", redis_url, "scale", *queues, "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def signal(app: App, queue: str = "tasks", **settings: Any) -> ScaleSignal:
+    scaler = Scaler(app.reader, [queue], app.settings.replace(**settings), min_interval_s=0)
+    return scaler.signals()[0]
+
+
+def test_an_empty_queue_wants_no_process(make_app: Callable[..., App], redis_url: str) -> None:
+    app = make_app()
+    assert signal(app).desired_processes == 0
+    doc = scale_json(redis_url, "tasks")
+    assert doc["desired_processes"] == 0
+    assert doc["queues"][0]["queue"] == "tasks"
+    assert doc["queues"][0]["waiting"] == 0
+
+
+def test_delayed_jobs_count_only_within_the_horizon(task_app: App) -> None:
+    # given: three jobs due in 30 s, and no worker
+    for _ in range(3):
+        tasks.echo.apply_async(("later",), countdown=30)
+    # then: a 10 s horizon does not see them, the default 60 s one does
+    assert signal(task_app, scale_horizon_s=10).due == 0
+    assert signal(task_app, scale_horizon_s=10).desired_processes == 0
+    within = signal(task_app)
+    assert within.due == 3
+    assert within.desired_processes == 1  # no duration known yet: one process measures it
+
+
+def test_a_thousand_short_jobs_want_about_ten_processes(
+    task_app: App, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    # given: 1,000 jobs of 100 ms and one worker of 4 processes measuring them
+    tasks.sleepy.starmap((0.1,) for _ in range(1_000))
+    worker = start_worker("-A", "tests.tasks", "-c", "4", "--grace", "1")
+    # when: its heartbeat carries the duration of a few dozen jobs
+    found = wait_until(
+        lambda: (s := signal(task_app)).job_duration_s is not None and s.running and s,
+        timeout_s=20,
+        message="a duration measured",
+    )
+    # then: 100 s of work to start within 10 s: 10 processes, about 3 workers of -c 4
+    assert 0.09 <= found.job_duration_s <= 0.15, found
+    assert 7 <= found.desired_processes <= 13, found
+    assert 2 <= math.ceil(found.desired_processes / 4) <= 4
+    assert found.workers == 1 and found.processes == 4
+    doc = scale_json(task_app.settings.redis_url, "tasks")
+    assert abs(doc["desired_processes"] - found.desired_processes) <= 2
+    worker.stop()
