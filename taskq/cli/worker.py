@@ -153,7 +153,11 @@ def worker(
         if metrics_port is not None:
             url = app.settings.redis_url
             metrics = Metrics(
-                port=metrics_port, host=metrics_host, redis_url=url, tasks=app.registry
+                port=metrics_port,
+                host=metrics_host,
+                redis_url=url,
+                tasks=app.registry,
+                settings=app.settings,
             )
             app.add_middleware(metrics)
     except BaseException:

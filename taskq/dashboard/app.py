@@ -140,6 +140,7 @@ def routes() -> list[BaseRoute]:
         Route("/api/workers", pages.workers_json),
         Route("/api/jobs/{job_id:path}", pages.job_json),
         Route("/api/deadletters", pages.deadletters_json),
+        Route("/api/scale", pages.scale_json),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
 

@@ -114,6 +114,12 @@ async def overview_json(request: Request) -> Response:
     return JSONResponse(page.to_json())
 
 
+async def scale_json(request: Request) -> Response:
+    """The autoscaling signal (``?queue=a&queue=b``; default: the app's queues)."""
+    queues = request.query_params.getlist("queue")
+    return JSONResponse(await run_in_threadpool(lambda: _source(request).scale(queues)))
+
+
 async def workers(request: Request) -> Response:
     view = await run_in_threadpool(_source(request).workers)
     return render(request, "workers", {"view": view})

@@ -9,6 +9,7 @@ which is the workers' children that report a job of that stream.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +22,7 @@ from taskq.job import Job
 from taskq.keys import check_job_id, check_priority
 from taskq.ops.deadletters import Deadletters, Page
 from taskq.ops.inspect import Inspector, Overview, QueueStats, WorkerState, to_json
+from taskq.ops.scale import Scaler, document
 from taskq.ops.schedules import schedule_rows
 from taskq.ops.throughput import Throughput, last_hour
 from taskq.results import UNKNOWN, FlowView, JobStatus
@@ -68,11 +70,33 @@ class DeadlettersPage:
     now_ms: int
 
 
+MAX_SCALERS = 64
+"""Sets of queues whose autoscaling signal the dashboard caches."""
+
+
 class Source:
     """The dashboard's reads and actions on one app's Redis."""
 
     def __init__(self, app: App) -> None:
         self.app = app
+        self._scalers: dict[tuple[str, ...], Scaler] = {}
+
+    def scale(self, queues: Sequence[str]) -> dict[str, Any]:
+        """The autoscaling signal of ``queues`` (default: the app's), as ``taskq scale
+        --json`` prints it: KEDA's metrics-api trigger reads it. Each set of queues keeps
+        its :class:`Scaler`, so polling reads Redis at most once a second.
+
+        Raises:
+            ConfigError: a malformed queue name.
+        """
+        names = tuple(queues) or tuple(self.app.queues())
+        for name in names:
+            check_queue_name(name)
+        if names not in self._scalers:
+            if len(self._scalers) >= MAX_SCALERS:  # names come from requests: keep it bounded
+                self._scalers.clear()
+            self._scalers[names] = Scaler(self.app.reader, names, self.app.settings)
+        return document(self._scalers[names].signals())
 
     def inspector(self) -> Inspector:
         return Inspector.for_app(self.app)

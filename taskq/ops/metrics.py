@@ -1,5 +1,9 @@
 """Prometheus metrics for ``taskq worker --metrics-port`` (the ``taskq[metrics]`` extra).
 
+The same port answers ``/scale`` with the autoscaling signal of the worker's queues as JSON
+(:func:`taskq.ops.scale.document`, for KEDA's metrics-api trigger); every other path is the
+Prometheus exposition, which carries that signal as ``taskq_desired_processes``.
+
 Children count jobs in prometheus_client's multiprocess mode: each child writes its own
 mmap'd files into one directory, and a small server process forked by the master serves
 their sum (``MultiProcessCollector``) plus queue depths read from Redis at scrape time. The
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import logging
 import os
 import shutil
@@ -30,11 +35,15 @@ from taskq.middleware import Middleware
 from taskq.worker.outcome import COUNTED
 
 if TYPE_CHECKING:
+    from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
+
     from prometheus_client import CollectorRegistry
     from prometheus_client.metrics_core import Metric
 
     from taskq.broker import Link
+    from taskq.config import Settings
     from taskq.ops.inspect import QueueStats, StreamStats
+    from taskq.ops.scale import Scaler, ScaleSignal
     from taskq.registry import Registry
     from taskq.worker.outcome import Outcome
 
@@ -43,6 +52,9 @@ logger = logging.getLogger(__name__)
 ENV = "PROMETHEUS_MULTIPROC_DIR"
 INSTALL_HINT = "--metrics-port needs prometheus-client: pip install 'taskq[metrics]'"
 DURATION_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900)
+
+SCALE_PATH = "/scale"
+"""Where the metrics port serves the autoscaling signal as JSON (KEDA metrics-api)."""
 
 UNKNOWN_TASK = "unknown"
 """The task label of jobs whose task the worker does not have."""
@@ -91,13 +103,21 @@ class Metrics(Middleware):
         ConfigError: see :func:`enable_multiprocess`, or the port cannot be bound.
     """
 
-    def __init__(self, *, port: int, redis_url: str, tasks: Registry, host: str = "") -> None:
+    def __init__(
+        self,
+        *,
+        port: int,
+        redis_url: str,
+        tasks: Registry,
+        host: str = "",
+        settings: Settings | None = None,
+    ) -> None:
         self.tasks = tasks
         self.path = enable_multiprocess()
-        self.depth = QueueDepth(redis_url)
+        self.depth = QueueDepth(redis_url, settings=settings)
         self._jobs = _job_metrics()
         try:
-            self._server = _bind(host, port, self._registry())
+            self._server = _bind(host, port, self._registry(), self.depth)
         except ConfigError:
             self._remove_dir()
             raise
@@ -214,25 +234,51 @@ def _job_metrics() -> dict[str, Any]:
 
 
 class QueueDepth:
-    """A collector that reads the queues' figures from Redis at each scrape."""
+    """A collector that reads the queues' figures from Redis at each scrape, and their
+    autoscaling signal (each queue read at most once a second, however many scrapes).
 
-    def __init__(self, redis_url: str, queues: Sequence[str] = ()) -> None:
+    Args:
+        settings: the target time-to-start and horizon of the signal (default: the
+            defaults).
+    """
+
+    def __init__(
+        self, redis_url: str, queues: Sequence[str] = (), *, settings: Settings | None = None
+    ) -> None:
         self.redis_url = redis_url
         self.queues = tuple(queues)
+        self.settings = settings
         self._link: Link | None = None
+        self._scaler: Scaler | None = None
+
+    def _reader_link(self) -> Link:
+        from taskq.broker import connect
+
+        if self._link is None:
+            self._link = connect(self.redis_url)
+        return self._link
+
+    def signals(self) -> list[ScaleSignal]:
+        """The queues' autoscaling signal (:mod:`taskq.ops.scale`)."""
+        from taskq.broker.reads import Reader
+        from taskq.config import Settings
+        from taskq.ops.scale import Scaler
+
+        if self._scaler is None or self._scaler.queues != self.queues:
+            settings = self.settings or Settings(redis_url=self.redis_url)
+            self._scaler = Scaler(Reader(self._reader_link()), self.queues, settings)
+        return self._scaler.signals()
 
     def collect(self) -> Iterator[Metric]:
         from prometheus_client.core import GaugeMetricFamily
 
-        from taskq.broker import connect
         from taskq.broker.reads import Reader
         from taskq.ops.inspect import Inspector
 
-        if self._link is None:
-            self._link = connect(self.redis_url)
         up = GaugeMetricFamily("taskq_redis_up", "1 if the last scrape could read Redis.")
         try:
-            stats = Inspector(Reader(self._link), self.queues).queue_stats()
+            stats = Inspector(Reader(self._reader_link()), self.queues).queue_stats()
+            desired = _desired_family(self.signals())
         except BrokerError as exc:
             logger.warning("metrics: cannot read queue depths: %s", exc)
             up.add_metric([], 0)
@@ -241,6 +287,20 @@ class QueueDepth:
         up.add_metric([], 1)
         yield up
         yield from _depth_families(stats)
+        yield desired
+
+
+def _desired_family(signals: Sequence[ScaleSignal]) -> Metric:
+    from prometheus_client.core import GaugeMetricFamily
+
+    g = GaugeMetricFamily(
+        "taskq_desired_processes",
+        "Worker processes the queue wants now (see taskq scale and docs/scaling.md).",
+        labels=["queue"],
+    )
+    for s in signals:
+        g.add_metric([s.queue], s.desired_processes)
+    return g
 
 
 def _depth_families(stats: Sequence[QueueStats]) -> Iterator[Metric]:
@@ -293,18 +353,38 @@ class _Quiet(WSGIRequestHandler):
         """No access log: scrapes every few seconds would drown the worker's log."""
 
 
-def _bind(host: str, port: int, registry: CollectorRegistry) -> WSGIServer:
+def _bind(host: str, port: int, registry: CollectorRegistry, depth: QueueDepth) -> WSGIServer:
     from wsgiref.simple_server import make_server
 
     from prometheus_client import make_wsgi_app
     from prometheus_client.exposition import ThreadingWSGIServer
 
+    app = _with_scale(make_wsgi_app(registry), depth)
     try:
-        return make_server(
-            host, port, make_wsgi_app(registry), ThreadingWSGIServer, handler_class=_Quiet
-        )
+        return make_server(host, port, app, ThreadingWSGIServer, handler_class=_Quiet)
     except OSError as exc:
         raise ConfigError(f"--metrics-port {port}: {exc.strerror or exc}") from None
+
+
+def _with_scale(metrics: WSGIApplication, depth: QueueDepth) -> WSGIApplication:
+    """``/scale``: the signal as JSON (503 with the error while Redis cannot be read);
+    any other path: the metrics."""
+
+    def app(environ: WSGIEnvironment, start_response: StartResponse) -> Any:
+        if environ.get("PATH_INFO") != SCALE_PATH:
+            return metrics(environ, start_response)
+        from taskq.ops.scale import document
+
+        try:
+            status, body = "200 OK", document(depth.signals())
+        except BrokerError as exc:
+            status, body = "503 Service Unavailable", {"error": str(exc)}
+        data = json.dumps(body).encode()
+        headers = [("Content-Type", "application/json"), ("Content-Length", str(len(data)))]
+        start_response(status, headers)
+        return [data]
+
+    return app
 
 
 def _serve(server: WSGIServer, lifeline: int, port: int, owned_dir: Path | None) -> None:

@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import json
 import math
+import urllib.request
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from prometheus_client.parser import text_string_to_metric_families
+from starlette.testclient import TestClient
 
 from taskq import App
+from taskq.dashboard import asgi
 from taskq.ops.scale import Scaler, ScaleSignal
 from tests import tasks
 from tests.conftest import WorkerProcess, wait_until
+from tests.redis_server import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -52,6 +57,7 @@ def test_delayed_jobs_count_only_within_the_horizon(task_app: App) -> None:
     assert within.desired_processes == 1  # no duration known yet: one process measures it
 
 
+@pytest.mark.slow
 def test_a_thousand_short_jobs_want_about_ten_processes(
     task_app: App, start_worker: Callable[..., WorkerProcess]
 ) -> None:
@@ -72,3 +78,53 @@ def test_a_thousand_short_jobs_want_about_ten_processes(
     doc = scale_json(task_app.settings.redis_url, "tasks")
     assert abs(doc["desired_processes"] - found.desired_processes) <= 2
     worker.stop()
+
+
+def get_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=5) as reply:
+        return json.loads(reply.read())
+
+
+def gauge(port: int, queue: str) -> float | None:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
+        text = reply.read().decode()
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == "taskq_desired_processes" and s.labels == {"queue": queue}:
+                return s.value
+    return None
+
+
+def up(port: int) -> bool:
+    try:
+        return gauge(port, "tasks") is not None
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+def test_the_gauge_and_the_metrics_api_agree_with_taskq_scale(
+    task_app: App, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    # given: a worker that measured jobs of 200 ms, and 300 jobs due in 30 s (inside the
+    # horizon): 60 s of work to start within 10 s
+    port = free_port()
+    start_worker("-A", "tests.tasks", "-c", "2", "--metrics-port", str(port), "--grace", "1")
+    tasks.sleepy.starmap((0.2,) for _ in range(4))
+    wait_until(lambda: signal(task_app).job_duration_s, message="a measured duration")
+    wait_until(lambda: not signal(task_app).running, message="the jobs done")
+    for _ in range(300):
+        tasks.echo.apply_async((0,), countdown=30)
+    wait_until(lambda: up(port), message="the metrics endpoint")
+    # then: every reader says the same
+    expected = signal(task_app).desired_processes
+    assert 4 <= expected <= 9
+    assert gauge(port, "tasks") == expected
+    api = get_json(f"http://127.0.0.1:{port}/scale")
+    assert api["desired_processes"] == expected
+    assert api == scale_json(task_app.settings.redis_url, "tasks")
+    with TestClient(asgi(task_app)) as dashboard:
+        reply = dashboard.get("/api/scale", params={"queue": "tasks"})
+        assert reply.status_code == 200
+        assert reply.json() == api
+        assert dashboard.get("/api/scale", params={"queue": "a:b"}).status_code == 400
