@@ -1,5 +1,5 @@
 """``taskq scale``: the worker processes each queue wants now, for autoscalers and people
-(see :mod:`taskq.ops.scale` and docs/scaling.md)."""
+(see :mod:`taskq.worker.scaling` and docs/scaling.md)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import click
 
 from taskq.config import parse_queues
 from taskq.errors import ConfigError
-from taskq.ops.scale import Scaler, ScaleSignal, document
 from taskq.partitions import expand
+from taskq.worker.scaling import Scaler, ScaleSignal, document
 
 
 @click.command()

@@ -13,6 +13,7 @@ from taskq.cli import logs
 from taskq.cli.main import Context, app_option, queues_of
 from taskq.errors import BrokerUnavailable
 from taskq.worker.consumer import DEFAULT_ASYNC_CONCURRENCY
+from taskq.worker.health import HealthServer
 from taskq.worker.pool import PoolOptions, run_pool
 
 
@@ -122,6 +123,27 @@ from taskq.worker.pool import PoolOptions, run_pool
     show_default=True,
     help="Interface the metrics port listens on (0.0.0.0: all, for a scraper on another host).",
 )
+@click.option(
+    "--health-port",
+    type=click.IntRange(0, 65535),
+    envvar="TASKQ_HEALTH_PORT",
+    help="Answer /live and /ready on this port (Kubernetes probes; docs/scaling.md).",
+)
+@click.option(
+    "--health-host",
+    default="127.0.0.1",
+    envvar="TASKQ_HEALTH_HOST",
+    show_default=True,
+    help="Interface the health port listens on (0.0.0.0: all, for a kubelet's probes).",
+)
+@click.option(
+    "--autoscale",
+    metavar="MAX,MIN",
+    envvar="TASKQ_AUTOSCALE",
+    callback=lambda _ctx, _param, value: parse_autoscale(value),
+    help="Run between MIN (default 1) and MAX children, from the queues' autoscaling "
+    "signal (replaces -c; docs/scaling.md).",
+)
 @click.pass_obj
 def worker(
     obj: Context,
@@ -140,6 +162,9 @@ def worker(
     log_format: str,
     metrics_port: int | None,
     metrics_host: str,
+    health_port: int | None,
+    health_host: str,
+    autoscale: tuple[int, int] | None,
 ) -> None:
     """Run a prefork worker pool."""
     if metrics_port is not None:
@@ -165,8 +190,11 @@ def worker(
             remove_created_dir()  # nothing else will
         raise
     app.close()  # no connection may cross the fork
+    health = HealthServer(health_port, health_host) if health_port is not None else None
     options = PoolOptions(
-        concurrency=concurrency,
+        concurrency=autoscale[0] if autoscale else concurrency,
+        autoscale_min=autoscale[1] if autoscale else None,
+        health=health,
         queues=queues_of(queues, app),
         prefetch=prefetch,
         max_tasks_per_child=max_tasks_per_child,
@@ -179,6 +207,19 @@ def worker(
         async_concurrency=async_concurrency,
     )
     sys.exit(run_pool(app, options))
+
+
+def parse_autoscale(value: str | None) -> tuple[int, int] | None:
+    """``"MAX,MIN"`` (or ``"MAX"``: MIN is 1) as (MAX, MIN), 1 <= MIN <= MAX."""
+    if not value:
+        return None
+    parts = [p.strip() for p in value.split(",")]
+    if len(parts) > 2 or not all(p.isdigit() for p in parts):
+        raise click.BadParameter(f"{value!r}: expected MAX,MIN (e.g. 8,2)")
+    high, low = int(parts[0]), int(parts[1]) if len(parts) == 2 else 1
+    if not 1 <= low <= high:
+        raise click.BadParameter(f"{value!r}: need 1 <= MIN <= MAX")
+    return high, low
 
 
 def wait_for_redis(ping: Callable[[], object], timeout_s: float = 10.0) -> None:

@@ -22,10 +22,10 @@ from taskq.job import Job
 from taskq.keys import check_job_id, check_priority
 from taskq.ops.deadletters import Deadletters, Page
 from taskq.ops.inspect import Inspector, Overview, QueueStats, WorkerState, to_json
-from taskq.ops.scale import Scaler, document
 from taskq.ops.schedules import schedule_rows
 from taskq.ops.throughput import Throughput, last_hour
 from taskq.results import UNKNOWN, FlowView, JobStatus
+from taskq.worker.scaling import Scaler, document
 
 PAGE_SIZE = 50
 

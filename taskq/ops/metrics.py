@@ -1,7 +1,7 @@
 """Prometheus metrics for ``taskq worker --metrics-port`` (the ``taskq[metrics]`` extra).
 
 The same port answers ``/scale`` with the autoscaling signal of the worker's queues as JSON
-(:func:`taskq.ops.scale.document`, for KEDA's metrics-api trigger); every other path is the
+(:func:`taskq.worker.scaling.document`, for KEDA's metrics-api trigger); every other path is the
 Prometheus exposition, which carries that signal as ``taskq_desired_processes``.
 
 Children count jobs in prometheus_client's multiprocess mode: each child writes its own
@@ -43,9 +43,9 @@ if TYPE_CHECKING:
     from taskq.broker import Link
     from taskq.config import Settings
     from taskq.ops.inspect import QueueStats, StreamStats
-    from taskq.ops.scale import Scaler, ScaleSignal
     from taskq.registry import Registry
     from taskq.worker.outcome import Outcome
+    from taskq.worker.scaling import Scaler, ScaleSignal
 
 logger = logging.getLogger(__name__)
 
@@ -259,10 +259,10 @@ class QueueDepth:
         return self._link
 
     def signals(self) -> list[ScaleSignal]:
-        """The queues' autoscaling signal (:mod:`taskq.ops.scale`)."""
+        """The queues' autoscaling signal (:mod:`taskq.worker.scaling`)."""
         from taskq.broker.reads import Reader
         from taskq.config import Settings
-        from taskq.ops.scale import Scaler
+        from taskq.worker.scaling import Scaler
 
         if self._scaler is None or self._scaler.queues != self.queues:
             settings = self.settings or Settings(redis_url=self.redis_url)
@@ -373,7 +373,7 @@ def _with_scale(metrics: WSGIApplication, depth: QueueDepth) -> WSGIApplication:
     def app(environ: WSGIEnvironment, start_response: StartResponse) -> Any:
         if environ.get("PATH_INFO") != SCALE_PATH:
             return metrics(environ, start_response)
-        from taskq.ops.scale import document
+        from taskq.worker.scaling import document
 
         try:
             status, body = "200 OK", document(depth.signals())

@@ -1,5 +1,5 @@
 """How long a worker's jobs take, measured by its master without any per-job work: the
-input the autoscaling signal (:mod:`taskq.ops.scale`) divides waiting jobs by.
+input the autoscaling signal (:mod:`taskq.worker.scaling`) divides waiting jobs by.
 
 The master already reads every child's slot at each tick (:mod:`taskq.worker.pool`). It adds
 the tick's length times the number of jobs running to a busy time, and at each heartbeat

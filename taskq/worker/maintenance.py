@@ -33,6 +33,9 @@ FORGET_CONSUMERS_AFTER_MS = 3_600_000
 HOUSEKEEPING_S = 1.0
 """How often a master moves due delayed jobs and retries into their streams itself (children
 do it as soon as their fetch reports one due)."""
+REDIS_FRESH_S = 3.0
+"""Redis counts as reachable while the last step succeeded less than this long ago (the
+housekeeping step runs every second)."""
 
 
 class Maintenance:
@@ -56,6 +59,8 @@ class Maintenance:
         self._visibility_conflict = False
         self.ticker = Ticker(app, queues) if periodic else None
         self.throughput = ThroughputWriter(worker_id)
+        self._redis_ok_at = 0.0
+        self._redis_failing = False
 
     @property
     def broker(self) -> Broker:
@@ -69,12 +74,20 @@ class Maintenance:
         try:
             action(self.broker)
         except BrokerError as exc:
+            self._redis_failing = True
             logger.warning("maintenance step failed (%s); will retry", exc)
             return False
         except Exception:  # the supervisor must outlive any bug in one step
             logger.exception("maintenance step failed; will retry")
             return False
+        self._redis_failing = False
+        self._redis_ok_at = time.monotonic()
         return True
+
+    def redis_reachable(self) -> bool:
+        """The last step reached Redis, recently (what ``/ready`` reports)."""
+        fresh = time.monotonic() - self._redis_ok_at < REDIS_FRESH_S
+        return fresh and not self._redis_failing
 
     def tick(
         self, *, consumers: Sequence[str], record: Callable[[], WorkerRecord], sweep: bool

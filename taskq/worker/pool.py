@@ -4,7 +4,8 @@ The master imports the app once, forks N children (each opens its own Redis conn
 the fork), and then only supervises: it reaps and respawns children with a backoff, enforces
 time limits, renews the leases of running jobs, hands back the jobs of children that died,
 sweeps for jobs of dead workers, writes the heartbeat record, and turns signals into warm or
-cold shutdowns.
+cold shutdowns. Between ticks it answers health probes (``--health-port``); with
+``--autoscale`` it also grows and shrinks the number of children.
 """
 
 from __future__ import annotations
@@ -25,10 +26,12 @@ from taskq.app import App
 from taskq.keys import consumer_name, worker_id
 from taskq.middleware import emit
 from taskq.worker.aio import serve
+from taskq.worker.autoscale import Autoscaler
 from taskq.worker.cancels import Canceller
 from taskq.worker.consumer import DEFAULT_ASYNC_CONCURRENCY, Consumer, ConsumerOptions
 from taskq.worker.durations import DurationMeter
 from taskq.worker.executor import Executor
+from taskq.worker.health import HealthServer, Probe, pause, readiness
 from taskq.worker.lifeline import describe_exit, die_with_parent, kill, signal_name
 from taskq.worker.maintenance import Maintenance
 from taskq.worker.marks import RunningMarks
@@ -61,6 +64,8 @@ class PoolOptions:
     periodic: bool = True
     async_concurrency: int = DEFAULT_ASYNC_CONCURRENCY
     """Async jobs each child runs at once (apps with ``async def`` tasks)."""
+    autoscale_min: int | None = None  # --autoscale MAX,MIN: MIN (MAX is concurrency)
+    health: HealthServer | None = None  # --health-port: the bound socket probes reach
 
 
 @dataclass
@@ -70,6 +75,7 @@ class _Child:
     consumer: str = ""
     started: float = 0.0
     killed_for: str = ""
+    leaving: bool = False  # stopped warm by the autoscaler: its fetched jobs go back at once
     culprits: frozenset[str] = frozenset()
     """Entry ids of the jobs it was killed for (its other running jobs go back uncounted)."""
 
@@ -114,6 +120,9 @@ class Pool:
         self._settled = JobCounts()  # of children that exited, and what the master recorded
         self._last_processed = (0, time.monotonic())
         self.durations = DurationMeter()
+        low, high, b = self.options.autoscale_min, self.options.concurrency, self.maintenance.broker
+        self.size = low or high  # children to run now
+        self.autoscaler = Autoscaler.of(b, self.app.settings, low, high) if low else None
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -126,18 +135,18 @@ class Pool:
         self.app.link.disconnect()  # no open connection crosses the fork
         emit(self.app.middleware, "worker_start", self.options.queues)
         self._title()
-        for i in range(self.options.concurrency):
+        for i in range(self.size):
             self._spawn(i)
         self.maintenance.step(lambda b: b.ensure_groups())
         logger.info(
             "worker %s: %d children on %s",
             self.worker_id,
-            self.options.concurrency,
+            self.size,
             ",".join(self.options.queues),
         )
         while not self.stopping or self.children or self.reclaimer.busy:
             self._tick()
-            time.sleep(TICK_S)
+            pause(self.options.health, TICK_S, self._probe)
         self.maintenance.unregister(self._record())
         emit(self.app.middleware, "worker_stop")
         logger.info(
@@ -154,8 +163,15 @@ class Pool:
         consumers = [c.consumer for c in self.children.values()]
         self.maintenance.tick(consumers=consumers, record=self._record, sweep=not self.stopping)
         if not self.stopping:
+            if self.autoscaler:
+                children = list(self.children.values())
+                self.size = self.autoscaler.tick(self.maintenance.step, children)
             self._guarded(self._respawn)
         self._guarded(self._title)
+
+    def _probe(self) -> Probe:
+        reachable, n = self.maintenance.redis_reachable(), len(self.children)
+        return readiness(stopping=self.stopping, redis_reachable=reachable, children=n)
 
     def _guarded(self, step: Callable[[], object]) -> None:
         try:
@@ -202,9 +218,11 @@ class Pool:
 
     def _child_main(self, index: int) -> int:
         die_with_parent(self.pid)  # nobody would renew its jobs' leases
+        if self.options.health is not None:
+            self.options.health.close()  # the master's socket: probes must not reach a child
         started = False
         try:
-            n, queues = self.options.concurrency, ",".join(self.options.queues)
+            n, queues = self.size, ",".join(self.options.queues)
             prefix = f"taskq: child {index + 1}/{n} [{queues}]"
             consumer = Consumer(
                 self.app.broker_for(self.options.queues),
@@ -264,7 +282,7 @@ class Pool:
     def _respawn(self) -> None:
         if time.monotonic() < self._backoff.not_before:
             return
-        for i in range(self.options.concurrency):
+        for i in range(self.size):
             if i not in self.children:
                 self._spawn(i)
 
@@ -283,7 +301,9 @@ class Pool:
             long_job = view.oldest if adaptive and view.waiting_in_batch else None
             if late:
                 self._kill_for_hard_limit(child, late)
-            elif long_job and now - long_job.started_mono > HANDBACK_AFTER_S:
+            elif long_job and (
+                self.stopping or child.leaving or now - long_job.started_mono > HANDBACK_AFTER_S
+            ):  # leaving: the jobs behind the running one start elsewhere at once
                 self._revoke_rest(child, view, long_job)
         self.durations.sample(sum(len(view.running) for _, _, view in busy))
         self.canceller.tick(busy, self._queue_of, self._mark_killed)
@@ -376,7 +396,7 @@ class Pool:
         state = "stopping" if self.stopping else "running"
         title = (
             f"taskq: master {self.options.app_name} [{','.join(self.options.queues)}] "
-            f"{len(self.children)}/{self.options.concurrency} children {state}"
+            f"{len(self.children)}/{self.size} children {state}"
         )
         if title != self._shown_title:  # set only when it changes: the tick runs 20x a second
             setproctitle.setproctitle(title)

@@ -15,7 +15,7 @@ from starlette.testclient import TestClient
 
 from taskq import App
 from taskq.dashboard import asgi
-from taskq.ops.scale import Scaler, ScaleSignal
+from taskq.worker.scaling import Scaler, ScaleSignal
 from tests import tasks
 from tests.conftest import WorkerProcess, wait_until
 from tests.redis_server import free_port

@@ -1,9 +1,14 @@
-"""The autoscaling formula and the master's duration meter: pure functions, no Redis."""
+"""The autoscaling formula, the master's duration meter, the autoscaler's policy and the
+readiness rule: pure functions, no Redis."""
 
 from __future__ import annotations
 
-from taskq.ops.scale import desired_processes
+from typing import cast
+
+from taskq.worker.autoscale import Autoscaler, share_of
 from taskq.worker.durations import DurationMeter
+from taskq.worker.health import readiness
+from taskq.worker.scaling import Scaler, ScaleSignal, desired_processes
 
 
 def test_nothing_waits_or_runs_wants_nothing() -> None:
@@ -55,3 +60,55 @@ def test_meter_forgets_what_is_older_than_its_window() -> None:
     clock.now = 80.0  # idle since; the first mark is 80 s old, the second 70 s
     meter.sample(0)
     assert meter.recent(100) == (0, 0)
+
+
+def make_autoscaler(clock: FakeClock) -> Autoscaler:
+    scaler = cast(Scaler, None)  # decide() never reads Redis
+    return Autoscaler(scaler, low=1, high=4, idle_s=60, clock=clock)
+
+
+def test_autoscaler_grows_at_once_up_to_its_max() -> None:
+    auto = make_autoscaler(FakeClock())
+    assert auto.decide(3) == 3
+    assert auto.decide(10) == 4
+
+
+def test_autoscaler_shrinks_only_after_the_idle_window() -> None:
+    clock = FakeClock()
+    auto = make_autoscaler(clock)
+    auto.decide(4)
+    assert auto.decide(0) == 4  # the lull starts
+    clock.now = 59.0
+    assert auto.decide(0) == 4
+    clock.now = 60.0
+    assert auto.decide(0) == 1  # its min, not 0
+    clock.now = 61.0
+    assert auto.decide(2) == 2  # and grows again at once
+
+
+def test_a_busy_moment_restarts_the_idle_window() -> None:
+    clock = FakeClock()
+    auto = make_autoscaler(clock)
+    auto.decide(4)
+    auto.decide(0)
+    clock.now = 50.0
+    auto.decide(4)
+    clock.now = 70.0
+    assert auto.decide(0) == 4
+
+
+def signal_of(desired: int, processes: int) -> ScaleSignal:
+    return ScaleSignal("q", desired, 0, 0, 0, 0, 0, processes, 1, 0.1, 0.0, 10.0, 60.0)
+
+
+def test_the_share_leaves_out_what_other_workers_run() -> None:
+    assert share_of([signal_of(10, 6)], own_processes=2) == 6  # others run 4
+    assert share_of([signal_of(3, 8)], own_processes=2) == 0
+    assert share_of([signal_of(5, 1)], own_processes=2) == 5  # record older than a resize
+
+
+def test_readiness_says_why_not() -> None:
+    assert readiness(stopping=False, redis_reachable=True, children=2).ready
+    assert readiness(stopping=True, redis_reachable=True, children=2).reason == "shutting down"
+    assert not readiness(stopping=False, redis_reachable=False, children=2).ready
+    assert not readiness(stopping=False, redis_reachable=True, children=0).ready
