@@ -53,6 +53,8 @@ ENV = "PROMETHEUS_MULTIPROC_DIR"
 INSTALL_HINT = "--metrics-port needs prometheus-client: pip install 'taskq[metrics]'"
 DURATION_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900)
 
+DESIRED_GAUGE = "taskq_desired_processes"
+"""The gauge of the autoscaling signal, labelled by queue."""
 SCALE_PATH = "/scale"
 """Where the metrics port serves the autoscaling signal as JSON (KEDA metrics-api)."""
 
@@ -294,7 +296,7 @@ def _desired_family(signals: Sequence[ScaleSignal]) -> Metric:
     from prometheus_client.core import GaugeMetricFamily
 
     g = GaugeMetricFamily(
-        "taskq_desired_processes",
+        DESIRED_GAUGE,
         "Worker processes the queue wants now (see taskq scale and docs/scaling.md).",
         labels=["queue"],
     )
