@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import urllib.request
 from collections.abc import Callable
 from typing import Any
@@ -17,7 +18,7 @@ from taskq import App
 from taskq.dashboard import asgi
 from taskq.worker.scaling import Scaler, ScaleSignal
 from tests import tasks
-from tests.conftest import WorkerProcess, wait_until
+from tests.conftest import ROOT, WorkerProcess, wait_until
 from tests.redis_server import free_port
 
 pytestmark = pytest.mark.integration
@@ -128,3 +129,17 @@ def test_the_gauge_and_the_metrics_api_agree_with_taskq_scale(
         assert reply.status_code == 200
         assert reply.json() == api
         assert dashboard.get("/api/scale", params={"queue": "a:b"}).status_code == 400
+
+
+def test_the_docs_show_taskq_scale_as_it_prints(redis_url: str) -> None:
+    from taskq.cli import main
+
+    page = (ROOT / "docs" / "scaling.md").read_text()
+    shown = re.search(r"```\n\$ taskq scale tasks\n(.*?)```", page, re.S)
+    assert shown is not None
+    printed = CliRunner().invoke(main, ["--redis-url", redis_url, "scale", "tasks"]).output
+
+    def shape(text: str) -> str:
+        return re.sub(r"\d+(\.\d+)?(ms|s)?|unknown", "N", text)
+
+    assert shape(printed) == shape(shown.group(1))
