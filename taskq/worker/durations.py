@@ -3,9 +3,9 @@ input the autoscaling signal (:mod:`taskq.worker.scaling`) divides waiting jobs 
 
 The master already reads every child's slot at each tick (:mod:`taskq.worker.pool`). It adds
 the tick's length times the number of jobs running to a busy time, and at each heartbeat
-records (busy time, jobs finished) so far. Over a window of some minutes, busy time divided
-by jobs finished is the mean time a job ran (sampling at the tick rate: unbiased, and close
-once a few dozen jobs finished). The heartbeat record carries the window's two sums.
+records the busy time of the jobs that finished and how many finished. Over a window of some
+minutes, the one divided by the other is the mean time a job ran (sampling at the tick rate:
+close once a few dozen jobs finished). The heartbeat record carries the window's two sums.
 """
 
 from __future__ import annotations
@@ -42,11 +42,14 @@ class DurationMeter:
         self._busy_s += (now - self._last) * running_jobs
         self._last = now
 
-    def recent(self, finished: int) -> Recent:
-        """The window's sums, given the jobs finished since the worker started."""
+    def recent(self, finished: int, in_flight_s: float = 0.0) -> Recent:
+        """The window's sums, given the jobs finished since the worker started and how long
+        the running ones have run (their time is not a finished job's: left out until they
+        end, so a window that ends with jobs running is not biased upwards)."""
         now = self._clock()
-        self._marks.append((now, self._busy_s, finished))
+        self._marks.append((now, self._busy_s - in_flight_s, finished))
         while len(self._marks) > 1 and now - self._marks[1][0] >= self.window_s:
             self._marks.popleft()
         _, busy_then, finished_then = self._marks[0]
-        return Recent(max(0, finished - finished_then), round((self._busy_s - busy_then) * 1000))
+        busy_ms = round((self._marks[-1][1] - busy_then) * 1000)
+        return Recent(max(0, finished - finished_then), max(0, busy_ms))

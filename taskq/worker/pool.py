@@ -368,7 +368,8 @@ class Pool:
         now = time.monotonic()
         rate = (totals.processed - done) / (now - at) if now > at else 0.0
         self._last_processed = (totals.processed, now)
-        recent = self.durations.recent(totals.processed + totals.failed)
+        in_flight_s = sum(now - j.started_mono for v in views for j in v.running)
+        recent = self.durations.recent(totals.processed + totals.failed, in_flight_s)
         streams = self.maintenance.broker.streams
         children = tuple(
             ChildRecord.of(c.index + 1, c.pid, c.consumer, v.running, streams, now)

@@ -50,6 +50,16 @@ def test_meter_divides_busy_time_by_jobs_finished() -> None:
     assert meter.recent(20) == (20, 2000)  # 20 jobs of 100 ms
 
 
+def test_meter_leaves_running_jobs_out_until_they_end() -> None:
+    clock = FakeClock()
+    meter = DurationMeter(window_s=60, clock=clock)
+    meter.recent(0)
+    for _ in range(10):
+        clock.now += 0.1
+        meter.sample(1)
+    assert meter.recent(4, in_flight_s=0.2) == (4, 800)  # 4 jobs of 200 ms, one running
+
+
 def test_meter_forgets_what_is_older_than_its_window() -> None:
     clock = FakeClock()
     meter = DurationMeter(window_s=60, clock=clock)
