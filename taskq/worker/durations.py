@@ -34,13 +34,17 @@ class DurationMeter:
         self._clock = clock
         self._busy_s = 0.0
         self._last = clock()
+        self._running = 0
         self._marks: deque[tuple[float, float, int]] = deque()
 
     def sample(self, running_jobs: int) -> None:
-        """``running_jobs`` run now: count them as running since the last sample."""
+        """``running_jobs`` run now: count the jobs of the last sample as running since it,
+        and these from now on (a job is counted from the first sample that sees it to the
+        first that does not: half a tick late at both ends, so a finished job's time is
+        right on average, and a first sample after a long start-up adds nothing)."""
         now = self._clock()
-        self._busy_s += (now - self._last) * running_jobs
-        self._last = now
+        self._busy_s += (now - self._last) * self._running
+        self._last, self._running = now, running_jobs
 
     def recent(self, finished: int, in_flight_s: float = 0.0) -> Recent:
         """The window's sums, given the jobs finished since the worker started and how long

@@ -411,6 +411,7 @@ def _the_operator_cancels_and_looks(op: Callable[..., str], admin: redis.Redis) 
         running.result(timeout=20)
     for view in ("queues", "workers", "active", "pending", "registered", "ping"):
         op("inspect", view, "-Q", "acl")
+    assert '"desired_processes"' in op("scale", "acl", "--json")
     short = t.sleeper.delay(0.3).id
     assert "succeeded" in op("job", short, "-Q", "acl", "--wait", "--timeout", "10")
     assert "tick" in op("periodic", "list", app="tests.acl_tasks")

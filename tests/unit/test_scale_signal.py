@@ -44,9 +44,10 @@ def test_meter_divides_busy_time_by_jobs_finished() -> None:
     clock = FakeClock()
     meter = DurationMeter(window_s=60, clock=clock)
     assert meter.recent(0) == (0, 0)
-    for _ in range(10):  # two jobs running for 1 s
-        clock.now += 0.1
+    clock.now = 5.0  # children starting up: nothing ran yet
+    for _ in range(11):  # two jobs running for 1 s
         meter.sample(2)
+        clock.now += 0.1
     assert meter.recent(20) == (20, 2000)  # 20 jobs of 100 ms
 
 
@@ -54,9 +55,10 @@ def test_meter_leaves_running_jobs_out_until_they_end() -> None:
     clock = FakeClock()
     meter = DurationMeter(window_s=60, clock=clock)
     meter.recent(0)
-    for _ in range(10):
-        clock.now += 0.1
+    for _ in range(11):
         meter.sample(1)
+        clock.now += 0.1
+    clock.now -= 0.1
     assert meter.recent(4, in_flight_s=0.2) == (4, 800)  # 4 jobs of 200 ms, one running
 
 
@@ -64,8 +66,9 @@ def test_meter_forgets_what_is_older_than_its_window() -> None:
     clock = FakeClock()
     meter = DurationMeter(window_s=60, clock=clock)
     meter.recent(0)
-    clock.now = 10.0
     meter.sample(1)
+    clock.now = 10.0
+    meter.sample(0)
     assert meter.recent(100) == (100, 10_000)
     clock.now = 80.0  # idle since; the first mark is 80 s old, the second 70 s
     meter.sample(0)
