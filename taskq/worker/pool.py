@@ -163,11 +163,14 @@ class Pool:
         consumers = [c.consumer for c in self.children.values()]
         self.maintenance.tick(consumers=consumers, record=self._record, sweep=not self.stopping)
         if not self.stopping:
-            if self.autoscaler:
-                children = list(self.children.values())
-                self.size = self.autoscaler.tick(self.maintenance.step, children)
+            self._guarded(self._resize)
             self._guarded(self._respawn)
         self._guarded(self._title)
+
+    def _resize(self) -> None:
+        if self.autoscaler:
+            children = list(self.children.values())
+            self.size = self.autoscaler.tick(self.maintenance.step, children)
 
     def _probe(self) -> Probe:
         reachable, n = self.maintenance.redis_reachable(), len(self.children)
