@@ -79,6 +79,17 @@ def test_a_thousand_short_jobs_want_about_ten_processes(
     assert found.workers == 1 and found.processes == 4
     doc = scale_json(task_app.settings.redis_url, "tasks")
     assert abs(doc["desired_processes"] - found.desired_processes) <= 2
+    # when: the harness, as an autoscaler would, runs that many workers
+    for _ in range(math.ceil(found.desired_processes / 4) - 1):
+        start_worker("-A", "tests.tasks", "-c", "4", "--grace", "1")
+    # then: the backlog drains, and with nothing waiting or running the signal is 0
+    drained = wait_until(
+        lambda: (s := signal(task_app)).desired_processes == 0 and s,
+        timeout_s=40,
+        message="the backlog drained",
+    )
+    assert drained.waiting == drained.fetched == drained.running == 0
+    assert drained.workers >= 2
     worker.stop()
 
 
