@@ -1,10 +1,14 @@
 """The autoscaling formula, the master's duration meter, the autoscaler's policy and the
-readiness rule: pure functions, no Redis."""
+readiness rule and the --autoscale option: pure functions, no Redis."""
 
 from __future__ import annotations
 
 from typing import cast
 
+import click
+import pytest
+
+from taskq.cli.worker import parse_autoscale
 from taskq.worker.autoscale import Autoscaler, share_of
 from taskq.worker.durations import DurationMeter
 from taskq.worker.health import readiness
@@ -125,3 +129,14 @@ def test_readiness_says_why_not() -> None:
     assert readiness(stopping=True, redis_reachable=True, children=2).reason == "shutting down"
     assert not readiness(stopping=False, redis_reachable=False, children=2).ready
     assert not readiness(stopping=False, redis_reachable=True, children=0).ready
+
+
+@pytest.mark.parametrize(("given", "parsed"), [("8,2", (8, 2)), ("4", (4, 1)), (" 3 , 3 ", (3, 3))])
+def test_autoscale_option_reads_max_then_min(given: str, parsed: tuple[int, int]) -> None:
+    assert parse_autoscale(given) == parsed
+
+
+@pytest.mark.parametrize("given", ["2,8", "0,0", "4,0", "a,b", "4,2,1", "-1"])
+def test_autoscale_option_refuses_what_cannot_run(given: str) -> None:
+    with pytest.raises(click.BadParameter):
+        parse_autoscale(given)
