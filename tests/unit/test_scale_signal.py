@@ -1,4 +1,4 @@
-"""The autoscaling formula, the master's duration meter, the autoscaler's policy and the
+"""The autoscaling formula, the master's duration meter, the autoscaler's policy, the
 readiness rule and the --autoscale option: pure functions, no Redis."""
 
 from __future__ import annotations
