@@ -56,6 +56,7 @@ class SettingsArgs(TypedDict, total=False):
     durable_enqueue: bool
     durable_enqueue_timeout_ms: int
     partitions: Mapping[str, int]
+    validate: bool
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,9 @@ class Settings:
             that one busy queue spreads over the shards of a Redis Cluster. Producers spread
             its jobs round robin (or by ``partition_key=``), workers read every partition.
             See docs/scaling.md.
+        validate: check every task's argument values against its annotations at enqueue
+            (a task's own ``validate`` overrides it): pydantic when installed, else a small
+            built-in check. See docs/tasks.md, "Argument types".
     """
 
     redis_url: str = DEFAULT_REDIS_URL
@@ -121,6 +125,7 @@ class Settings:
     durable_enqueue: bool = False
     durable_enqueue_timeout_ms: int = 1_000
     partitions: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    validate: bool = False
 
     def __repr__(self) -> str:
         # Neither the password in the URL nor the signing keys are shown.

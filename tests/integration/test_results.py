@@ -74,9 +74,10 @@ def test_failure_raises_task_failed_with_the_remote_error(
 def test_unknown_task_and_bad_arguments_fail_the_result(
     task_app: App, start_worker: StartWorker
 ) -> None:
-    # given a job of a task no worker knows, and one whose arguments do not fit
+    # given a job of a task no worker knows, and one whose arguments do not fit (sent as
+    # another producer would: apply_async refuses them)
     unknown = task_app.enqueue(Message("tests.tasks.nope", (), result_ttl_s=60))
-    misfit = tasks.add.apply_async((1, 2, 3))
+    misfit = task_app.enqueue(Message("tests.tasks.add", (1, 2, 3), result_ttl_s=60))
     _worker(start_worker)
     with pytest.raises(TaskFailed) as caught:
         unknown.result(timeout=20)
