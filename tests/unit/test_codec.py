@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from taskq import codec
 from taskq.errors import DecodeError
-from taskq.message import PLAIN_VERSION, PROTOCOL_VERSION, Message
+from taskq.message import PLAIN_VERSION, PROTOCOL_VERSION, Message, with_retries
 from taskq.results import decode_value, encode_result
 
 
@@ -189,3 +189,21 @@ def test_values_render_readably() -> None:
         "at": "2026-03-01T12:00:00",
         "n": ["1.5"],
     }
+
+
+def test_a_worker_of_version_1_refuses_a_body_with_extensions(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What a worker from before extension types does with one: the version check it has."""
+    body = Message("t", (Decimal("1"),)).encode()
+    monkeypatch.setattr("taskq.message.PROTOCOL_VERSION", 1)
+    with pytest.raises(DecodeError, match="protocol version 2 is newer than this worker's 1"):
+        Message.decode(body)
+    assert Message.decode(Message("t", (1,)).encode()).args == (1,)
+
+
+def test_a_retry_from_the_dead_letters_keeps_the_extensions_bytes() -> None:
+    msg = Message("t", ((1, 2), dt.date(2026, 1, 1)), {"at": Decimal("1.0")})
+    again = Message.decode(with_retries(msg.encode(), 3))
+    assert again.retries == 3 and again.args == msg.args and again.kwargs == msg.kwargs
+    assert msgpack.unpackb(with_retries(msg.encode(), 3))["v"] == PROTOCOL_VERSION
