@@ -76,7 +76,7 @@ class ArgSpec:
         try:
             self.signature.bind(*args, **kwargs)
         except TypeError as exc:
-            raise EnqueueError(f"{self.name}{self.signature}: {exc}") from None
+            raise EnqueueError(f"{self.name}: {exc}") from None
 
     def validate(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
         """Check the values against the annotations: with pydantic (strict: no "10" for an

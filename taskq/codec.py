@@ -282,6 +282,23 @@ _DECODERS: dict[int, Callable[[bytes], Any]] = {
 # -- showing ----------------------------------------------------------------------------
 
 
+def unpack_shown(raw: bytes) -> Any:
+    """:func:`unpackb` for showing a value (``taskq job``, the dashboard): an extension it
+    cannot decode stays a :class:`msgpack.ExtType` instead of failing the page.
+
+    Raises:
+        ValueError, msgpack.UnpackException: not msgpack.
+    """
+    return msgpack.unpackb(raw, raw=False, strict_map_key=False, ext_hook=_shown_hook)
+
+
+def _shown_hook(code: int, data: bytes) -> Any:
+    try:
+        return ext_hook(code, data)
+    except ExtensionError:
+        return msgpack.ExtType(code, data)
+
+
 def jsonable(value: Any) -> Any:
     """A decoded value as JSON can hold it: bytes as text (with escapes), times in ISO
     8601, a Decimal or UUID as its string, an Enum member as its value, tuples and sets
@@ -290,6 +307,8 @@ def jsonable(value: Any) -> Any:
         return value.value if isinstance(value, enum.Enum) else value
     if isinstance(value, bytes):
         return value.decode("utf-8", errors="backslashreplace")
+    if isinstance(value, msgpack.ExtType):
+        return readable(value)
     if isinstance(value, list | tuple | set | frozenset):
         return [jsonable(v) for v in value]
     if isinstance(value, dict):
@@ -300,6 +319,8 @@ def jsonable(value: Any) -> Any:
 def readable(value: Any) -> str:
     """A decoded value as ``taskq job`` and the dashboard show it: as Python code would
     write it, but a time as its ISO 8601 text, a Decimal or UUID as its string."""
+    if isinstance(value, msgpack.ExtType):  # (one this code cannot decode: a named tuple)
+        return f"<msgpack extension type {value.code}: {len(value.data)} bytes>"
     if isinstance(value, dt.datetime | dt.date | dt.time):
         return _iso(value)
     if isinstance(value, Decimal | uuid.UUID | dt.timedelta):

@@ -189,8 +189,18 @@ class JobStatus:
 
     @property
     def value(self) -> Any:
-        """The decoded return value (None if there is none)."""
+        """The decoded return value (None if there is none).
+
+        Raises:
+            ExtensionError: it holds an extension type this code does not know.
+        """
         return decode_value(self.result) if self.result is not None else None
+
+    @property
+    def shown_value(self) -> Any:
+        """:attr:`value` as ``taskq job`` and the dashboard show it: an extension type this
+        code does not know stays undecoded instead of failing."""
+        return codec.unpack_shown(self.result) if self.result is not None else None
 
     @classmethod
     def from_record(cls, job_id: str, raw: Mapping[bytes, bytes], now_ms: int) -> JobStatus:
@@ -252,7 +262,7 @@ class JobStatus:
             "due_ms": self.due_ms,
             "entry_id": self.entry_id,
             "errors": [vars(e) for e in self.errors],
-            "result": codec.jsonable(self.value),
+            "result": codec.jsonable(self.shown_value),
             "cause": vars(self.cause) if self.cause else None,
         }
 
@@ -282,7 +292,7 @@ def _arguments(raw: bytes | None) -> tuple[tuple[Any, ...], Mapping[str, Any] | 
     if raw is None:
         return (), None
     try:
-        args, kwargs = decode_value(raw)
+        args, kwargs = codec.unpack_shown(raw)
         return tuple(args), dict(kwargs)
     except (ValueError, TypeError, DecodeError, msgpack.UnpackException):
         return (), None

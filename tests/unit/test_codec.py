@@ -17,9 +17,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from taskq import codec
+from taskq.dashboard.format import value
 from taskq.errors import DecodeError
 from taskq.message import PLAIN_VERSION, PROTOCOL_VERSION, Message, with_retries
-from taskq.results import decode_value, encode_result
+from taskq.ops.jobview import render_job
+from taskq.results import JobStatus, decode_value, encode_args, encode_result
 
 
 class Color(enum.Enum):
@@ -207,3 +209,15 @@ def test_a_retry_from_the_dead_letters_keeps_the_extensions_bytes() -> None:
     again = Message.decode(with_retries(msg.encode(), 3))
     assert again.retries == 3 and again.args == msg.args and again.kwargs == msg.kwargs
     assert msgpack.unpackb(with_retries(msg.encode(), 3))["v"] == PROTOCOL_VERSION
+
+
+def test_taskq_job_and_the_dashboard_show_values_readably() -> None:
+    args = encode_args((dt.date(2026, 3, 1), Decimal("9.90")), {"who": uuid.UUID(int=1)})
+    unknown = msgpack.packb([msgpack.ExtType(99, b"??"), 1])
+    raw = {b"state": b"succeeded", b"task": b"t", b"args": args, b"result": unknown}
+    status = JobStatus.from_record("j", raw, now_ms=0)
+    text = "\n".join(render_job(status, 0))
+    assert "args      (2026-03-01, 9.90, who=00000000-0000-0000-0000-000000000001)" in text
+    assert "result    [<msgpack extension type 99: 2 bytes>, 1]" in text
+    assert status.to_json()["args"] == ["2026-03-01", "9.90"]
+    assert value(dt.datetime(2026, 3, 1, tzinfo=dt.timezone.utc)) == "2026-03-01T00:00:00+00:00"
