@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import inspect
 from decimal import Decimal
 from typing import Any, Literal
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from taskq import App, EnqueueError
-from taskq.argspec import conforms
+from taskq.argspec import ArgSpec, conforms
 
 pydantic = pytest.importorskip("pydantic")
 
@@ -170,3 +173,45 @@ def test_a_task_without_models_gets_its_arguments_untouched() -> None:
     value = {"sku": "a", "quantity": 1}
     assert same.delay(value).result() == value
     assert same.spec._plan() == ({}, None)
+
+
+@st.composite
+def signatures(draw: st.DrawFn) -> inspect.Signature:
+    """Any valid signature over a few names (defaults only after the required positionals)."""
+    P = inspect.Parameter
+    kinds = [P.POSITIONAL_ONLY] * draw(st.integers(0, 2))
+    kinds += [P.POSITIONAL_OR_KEYWORD] * draw(st.integers(0, 3))
+    first_default = draw(st.integers(0, len(kinds)))
+    params = [
+        P(f"p{i}", kind, default=1 if i >= first_default else P.empty)
+        for i, kind in enumerate(kinds)
+    ]
+    if draw(st.booleans()):
+        params.append(P("rest", P.VAR_POSITIONAL))
+    params += [
+        P(f"k{i}", P.KEYWORD_ONLY, default=draw(st.sampled_from([1, P.empty])))
+        for i in range(draw(st.integers(0, 2)))
+    ]
+    if draw(st.booleans()):
+        params.append(P("more", P.VAR_KEYWORD))
+    return inspect.Signature(params)
+
+
+NAMES = st.sets(st.sampled_from(["p0", "p1", "p3", "k0", "k1", "x"]))
+
+
+@settings(max_examples=500)
+@given(signatures(), st.integers(0, 6), NAMES)
+def test_the_fast_bind_check_agrees_with_a_real_call(
+    sig: inspect.Signature, given_args: int, names: set[str]
+) -> None:
+    scope: dict[str, Any] = {}
+    exec(f"def fn{sig}: pass", scope)  # a function with this signature
+    spec = ArgSpec("t", scope["fn"], bound=False)
+    args, kwargs = tuple(range(given_args)), dict.fromkeys(names, 0)
+    try:
+        scope["fn"](*args, **kwargs)
+        binds = True
+    except TypeError:
+        binds = False
+    assert spec._binds(args, kwargs) is binds

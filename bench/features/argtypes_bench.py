@@ -1,0 +1,256 @@
+"""Argument types benchmark: what the extension types, the signature check and rebuilding
+by annotation cost, and whether plain jobs pay anything for them.
+
+Usage, from the repository root::
+
+    .venv/bin/python bench/features/argtypes_bench.py           # 3 rounds of each A/B
+    .venv/bin/python bench/features/argtypes_bench.py --quick   # 1 round, fewer jobs
+    .venv/bin/python bench/features/argtypes_bench.py --main /work/main
+
+Two parts, printed as a Markdown report:
+
+* **per call** (``timeit``, this tree, best of 5): encoding and decoding a plain body the way
+  the code before extension types did (``msgpack.packb`` of the same map) and the way it does
+  now; the same for a body with a datetime, a Decimal and a dataclass argument, plus that
+  job's rebuild in the worker; the enqueue check (``Task.check``) with positional arguments,
+  with keyword arguments, and with ``validate=True``.
+* **A/B against the tree before the change** (``--main``), on one private redis-server:
+  single-call enqueue (``noop.delay(i, t)``, one round trip each) and drain (``starmap``
+  enqueue, then ``taskq worker -c 2`` timed from its spawn to the last job's end), each
+  tree in its own process importing its own ``taskq`` (``PYTHONPATH``), the two trees
+  alternating round by round. Each figure is the median over the rounds of this tree's
+  rate / the other tree's rate: 1.00 is "no cost". On a shared machine the spread between
+  rounds is reported next to it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as dt
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import timeit
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+import msgpack  # noqa: E402
+
+from bench.common.redis_server import PrivateRedis  # noqa: E402
+from taskq import App  # noqa: E402
+from taskq.message import Message  # noqa: E402
+
+APP_SOURCE = textwrap.dedent(
+    """
+    import os
+    import redis
+    from taskq import App
+
+    app = App(os.environ["BENCH_URL"], queue="tasks")
+    _client = None
+
+
+    @app.task
+    def noop(i: int, t_ns: int) -> None:
+        global _client
+        if _client is None:
+            _client = redis.Redis.from_url(os.environ["BENCH_URL"])
+        _client.incr("bench:done")
+    """
+)
+ROUND_SOURCE = textwrap.dedent(
+    """
+    import os, subprocess, sys, time
+    import redis
+    from argtypes_app import app, noop
+
+    kind, jobs = sys.argv[1], int(sys.argv[2])
+    r = redis.Redis.from_url(os.environ["BENCH_URL"])
+    if kind == "enqueue":
+        noop.delay(0, 0)  # (connects)
+        started = time.perf_counter()
+        for i in range(jobs):
+            noop.delay(i, 0)
+        print(jobs / (time.perf_counter() - started))
+        sys.exit(0)
+    noop.starmap((i, 0) for i in range(jobs))
+    started = time.perf_counter()
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "taskq", "worker", "-A", "argtypes_app", "-c", "2",
+         "--loglevel", "warning"])
+    while int(r.get("bench:done") or 0) < jobs:
+        time.sleep(0.005)
+    print(jobs / (time.perf_counter() - started))
+    worker.terminate()
+    worker.wait(30)
+    """
+)
+
+
+MICRO_SOURCE = textwrap.dedent(
+    """
+    import timeit
+    from taskq.message import Message
+
+    msg = Message("plain", (7, 1_700_000_000_000_000_000), {"to": "a@b.c"})
+    body = msg.encode()
+    for name, fn in (("encode", msg.encode), ("decode", lambda: Message.decode(body))):
+        print(name, min(timeit.repeat(fn, number=NUMBER, repeat=7)) / NUMBER * 1e9)
+    """
+)
+
+
+@dataclasses.dataclass
+class Charge:
+    amount: Decimal
+    at: dt.datetime
+    note: str = ""
+
+
+def _best_ns(fn: Any, number: int) -> float:
+    return min(timeit.repeat(fn, number=number, repeat=5)) / number * 1e9
+
+
+def per_call(number: int) -> list[tuple[str, float]]:
+    """Nanoseconds per call of each step, this tree."""
+    app = App(eager=True)
+
+    @app.task
+    def plain(i: int, t_ns: int) -> None: ...
+
+    @app.task
+    def typed(when: dt.datetime, amount: Decimal, charge: Charge) -> None: ...
+
+    @app.task(validate=True)
+    def checked(when: dt.datetime, amount: Decimal, charge: Charge) -> None: ...
+
+    plain_msg = Message("plain", (7, 1_700_000_000_000_000_000))
+    now = dt.datetime(2026, 1, 1, 12, tzinfo=dt.timezone.utc)
+    typed_args = (now, Decimal("9.90"), Charge(Decimal("1.10"), now, "x"))
+    typed_msg = Message("typed", typed_args)
+    before_map = _body_map(plain_msg)
+    typed_body = typed_msg.encode()
+    decoded = Message.decode(typed_body)
+    steps: list[tuple[str, Any, int]] = [
+        ("plain body: msgpack.packb of the map alone",
+         lambda: msgpack.packb(before_map, use_bin_type=True), number),
+        ("plain body: Message.encode", plain_msg.encode, number),
+        ("datetime + Decimal + dataclass body: encode", typed_msg.encode, number),
+        ("datetime + Decimal + dataclass body: decode",
+         lambda: Message.decode(typed_body), number),
+        ("datetime + Decimal + dataclass: rebuild in the worker",
+         lambda: typed.spec.rebuilt(decoded.args, decoded.kwargs), number),
+        ("plain task: rebuild in the worker (nothing to do)",
+         lambda: plain.spec.rebuilt((7, 1), {}), number),
+        ("enqueue check, positional (Task.check)", lambda: plain.check((7, 1), {}), number),
+        ("enqueue check, keywords (Task.check)",
+         lambda: plain.check((), {"i": 7, "t_ns": 1}), number),
+        ("enqueue check with validate=True (pydantic)",
+         lambda: checked.check(typed_args, {}), number // 10),
+    ]  # fmt: skip
+    return [(name, _best_ns(fn, n)) for name, fn, n in steps]
+
+
+def _body_map(msg: Message) -> dict[str, Any]:
+    """The map the encoder before extension types packed (args as the tuple it was)."""
+    return {
+        "v": 1, "id": msg.id, "task": msg.task, "args": msg.args, "kwargs": msg.kwargs,
+        "queue": msg.queue, "priority": msg.priority, "created_ms": msg.created_ms,
+        "retries": msg.retries,
+    }  # fmt: skip
+
+
+def micro_ab(main: Path, number: int) -> list[tuple[str, float, float]]:
+    """Message.encode / Message.decode of one plain body, ns per call: (step, this, before),
+    each tree in its own process."""
+    source = MICRO_SOURCE.replace("NUMBER", str(number))
+    found: dict[Path, dict[str, float]] = {}
+    for tree in (ROOT, main):
+        env = {**os.environ, "PYTHONPATH": str(tree)}
+        out = subprocess.run(
+            [sys.executable, "-c", source], env=env, capture_output=True, text=True, check=True
+        ).stdout
+        found[tree] = {k: float(v) for k, v in (line.split() for line in out.splitlines())}
+    return [(f"plain body: Message.{k}", found[ROOT][k], found[main][k]) for k in found[ROOT]]
+
+
+def ab_rounds(
+    main: Path, rounds: int, enqueue_jobs: int, drain_jobs: int
+) -> dict[str, list[float]]:
+    """This tree's rate / the other tree's, per round, for enqueue and drain."""
+    ratios: dict[str, list[float]] = {"enqueue": [], "drain": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        (work / "argtypes_app.py").write_text(APP_SOURCE)
+        (work / "argtypes_round.py").write_text(ROUND_SOURCE)
+        server = PrivateRedis(work / "redis")
+        server.start()
+        try:
+            url = f"redis://127.0.0.1:{server.port}/0"
+            for n in range(rounds):
+                for kind, jobs in (("enqueue", enqueue_jobs), ("drain", drain_jobs)):
+                    trees = [ROOT, main] if n % 2 == 0 else [main, ROOT]
+                    rate = {t: _one(server, work, url, t, kind, jobs) for t in trees}
+                    ratios[kind].append(rate[ROOT] / rate[main])
+                    this, before = rate[ROOT], rate[main]
+                    line = f"round {n + 1} {kind}: {this:,.0f}/s vs {before:,.0f}/s"
+                    print(line, file=sys.stderr)
+        finally:
+            server.stop()
+    return ratios
+
+
+def _one(server: PrivateRedis, work: Path, url: str, tree: Path, kind: str, jobs: int) -> float:
+    server.flush()
+    env = {**os.environ, "BENCH_URL": url, "PYTHONPATH": f"{work}{os.pathsep}{tree}"}
+    env = {k: v for k, v in env.items() if not k.startswith("TASKQ_")}
+    out = subprocess.run(
+        [sys.executable, str(work / "argtypes_round.py"), kind, str(jobs)],
+        env=env, cwd=work, capture_output=True, text=True, timeout=600, check=True,
+    )  # fmt: skip
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def report(
+    calls: list[tuple[str, float]],
+    micro: list[tuple[str, float, float]],
+    ratios: dict[str, list[float]],
+) -> str:
+    lines = ["## Argument types", "", "| step (this tree) | ns per call |", "|---|---:|"]
+    lines += [f"| {name} | {ns:,.0f} |" for name, ns in calls]
+    lines += ["", "| step | this tree, ns | before, ns | ratio |", "|---|---:|---:|---:|"]
+    lines += [f"| {n} | {a:,.0f} | {b:,.0f} | {a / b:.3f} |" for n, a, b in micro]
+    lines += ["", "| A/B (this tree / before) | median | rounds |", "|---|---:|---|"]
+    for kind, values in ratios.items():
+        shown = ", ".join(f"{v:.3f}" for v in values)
+        lines.append(f"| {kind} rate | {statistics.median(values):.3f} | {shown} |")
+    load = os.getloadavg()[0]
+    lines += ["", f"Load average at the end: {load:.2f} on {os.cpu_count()} CPUs."]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--main", type=Path, default=Path("/work/main"), help="the tree before")
+    parser.add_argument("--rounds", type=int)
+    args = parser.parse_args()
+    rounds = args.rounds or (1 if args.quick else 3)
+    enqueue_jobs, drain_jobs = (2_000, 5_000) if args.quick else (10_000, 20_000)
+    number = 2_000 if args.quick else 20_000
+    calls = per_call(number)
+    micro = micro_ab(args.main, number)
+    ratios = ab_rounds(args.main, rounds, enqueue_jobs, drain_jobs)
+    print(report(calls, micro, ratios))
+
+
+if __name__ == "__main__":
+    main()
