@@ -96,7 +96,7 @@ class ArgSpec:
             at = self._keyword_at.get(key)
             if (at is None and not self._any_keyword) or (at is not None and at < given):
                 return False
-        for position, name in self._required:  # noqa: SIM110 - (all(): a generator per call)
+        for position, name in self._required:  # (a loop: all() makes a generator per call)
             if position >= given and name not in kwargs:
                 return False
         return True
