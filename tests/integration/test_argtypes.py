@@ -3,17 +3,19 @@ extension types, dataclasses and pydantic models, in jobs, workflows and signed 
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import uuid
 from collections.abc import Callable
 from decimal import Decimal
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import msgpack
 import pytest
 import redis
 
-from taskq import App, chain, chord
+from taskq import App, EnqueueError, chain, chord
 from taskq.message import is_signed
 from taskq.testing import drain
 from tests import typed_tasks as tt
@@ -106,3 +108,15 @@ def test_an_unknown_extension_code_is_dead_lettered_with_its_reason(
     ]
     assert len(dead) == 1 and "unknown msgpack extension type 99" in dead[0]["error"]
     wait_until(lambda: r.xlen("tasks:normal") == 0)
+
+
+def test_the_async_producer_checks_and_carries_the_same_values(app: App) -> None:
+    async def send() -> Any:
+        with pytest.raises(EnqueueError, match="missing a required argument: 'customer'"):
+            await tt.total.adelay(ORDER)
+        return await tt.echo.adelay(ORDER.placed, (Decimal("2.5"),))
+
+    job = asyncio.run(send())
+    drain(app)
+    args, _, seen = job.result(timeout=10)
+    assert args == [ORDER.placed, (Decimal("2.5"),)] and seen == ["datetime", "tuple"]
