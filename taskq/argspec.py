@@ -69,6 +69,9 @@ class ArgSpec:
         self._any_keyword = inspect.Parameter.VAR_KEYWORD in kinds
         self._hints: dict[str, Any] | None = None
         self._rebuilds: tuple[dict[str, Rebuild], Rebuild | None] | None = None
+        self.rebuilds_args: bool | None = None
+        """Whether a parameter's annotation names a dataclass or model (None: not known
+        until the first :meth:`rebuilt`): False lets a worker skip the call per job."""
 
     # -- at enqueue -------------------------------------------------------------------------
 
@@ -180,6 +183,7 @@ class ArgSpec:
             params = {p.name: rebuilder(hints[p.name]) for p in self._params if p.name in hints}
             returns = rebuilder(hints["return"]) if "return" in hints else None
             self._rebuilds = ({k: r for k, r in params.items() if r is not None}, returns)
+            self.rebuilds_args = bool(self._rebuilds[0])
         return self._rebuilds
 
 

@@ -93,7 +93,8 @@ class Task(Generic[P, R]):
     def run(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
         """Run the function in this process (dataclass and model arguments that came as
         their fields rebuilt first)."""
-        args, kwargs = self.spec.rebuilt(args, kwargs)
+        if self.spec.rebuilds_args is not False:
+            args, kwargs = self.spec.rebuilt(args, kwargs)
         if self.options.bind:
             return self.fn(self, *args, **kwargs)
         return self.fn(*args, **kwargs)

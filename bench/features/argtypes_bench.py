@@ -15,12 +15,13 @@ Two parts, printed as a Markdown report:
   job's rebuild in the worker; the enqueue check (``Task.check``) with positional arguments,
   with keyword arguments, and with ``validate=True``.
 * **A/B against the tree before the change** (``--main``), on one private redis-server:
-  single-call enqueue (``noop.delay(i, t)``, one round trip each) and drain (``starmap``
-  enqueue, then ``taskq worker -c 2`` timed from its spawn to the last job's end), each
-  tree in its own process importing its own ``taskq`` (``PYTHONPATH``), the two trees
-  alternating round by round. Each figure is the median over the rounds of this tree's
-  rate / the other tree's rate: 1.00 is "no cost". On a shared machine the spread between
-  rounds is reported next to it.
+  one agent process per tree, each importing its own ``taskq`` (``PYTHONPATH``), taking
+  turns block by block (``--blocks`` pairs, which goes first alternating), so that load
+  from other work on the machine slows both alike. An **enqueue** block is 1,000
+  ``noop.delay(i, t)`` calls, one round trip each; a **drain** block is 1,000 jobs sent with
+  ``starmap`` (untimed) and run by ``taskq.testing.drain`` in the agent (decode, run, ack:
+  a worker's per-job path without its process tree). Each figure is the median over the
+  pairs of this tree's rate / the other tree's: 1.00 is "no cost".
 """
 
 from __future__ import annotations
@@ -66,35 +67,33 @@ APP_SOURCE = textwrap.dedent(
         _client.incr("bench:done")
     """
 )
-ROUND_SOURCE = textwrap.dedent(
+AGENT_SOURCE = textwrap.dedent(
     """
-    import os, subprocess, sys, time
-    import redis
+    import sys, time
     from argtypes_app import app, noop
+    from taskq.testing import drain
 
-    kind, jobs = sys.argv[1], int(sys.argv[2])
-    r = redis.Redis.from_url(os.environ["BENCH_URL"])
-    if kind == "enqueue":
-        noop.delay(0, 0)  # (connects)
-        started = time.perf_counter()
-        for i in range(jobs):
-            noop.delay(i, 0)
-        print(jobs / (time.perf_counter() - started))
-        sys.exit(0)
-    noop.starmap((i, 0) for i in range(jobs))
-    started = time.perf_counter()
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "taskq", "worker", "-A", "argtypes_app", "-c", "2",
-         "--loglevel", "warning"])
-    while int(r.get("bench:done") or 0) < jobs:
-        time.sleep(0.005)
-    print(jobs / (time.perf_counter() - started))
-    worker.terminate()
-    worker.wait(30)
+    noop.delay(0, 0)  # (connects)
+    drain(app)
+    print("ready", flush=True)
+    for line in sys.stdin:
+        kind, jobs = line.split()
+        jobs = int(jobs)
+        if kind == "enqueue":
+            started = time.perf_counter()
+            for i in range(jobs):
+                noop.delay(i, 0)
+            elapsed = time.perf_counter() - started
+            drain(app)  # (the next block starts from an empty stream)
+        else:
+            noop.starmap((i, 0) for i in range(jobs))
+            started = time.perf_counter()
+            done = len(drain(app, timeout_s=600).outcomes)
+            elapsed = time.perf_counter() - started
+            assert done == jobs, done
+        print(elapsed, flush=True)
     """
 )
-
-
 MICRO_SOURCE = textwrap.dedent(
     """
     import timeit
@@ -106,6 +105,10 @@ MICRO_SOURCE = textwrap.dedent(
         print(name, min(timeit.repeat(fn, number=NUMBER, repeat=7)) / NUMBER * 1e9)
     """
 )
+
+
+BLOCK_JOBS = 1_000
+"""Jobs per block: enqueued one ``delay`` at a time, or drained in this process."""
 
 
 @dataclasses.dataclass
@@ -148,8 +151,9 @@ def per_call(number: int) -> list[tuple[str, float]]:
          lambda: Message.decode(typed_body), number),
         ("datetime + Decimal + dataclass: rebuild in the worker",
          lambda: typed.spec.rebuilt(decoded.args, decoded.kwargs), number),
-        ("plain task: rebuild in the worker (nothing to do)",
-         lambda: plain.spec.rebuilt((7, 1), {}), number),
+        ("plain task: the function called directly", lambda: plain.fn(7, 1), number),
+        ("plain task: Task.run (the worker's call, nothing to rebuild)",
+         lambda: plain.run((7, 1), {}), number),
         ("enqueue check, positional (Task.check)", lambda: plain.check((7, 1), {}), number),
         ("enqueue check, keywords (Task.check)",
          lambda: plain.check((), {"i": 7, "t_ns": 1}), number),
@@ -182,41 +186,49 @@ def micro_ab(main: Path, number: int) -> list[tuple[str, float, float]]:
     return [(f"plain body: Message.{k}", found[ROOT][k], found[main][k]) for k in found[ROOT]]
 
 
-def ab_rounds(
-    main: Path, rounds: int, enqueue_jobs: int, drain_jobs: int
-) -> dict[str, list[float]]:
-    """This tree's rate / the other tree's, per round, for enqueue and drain."""
+def ab_blocks(main: Path, blocks: int, block_jobs: int) -> dict[str, list[float]]:
+    """This tree's rate / the other tree's, per pair of blocks, for enqueue and drain: one
+    agent process per tree, both on the same redis-server, taking turns block by block (a
+    machine shared with other work slows both alike)."""
     ratios: dict[str, list[float]] = {"enqueue": [], "drain": []}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         (work / "argtypes_app.py").write_text(APP_SOURCE)
-        (work / "argtypes_round.py").write_text(ROUND_SOURCE)
         server = PrivateRedis(work / "redis")
         server.start()
+        agents: dict[Path, subprocess.Popen[str]] = {}
         try:
             url = f"redis://127.0.0.1:{server.port}/0"
-            for n in range(rounds):
-                for kind, jobs in (("enqueue", enqueue_jobs), ("drain", drain_jobs)):
-                    trees = [ROOT, main] if n % 2 == 0 else [main, ROOT]
-                    rate = {t: _one(server, work, url, t, kind, jobs) for t in trees}
-                    ratios[kind].append(rate[ROOT] / rate[main])
-                    this, before = rate[ROOT], rate[main]
-                    line = f"round {n + 1} {kind}: {this:,.0f}/s vs {before:,.0f}/s"
-                    print(line, file=sys.stderr)
+            agents = {tree: _agent(work, url, tree) for tree in (ROOT, main)}
+            for n in range(blocks):
+                for kind in ("enqueue", "drain"):
+                    order = [ROOT, main] if n % 2 == 0 else [main, ROOT]
+                    elapsed = {tree: _block(agents[tree], kind, block_jobs) for tree in order}
+                    ratios[kind].append(elapsed[main] / elapsed[ROOT])
         finally:
+            for agent in agents.values():
+                agent.kill()
+                agent.wait()
             server.stop()
     return ratios
 
 
-def _one(server: PrivateRedis, work: Path, url: str, tree: Path, kind: str, jobs: int) -> float:
-    server.flush()
-    env = {**os.environ, "BENCH_URL": url, "PYTHONPATH": f"{work}{os.pathsep}{tree}"}
-    env = {k: v for k, v in env.items() if not k.startswith("TASKQ_")}
-    out = subprocess.run(
-        [sys.executable, str(work / "argtypes_round.py"), kind, str(jobs)],
-        env=env, cwd=work, capture_output=True, text=True, timeout=600, check=True,
+def _agent(work: Path, url: str, tree: Path) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TASKQ_")}
+    env.update(BENCH_URL=url, PYTHONPATH=f"{work}{os.pathsep}{tree}")
+    agent = subprocess.Popen(
+        [sys.executable, "-c", AGENT_SOURCE], env=env, cwd=work, text=True,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
     )  # fmt: skip
-    return float(out.stdout.strip().splitlines()[-1])
+    assert agent.stdout is not None and agent.stdout.readline().strip() == "ready"
+    return agent
+
+
+def _block(agent: subprocess.Popen[str], kind: str, jobs: int) -> float:
+    assert agent.stdin is not None and agent.stdout is not None
+    agent.stdin.write(f"{kind} {jobs}\n")
+    agent.stdin.flush()
+    return float(agent.stdout.readline())
 
 
 def report(
@@ -228,10 +240,12 @@ def report(
     lines += [f"| {name} | {ns:,.0f} |" for name, ns in calls]
     lines += ["", "| step | this tree, ns | before, ns | ratio |", "|---|---:|---:|---:|"]
     lines += [f"| {n} | {a:,.0f} | {b:,.0f} | {a / b:.3f} |" for n, a, b in micro]
-    lines += ["", "| A/B (this tree / before) | median | rounds |", "|---|---:|---|"]
+    lines += ["", "| A/B: this tree's rate / before | median | quartiles | pairs |"]
+    lines.append("|---|---:|---|---:|")
     for kind, values in ratios.items():
-        shown = ", ".join(f"{v:.3f}" for v in values)
-        lines.append(f"| {kind} rate | {statistics.median(values):.3f} | {shown} |")
+        q1, _, q3 = statistics.quantiles(values, n=4)
+        median = statistics.median(values)
+        lines.append(f"| {kind} | {median:.3f} | {q1:.3f} to {q3:.3f} | {len(values)} |")
     load = os.getloadavg()[0]
     lines += ["", f"Load average at the end: {load:.2f} on {os.cpu_count()} CPUs."]
     return "\n".join(lines)
@@ -241,14 +255,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--main", type=Path, default=Path("/work/main"), help="the tree before")
-    parser.add_argument("--rounds", type=int)
+    parser.add_argument("--blocks", type=int, help="pairs of blocks (default 40, quick 6)")
     args = parser.parse_args()
-    rounds = args.rounds or (1 if args.quick else 3)
-    enqueue_jobs, drain_jobs = (2_000, 5_000) if args.quick else (10_000, 20_000)
+    blocks = args.blocks or (6 if args.quick else 40)
     number = 2_000 if args.quick else 20_000
     calls = per_call(number)
     micro = micro_ab(args.main, number)
-    ratios = ab_rounds(args.main, rounds, enqueue_jobs, drain_jobs)
+    ratios = ab_blocks(args.main, blocks, BLOCK_JOBS)
     print(report(calls, micro, ratios))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+import json
 import uuid
 from collections import OrderedDict, namedtuple
 from decimal import Decimal
@@ -18,6 +19,7 @@ from hypothesis import strategies as st
 
 from taskq import codec
 from taskq.dashboard.format import value
+from taskq.deadletter import Deadletter
 from taskq.errors import DecodeError
 from taskq.message import PLAIN_VERSION, PROTOCOL_VERSION, Message, with_retries
 from taskq.ops.jobview import render_job
@@ -221,3 +223,10 @@ def test_taskq_job_and_the_dashboard_show_values_readably() -> None:
     assert "result    [<msgpack extension type 99: 2 bytes>, 1]" in text
     assert status.to_json()["args"] == ["2026-03-01", "9.90"]
     assert value(dt.datetime(2026, 3, 1, tzinfo=dt.timezone.utc)) == "2026-03-01T00:00:00+00:00"
+
+
+def test_a_dead_letter_with_typed_arguments_shows_as_json() -> None:
+    body = Message("t", (dt.date(2026, 1, 1), b"\x00"), {"n": Decimal("1.5")}).encode()
+    dead = Deadletter("1-0", "t", "j", body, "E", "e", "", 1, 0, 0, "w", "q:normal", "1-0")
+    shown = json.loads(json.dumps(dead.detail()))["body"]
+    assert (shown["args"], shown["kwargs"]) == (["2026-01-01", "\x00"], {"n": "1.5"})
