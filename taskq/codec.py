@@ -11,12 +11,14 @@ passes ``ext_hook``, which msgpack calls for extension types only: plain values 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import enum
 import sys
+import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from decimal import Decimal
 from typing import Any
 
@@ -32,6 +34,13 @@ NAMES = {
     DECIMAL: "Decimal", UUID: "UUID", TUPLE: "tuple", SET: "set", FROZENSET: "frozenset",
     ENUM: "Enum", BIGINT: "big int",
 }  # fmt: skip
+
+
+MAX_NESTING = 32
+"""Extension types inside extension types (a tuple in a tuple ...), at most: each level is a
+nested msgpack call whose C stack is tens of kB, so a hostile body nesting thousands would
+crash the process instead of failing its job."""
+_nesting = threading.local()
 
 
 class ExtensionError(DecodeError):
@@ -87,9 +96,11 @@ class _Extended:
         self.used = False
 
     def pack(self, value: Any) -> bytes:
-        packed: bytes = msgpack.packb(
-            value, use_bin_type=True, strict_types=True, default=self.default
-        )
+        """Raises ValueError past :data:`MAX_NESTING` levels (an EnqueueError at enqueue)."""
+        with _nested(ValueError):
+            packed: bytes = msgpack.packb(
+                value, use_bin_type=True, strict_types=True, default=self.default
+            )
         return packed
 
     def default(self, obj: Any) -> Any:
@@ -226,8 +237,27 @@ def _decode_datetime(data: bytes) -> dt.datetime:
     return value.astimezone(ZoneInfo(key))
 
 
+@contextlib.contextmanager
+def _nested(error: type[Exception]) -> Iterator[None]:
+    """One more level of extension types in this thread; ``error`` past the limit."""
+    depth = getattr(_nesting, "depth", 0)
+    if depth >= MAX_NESTING:
+        raise error(f"extension types nested more than {MAX_NESTING} deep")
+    _nesting.depth = depth + 1
+    try:
+        yield
+    finally:
+        _nesting.depth = depth
+
+
+def _inner(data: bytes) -> Any:
+    """The msgpack value inside an extension's payload."""
+    with _nested(ExtensionError):
+        return unpackb(data)
+
+
 def _decode_timedelta(data: bytes) -> dt.timedelta:
-    days, seconds, microseconds = unpackb(data)
+    days, seconds, microseconds = _inner(data)
     return dt.timedelta(days=days, seconds=seconds, microseconds=microseconds)
 
 
@@ -236,7 +266,7 @@ def _decode_uuid(data: bytes) -> uuid.UUID:
 
 
 def _decode_list(data: bytes) -> list[Any]:
-    items = unpackb(data)
+    items = _inner(data)
     if type(items) is not list:
         raise ValueError("the payload is not a msgpack array")
     return items
@@ -302,9 +332,13 @@ def _shown_hook(code: int, data: bytes) -> Any:
 def jsonable(value: Any) -> Any:
     """A decoded value as JSON can hold it: bytes as text (with escapes), times in ISO
     8601, a Decimal or UUID as its string, an Enum member as its value, tuples and sets
-    as arrays."""
+    as arrays, an int past 64 bits as its decimal text."""
+    if isinstance(value, enum.Enum):
+        return jsonable(value.value)
+    if isinstance(value, int) and not isinstance(value, bool) and _is_big(value):
+        return readable(value)  # (a JSON reader's numbers stop at 64 bits, or at 53)
     if isinstance(value, str | int | float | bool) or value is None:
-        return value.value if isinstance(value, enum.Enum) else value
+        return value
     if isinstance(value, bytes):
         return value.decode("utf-8", errors="backslashreplace")
     if isinstance(value, msgpack.ExtType):
@@ -327,6 +361,8 @@ def readable(value: Any) -> str:
         return str(value)
     if isinstance(value, enum.Enum):
         return f"{type(value).__name__}.{value.name}"
+    if isinstance(value, int) and _is_big(value):
+        return _int_text(value)
     if isinstance(value, list):
         return "[" + ", ".join(readable(v) for v in value) + "]"
     if isinstance(value, tuple):
@@ -338,6 +374,14 @@ def readable(value: Any) -> str:
     if isinstance(value, dict):
         return "{" + ", ".join(f"{readable(k)}: {readable(v)}" for k, v in value.items()) + "}"
     return repr(value)
+
+
+def _int_text(n: int) -> str:
+    """Its digits, or its size past Python's limit on int-to-text conversion."""
+    try:
+        return str(n)
+    except ValueError:
+        return f"<int of {n.bit_length()} bits>"
 
 
 def _iso(value: dt.datetime | dt.date | dt.time) -> str:

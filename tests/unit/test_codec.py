@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from taskq import codec
 from taskq.dashboard.format import value
 from taskq.deadletter import Deadletter
-from taskq.errors import DecodeError
+from taskq.errors import DecodeError, EnqueueError
 from taskq.message import PLAIN_VERSION, PROTOCOL_VERSION, Message, with_retries
 from taskq.ops.jobview import render_job
 from taskq.results import JobStatus, decode_value, encode_args, encode_result
@@ -230,3 +230,23 @@ def test_a_dead_letter_with_typed_arguments_shows_as_json() -> None:
     dead = Deadletter("1-0", "t", "j", body, "E", "e", "", 1, 0, 0, "w", "q:normal", "1-0")
     shown = json.loads(json.dumps(dead.detail()))["body"]
     assert (shown["args"], shown["kwargs"]) == (["2026-01-01", "\x00"], {"n": "1.5"})
+
+
+def test_extensions_nested_thousands_deep_fail_the_job_not_the_process() -> None:
+    payload = msgpack.packb([])
+    for _ in range(5_000):  # (each level is a nested msgpack call: its C stack would overflow)
+        payload = msgpack.packb(msgpack.ExtType(codec.TUPLE, payload))
+    body = msgpack.packb({"v": 2, "id": "j", "task": "t", "args": [msgpack.ExtType(7, payload)]})
+    with pytest.raises(DecodeError, match="nested more than 32 deep"):
+        Message.decode(body)
+    deep: tuple[Any, ...] = ()
+    for _ in range(40):
+        deep = (deep,)
+    with pytest.raises(EnqueueError, match="nested more than 32 deep"):
+        Message("t", (deep,)).encode()
+
+
+def test_a_huge_int_shows_by_its_size() -> None:
+    huge = codec.unpackb(codec.packb(10**5000))
+    assert huge == 10**5000 and codec.readable(huge) == "<int of 16610 bits>"
+    assert codec.jsonable(2**70) == "1180591620717411303424"
