@@ -58,6 +58,7 @@ def _worker(start_worker: Callable[..., WorkerProcess], *args: str, **env: str) 
     start_worker("-A", "tests.typed_tasks", "-c", "1", "--loglevel", "warning", *args, **env)
 
 
+@pytest.mark.slow
 def test_values_dataclasses_and_models_round_trip_through_a_worker(
     app: App, start_worker: Callable[..., WorkerProcess]
 ) -> None:
