@@ -9,6 +9,7 @@ is loaded already (the user's code imported it); validation imports it lazily wh
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import inspect
 import sys
@@ -111,7 +112,10 @@ class ArgSpec:
         Raises:
             EnqueueError: naming the parameter, what it wants and what it got.
         """
-        bound = self.signature.bind(*args, **kwargs)
+        try:
+            bound = self.signature.bind(*args, **kwargs)
+        except TypeError:  # (a positional-only name caught by **kwargs: bind cannot tell)
+            return
         hints = self.hints()
         for name, value in bound.arguments.items():
             wanted = hints.get(name)
@@ -158,18 +162,22 @@ class ArgSpec:
         except TypeError:
             return args, kwargs
         for name, rebuild in rebuilds.items():
-            if name not in bound.arguments:
-                continue
-            value = bound.arguments[name]
-            kind = self.signature.parameters[name].kind
-            if kind is inspect.Parameter.VAR_POSITIONAL:
-                value = tuple(rebuild(v) for v in value)
-            elif kind is inspect.Parameter.VAR_KEYWORD:
-                value = {k: rebuild(v) for k, v in value.items()}
-            else:
-                value = rebuild(value)
-            bound.arguments[name] = value
+            if name in bound.arguments:
+                bound.arguments[name] = self._rebuild_one(name, rebuild, bound.arguments[name])
         return bound.args, bound.kwargs
+
+    def _rebuild_one(self, name: str, rebuild: Rebuild, value: Any) -> Any:
+        """Raises TypeError naming the parameter if its fields do not make its type."""
+        kind = self.signature.parameters[name].kind
+        try:
+            if kind is inspect.Parameter.VAR_POSITIONAL:
+                return tuple(rebuild(v) for v in value)
+            if kind is inspect.Parameter.VAR_KEYWORD:
+                return {k: rebuild(v) for k, v in value.items()}
+            return rebuild(value)
+        except (TypeError, ValueError) as exc:  # (pydantic's ValidationError is a ValueError)
+            wanted = _type_name(self.hints()[name])
+            raise TypeError(f"argument {name!r} cannot be rebuilt as {wanted}: {exc}") from None
 
     def result(self, value: Any) -> Any:
         """A decoded return value rebuilt as its annotation says."""
@@ -221,8 +229,6 @@ def rebuilder(annotation: Any) -> Rebuild | None:
 
 
 def _is_abc(origin: Any, *names: str) -> bool:
-    import collections.abc
-
     return any(origin is getattr(collections.abc, n) for n in names)
 
 

@@ -215,3 +215,13 @@ def test_the_fast_bind_check_agrees_with_a_real_call(
     except TypeError:
         binds = False
     assert spec._binds(args, kwargs) is binds
+
+
+def test_fields_that_do_not_make_the_type_fail_the_run_naming_the_parameter() -> None:
+    app = make()
+
+    @app.task
+    def ship(order: Order) -> None: ...
+
+    with pytest.raises(TypeError, match="argument 'order' cannot be rebuilt as Order"):
+        ship.delay({"id": 1})  # (sent as another producer would: the fields are short)
