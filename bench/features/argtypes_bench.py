@@ -9,6 +9,8 @@ Usage, from the repository root::
 
 Two parts, printed as a Markdown report:
 
+Writes bench/results/RESULTS-argtypes.md (not with ``--quick``).
+
 * **per call** (``timeit``, this tree, best of 5): encoding and decoding a plain body the way
   the code before extension types did (``msgpack.packb`` of the same map) and the way it does
   now; the same for a body with a datetime, a Decimal and a dataclass argument, plus that
@@ -266,7 +268,10 @@ def main() -> None:
     calls = per_call(number)
     micro = micro_ab(args.main, number)
     ratios = ab_blocks(args.main, blocks, BLOCK_JOBS)
-    print(report(calls, micro, ratios))
+    text = report(calls, micro, ratios)
+    print(text)
+    if not args.quick:
+        (ROOT / "bench" / "results" / "RESULTS-argtypes.md").write_text(text + "\n")
 
 
 if __name__ == "__main__":
