@@ -87,6 +87,28 @@ def unpackb(raw: bytes) -> Any:
     return msgpack.unpackb(raw, raw=False, strict_map_key=False, ext_hook=ext_hook)
 
 
+_NOT_EXT_HEADS = bytes(b for b in range(256) if b not in (0xC7, 0xC8, 0xC9, *range(0xD4, 0xD9)))
+
+
+def uses_extensions(raw: bytes) -> bool:
+    """Whether encoded msgpack holds an extension type (a workflow's result spliced into
+    the next step's body decides that body's version). Bytes without an extension header
+    anywhere are told apart without decoding."""
+    if not raw.translate(None, _NOT_EXT_HEADS):
+        return False
+    found: list[int] = []
+
+    def note(code: int, data: bytes) -> msgpack.ExtType:
+        found.append(code)
+        return msgpack.ExtType(code, data)
+
+    try:
+        msgpack.unpackb(raw, raw=False, strict_map_key=False, ext_hook=note)
+    except Exception:  # (not one msgpack value: the step's own decode will say so)
+        return False
+    return bool(found)
+
+
 class _Extended:
     """One packing with the extension hook; ``used`` tells whether it wrote an extension."""
 

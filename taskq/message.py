@@ -144,8 +144,8 @@ class Message(_MessageFields):
             body, extended = codec.pack(body_map)
         except (TypeError, ValueError, OverflowError) as exc:
             raise EnqueueError(f"{self.task}: {_offending_argument(self)}: {exc}") from None
-        if extended:  # "v" is the map's first key: its value is the byte after "\xa1v"
-            body = body.replace(_PLAIN_V, _EXTENDED_V, 1)
+        if extended:
+            body = as_extended(body)
         if signer is not None:
             body = signer.sign(body)
         if max_bytes is not None and len(body) > max_bytes:
@@ -222,6 +222,16 @@ class Message(_MessageFields):
 
 _PLAIN_V = b"\xa1v" + bytes([PLAIN_VERSION])
 _EXTENDED_V = b"\xa1v" + bytes([PROTOCOL_VERSION])
+
+
+def as_extended(body: bytes) -> bytes:
+    """An unsigned body written as version 1, marked version 2 (it holds extension types);
+    any other body as it is. ``v`` is the map's first key, right after the map's header
+    (1 byte, or 3 for a map of 16 keys)."""
+    at = body.find(_PLAIN_V, 0, 6)
+    return body if at < 0 else body[:at] + _EXTENDED_V + body[at + len(_PLAIN_V) :]
+
+
 _REQUIRED = object()
 _SCHEMA: tuple[tuple[str, type, Any], ...] = (
     ("task", str, _REQUIRED),

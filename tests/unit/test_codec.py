@@ -21,6 +21,7 @@ from taskq import codec
 from taskq.dashboard.format import value
 from taskq.deadletter import Deadletter
 from taskq.errors import DecodeError, EnqueueError
+from taskq.flow import spawn
 from taskq.message import PLAIN_VERSION, PROTOCOL_VERSION, Message, with_retries
 from taskq.ops.jobview import render_job
 from taskq.results import JobStatus, decode_value, encode_args, encode_result
@@ -250,3 +251,16 @@ def test_a_huge_int_shows_by_its_size() -> None:
     huge = codec.unpackb(codec.packb(10**5000))
     assert huge == 10**5000 and codec.readable(huge) == "<int of 16610 bits>"
     assert codec.jsonable(2**70) == "1180591620717411303424"
+
+
+def test_a_chain_step_is_version_2_when_its_parents_result_holds_an_extension() -> None:
+    frag = {
+        "t": "job", "id": "b", "task": "t", "args": [{"v": 1}], "kwargs": {}, "queue": "tasks",
+        "priority": "normal", "ttl": None, "imm": False, "countdown_ms": 0, "wf": None,
+    }  # fmt: skip
+    for result, version in ((codec.packb([1, "v"]), 1), (codec.packb((1, "v")), 2)):
+        [op] = spawn([frag], result, None).ops
+        body = op[3]
+        assert msgpack.unpackb(body)["v"] == version
+        assert Message.decode(body).args == (codec.unpackb(result), {"v": 1})
+    assert not codec.uses_extensions(msgpack.packb([b"\xc7\xd4 (ext heads, in a bin)"]))
