@@ -59,6 +59,7 @@ class SettingsArgs(TypedDict, total=False):
     target_time_to_start_s: float
     scale_horizon_s: float
     autoscale_idle_s: float
+    validate: bool
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,9 @@ class Settings:
             waiting for that signal.
         autoscale_idle_s: ``taskq worker --autoscale`` shrinks to its minimum once no job
             waited or ran for this many seconds.
+        validate: check every task's argument values against its annotations at enqueue
+            (a task's own ``validate`` overrides it): pydantic when installed, else a small
+            built-in check. See docs/tasks.md, "Argument types".
     """
 
     redis_url: str = DEFAULT_REDIS_URL
@@ -133,6 +137,7 @@ class Settings:
     target_time_to_start_s: float = 10.0
     scale_horizon_s: float = 60.0
     autoscale_idle_s: float = 60.0
+    validate: bool = False
 
     def __repr__(self) -> str:
         # Neither the password in the URL nor the signing keys are shown.

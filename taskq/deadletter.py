@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from taskq import codec
 from taskq.errors import DecodeError
 from taskq.message import Message
 
@@ -96,8 +97,8 @@ class Deadletter:
         msg = self.message()
         out["body"] = (
             {
-                "args": list(msg.args),
-                "kwargs": msg.kwargs,
+                "args": codec.jsonable(list(msg.args)),
+                "kwargs": codec.jsonable(msg.kwargs),
                 "priority": msg.priority,
                 "created_ms": msg.created_ms,
             }

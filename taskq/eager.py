@@ -15,8 +15,7 @@ import contextvars
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-import msgpack
-
+from taskq import codec
 from taskq.canvas import Chain, Group, Signature, Workflow
 from taskq.context import JobContext, reset_current, set_current
 from taskq.flow import with_implicit_chords
@@ -80,7 +79,7 @@ def _run(w: Workflow, app: Producer, parent: tuple[Any] | None) -> Any:
         args = tuple(w.args) if w.immutable or parent is None else (parent[0], *w.args)
         task = w.task_obj if w.task_obj is not None else app.get_task(w.task)
         value = app.enqueue(task.message(args, dict(w.kwargs))).result()
-        value = msgpack.unpackb(msgpack.packb(value, use_bin_type=True), raw=False)
+        value = decode_value(codec.packb(value))
         for linked in w.link:
             _run(linked, app, (value,))
         return value

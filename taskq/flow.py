@@ -27,11 +27,12 @@ from typing import TYPE_CHECKING, Any
 
 import msgpack
 
+from taskq import codec
 from taskq.canvas import Chain, Chord, Group, Signature, Workflow
 from taskq.errors import ConfigError
 from taskq.job import Job
 from taskq.keys import PRIORITIES, QueueKeys
-from taskq.message import Message, lua_pack, new_job_id
+from taskq.message import Message, as_extended, lua_pack, new_job_id
 from taskq.middleware import enqueue_through, overriding
 from taskq.results import encode_args
 from taskq.signing import Signer
@@ -250,6 +251,8 @@ def _job_ops(frag: dict[str, Any], parent: bytes | None, signer: Signer | None) 
     if spliced:
         assert parent is not None
         body, args = body.replace(_MARK, parent, 1), args.replace(_MARK, parent, 1)
+        if parent is not _MARK and codec.uses_extensions(parent):  # (a worker of v1 refuses it)
+            body = as_extended(body)
     if signer is not None and parent is not _MARK:  # (a chord's body: signed by its caller)
         body = signer.sign(body)
     if frag["countdown_ms"]:

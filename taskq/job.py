@@ -16,6 +16,7 @@ from taskq.errors import (
     JobNotFound,
     ResultTimeout,
     TaskFailed,
+    TaskqError,
 )
 from taskq.results import CANCELLED, EXPIRED, FAILED, FINAL, SUCCEEDED, UNKNOWN, JobStatus
 
@@ -41,6 +42,8 @@ class HandleApp(Protocol):
 
     @property
     def records(self) -> Records: ...
+
+    def get_task(self, name: str, /) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -96,16 +99,25 @@ class Job:
             ConfigError: the job does not store its result.
         """
         if self.eager_value is not None:
-            return self.eager_value[0]
-        return self.wait(timeout).value
+            return self._typed(self.eager_value[0])
+        return self._typed(self.wait(timeout).value)
 
     async def aresult(self, timeout: float | None = None) -> Any:
         """:meth:`result` for asyncio code: the wait blocks in Redis, not the event loop."""
         if self.eager_value is not None:
-            return self.eager_value[0]
+            return self._typed(self.eager_value[0])
         self._check_stores()
         steps = wait_steps(self.queue, self.id, timeout)
-        return self._ended(await arun(self._app().alink, steps)).value
+        return self._typed(self._ended(await arun(self._app().alink, steps)).value)
+
+    def _typed(self, value: Any) -> Any:
+        """The value with the dataclasses and pydantic models its task's return annotation
+        names rebuilt (as it came if this process does not know the task)."""
+        try:
+            task = self._app().get_task(self.task)
+        except TaskqError:
+            return value
+        return task.spec.result(value)
 
     def wait(self, timeout: float | None = None) -> JobStatus:
         """Wait for the job to succeed and return its final status (see :meth:`result`)."""

@@ -1,4 +1,4 @@
-"""The wire format (protocol v1): one frozen Message value and its msgpack codec.
+"""The wire format (protocol v2; v1 bytes for plain bodies): one Message value and its codec.
 
 A job is one stream entry with two fields: ``task`` (the task name, plain text so that
 ``redis-cli XRANGE`` stays readable) and ``body`` (a msgpack map, see docs/protocol.md).
@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 import msgpack
 
+from taskq import codec
 from taskq.config import MAX_RESULT_TTL_S as MAX_TTL_S
 from taskq.config import MAX_RETRIES, MAX_TIME_MS
 from taskq.errors import ConfigError, DecodeError, EnqueueError, PayloadTooLarge
@@ -22,8 +23,13 @@ from taskq.signing import Signer
 
 logger = logging.getLogger(__name__)
 
-PROTOCOL_VERSION = 1
-"""Major version written by this code; a body with a higher ``v`` is dead-lettered, not run."""
+PROTOCOL_VERSION = 2
+"""The highest major version this code reads; a body with a higher ``v`` is dead-lettered,
+not run. Version 2 bodies may hold taskq's msgpack extension types (:mod:`taskq.codec`): a
+body is written as version 2 only when it holds one, so a worker of version 1, which would
+run the job with the extensions' raw bytes for values, dead-letters it instead."""
+PLAIN_VERSION = 1
+"""The version of a body of plain msgpack types only: its bytes are those of version 1."""
 
 
 def new_job_id() -> str:
@@ -120,10 +126,10 @@ class Message(_MessageFields):
             PayloadTooLarge: the body is larger than ``max_bytes``.
         """
         body_map: dict[str, Any] = {
-            "v": PROTOCOL_VERSION,
+            "v": PLAIN_VERSION,
             "id": self.id,
             "task": self.task,
-            "args": self.args,
+            "args": list(self.args),  # (a tuple would pack as the tuple extension)
             "kwargs": self.kwargs,
             "queue": self.queue,
             "priority": self.priority,
@@ -135,9 +141,11 @@ class Message(_MessageFields):
             if value is not None:
                 body_map[key] = value
         try:
-            body: bytes = msgpack.packb(body_map, use_bin_type=True)
+            body, extended = codec.pack(body_map)
         except (TypeError, ValueError, OverflowError) as exc:
             raise EnqueueError(f"{self.task}: {_offending_argument(self)}: {exc}") from None
+        if extended:
+            body = as_extended(body)
         if signer is not None:
             body = signer.sign(body)
         if max_bytes is not None and len(body) > max_bytes:
@@ -210,6 +218,18 @@ class Message(_MessageFields):
         fields = (task, tuple(args), kwargs, msg_id, queue, priority, created_ms, retries)
         optional = (eta_ms, result_ttl_s, wf, tick_ms, expires_ms, unique, headers)
         return tuple.__new__(cls, fields + optional)
+
+
+_PLAIN_V = b"\xa1v" + bytes([PLAIN_VERSION])
+_EXTENDED_V = b"\xa1v" + bytes([PROTOCOL_VERSION])
+
+
+def as_extended(body: bytes) -> bytes:
+    """An unsigned body written as version 1, marked version 2 (it holds extension types);
+    any other body as it is. ``v`` is the map's first key, right after the map's header
+    (1 byte, or 3 for a map of 16 keys)."""
+    at = body.find(_PLAIN_V, 0, 6)
+    return body if at < 0 else body[:at] + _EXTENDED_V + body[at + len(_PLAIN_V) :]
 
 
 _REQUIRED = object()
@@ -339,12 +359,13 @@ def _unpack(body: bytes, signer: Signer | None) -> tuple[Any, bytes | None]:
         trailer = signer.plain_trailer(body)
         if trailer is not None:
             with contextlib.suppress(Exception):  # not one whole value before it
-                payload = body[: len(body) - len(trailer)]
-                return msgpack.unpackb(payload, raw=False, strict_map_key=False), trailer
+                return codec.unpackb(body[: len(body) - len(trailer)]), trailer
     try:
-        return msgpack.unpackb(body, raw=False, strict_map_key=False), None
+        return codec.unpackb(body), None
     except msgpack.ExtraData as extra:  # a signed body: the map, then its trailer
         return extra.unpacked, extra.extra
+    except codec.ExtensionError as exc:
+        raise DecodeError(exc.reason, body) from None
     except Exception as exc:  # msgpack raises several unrelated types on garbage
         raise DecodeError(f"body is not valid msgpack ({type(exc).__name__})", body) from None
 
@@ -379,7 +400,7 @@ def _offending_argument(msg: Message) -> str:
     named += [(f"keyword argument {k!r}", v) for k, v in msg.kwargs.items()]
     for label, value in named:
         try:
-            msgpack.packb(value, use_bin_type=True)
+            codec.pack(value)
         except (TypeError, ValueError, OverflowError):
             return f"{label} ({type(value).__name__}) is not msgpack-serializable"
     if any(not isinstance(k, str) for k in msg.kwargs):

@@ -42,6 +42,7 @@ class TaskOptionArgs(TypedDict, total=False):
     rate_limit: str
     concurrency_limit: int
     limit_key: Callable[..., Any]
+    validate: bool
     time_limit: float
     soft_time_limit: float
     retry_backoff: int
@@ -83,6 +84,8 @@ class TaskOptions:
     """At most this many of the task's jobs run at once across the fleet."""
     limit_key: Callable[..., Any] | None = None
     """Called with the job's arguments: one limit (rate, concurrency) per value it returns."""
+    validate: bool | None = None
+    """Check argument values against the annotations at enqueue (None: the app's setting)."""
 
     def __post_init__(self) -> None:
         check_priority(self.priority)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from taskq.job import HandleApp
 
 if TYPE_CHECKING:
+    from taskq.argspec import ArgSpec
     from taskq.job import Flow, Job
     from taskq.message import Message
     from taskq.middleware import Middleware
@@ -66,6 +67,9 @@ class TaskLike(Protocol):
 
     @property
     def app(self) -> Producer: ...
+
+    @property
+    def spec(self) -> ArgSpec: ...
 
     def run(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any: ...
 

@@ -16,8 +16,8 @@ from typing import Any, NamedTuple
 
 import msgpack
 
-from taskq import record
-from taskq.errors import ResultTooLarge, UnserializableResult
+from taskq import codec, record
+from taskq.errors import DecodeError, ResultTooLarge, UnserializableResult
 
 WAITING, SCHEDULED, RUNNING, RETRYING = "waiting", "scheduled", "running", "retrying"
 SUCCEEDED, FAILED, UNKNOWN, PENDING = "succeeded", "failed", "unknown", "pending"
@@ -35,14 +35,15 @@ ran to an end (cancelled; expired before it started)."""
 
 
 def encode_result(value: Any, *, max_bytes: int) -> bytes:
-    """A task's return value as stored (msgpack, as arguments are).
+    """A task's return value as stored (msgpack with taskq's extension types, as arguments
+    are: :mod:`taskq.codec`).
 
     Raises:
         UnserializableResult: msgpack cannot encode it (the message names the type).
         ResultTooLarge: it is over ``max_bytes`` encoded.
     """
     try:
-        raw: bytes = msgpack.packb(value, use_bin_type=True)
+        raw = codec.packb(value)
     except (TypeError, ValueError, OverflowError) as exc:
         raise UnserializableResult(
             f"the return value ({type(value).__name__}) is not msgpack-serializable: {exc}"
@@ -56,12 +57,17 @@ def encode_result(value: Any, *, max_bytes: int) -> bytes:
 
 
 def decode_value(raw: bytes) -> Any:
-    return msgpack.unpackb(raw, raw=False, strict_map_key=False)
+    """A stored value (a result, the record's arguments), extension types decoded.
+
+    Raises:
+        ExtensionError: it holds an extension type this code does not know.
+    """
+    return codec.unpackb(raw)
 
 
 def encode_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
     """The arguments as the record keeps them: msgpack ``[args, kwargs]``."""
-    return bytes(msgpack.packb([list(args), kwargs], use_bin_type=True))
+    return codec.packb([list(args), kwargs])
 
 
 class Completion(NamedTuple):
@@ -183,8 +189,18 @@ class JobStatus:
 
     @property
     def value(self) -> Any:
-        """The decoded return value (None if there is none)."""
+        """The decoded return value (None if there is none).
+
+        Raises:
+            ExtensionError: it holds an extension type this code does not know.
+        """
         return decode_value(self.result) if self.result is not None else None
+
+    @property
+    def shown_value(self) -> Any:
+        """:attr:`value` as ``taskq job`` and the dashboard show it: an extension type this
+        code does not know stays undecoded instead of failing."""
+        return codec.unpack_shown(self.result) if self.result is not None else None
 
     @classmethod
     def from_record(cls, job_id: str, raw: Mapping[bytes, bytes], now_ms: int) -> JobStatus:
@@ -236,8 +252,8 @@ class JobStatus:
             "task": self.task,
             "queue": self.queue,
             "priority": self.priority,
-            "args": _jsonable(list(self.args)),
-            "kwargs": _jsonable(dict(self.kwargs)) if self.kwargs is not None else None,
+            "args": codec.jsonable(list(self.args)),
+            "kwargs": codec.jsonable(dict(self.kwargs)) if self.kwargs is not None else None,
             "attempts": self.attempts,
             "worker": self.worker,
             "enqueued_ms": self.enqueued_ms,
@@ -246,7 +262,7 @@ class JobStatus:
             "due_ms": self.due_ms,
             "entry_id": self.entry_id,
             "errors": [vars(e) for e in self.errors],
-            "result": _jsonable(self.value),
+            "result": codec.jsonable(self.shown_value),
             "cause": vars(self.cause) if self.cause else None,
         }
 
@@ -276,9 +292,9 @@ def _arguments(raw: bytes | None) -> tuple[tuple[Any, ...], Mapping[str, Any] | 
     if raw is None:
         return (), None
     try:
-        args, kwargs = decode_value(raw)
+        args, kwargs = codec.unpack_shown(raw)
         return tuple(args), dict(kwargs)
-    except (ValueError, TypeError, msgpack.UnpackException):
+    except (ValueError, TypeError, DecodeError, msgpack.UnpackException):
         return (), None
 
 
@@ -314,14 +330,3 @@ def _cause(raw: Mapping[bytes, bytes]) -> Cause | None:
 
     fields = (record.CAUSE, record.CAUSE_TASK, record.CAUSE_TYPE, record.CAUSE_ERROR)
     return Cause(*(text(f) for f in fields))
-
-
-def _jsonable(value: Any) -> Any:
-    """msgpack values as JSON can hold them (bytes shown as text, with escapes)."""
-    if isinstance(value, bytes):
-        return value.decode("utf-8", errors="backslashreplace")
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    return value

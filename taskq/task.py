@@ -11,6 +11,7 @@ from collections.abc import Callable, Generator, Iterable
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from taskq.apply import ApplyOptions, apply_plan
+from taskq.argspec import ArgSpec
 from taskq.broker.steps import arun, run
 from taskq.canvas import Signature
 from taskq.config import check_queue_name
@@ -50,6 +51,9 @@ class Task(Generic[P, R]):
         self.options = options
         self.is_async = inspect.iscoroutinefunction(fn)
         """An ``async def`` task: a worker runs it on its children's event loops."""
+        self.spec = ArgSpec(name, fn, bound=options.bind)
+        """Its signature: arguments are checked against it at enqueue, and dataclasses and
+        pydantic models rebuilt from its annotations in the worker."""
         self._app = app
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
@@ -87,7 +91,10 @@ class Task(Generic[P, R]):
             reset_current(token)
 
     def run(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
-        """Run the function in this process."""
+        """Run the function in this process (dataclass and model arguments that came as
+        their fields rebuilt first)."""
+        if self.spec.rebuilds_args is not False:
+            args, kwargs = self.spec.rebuilt(args, kwargs)
         if self.options.bind:
             return self.fn(self, *args, **kwargs)
         return self.fn(*args, **kwargs)
@@ -101,12 +108,14 @@ class Task(Generic[P, R]):
 
     def delay(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         """Enqueue with the task's default options."""
+        self.check(args, kwargs)
         if self.options.unique:
             return self.apply_async(args, kwargs)
         return self.app.enqueue(self.message(args, kwargs))
 
     async def adelay(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         """:meth:`delay` for asyncio code: the same, without blocking the event loop."""
+        self.check(args, kwargs)
         if self.options.unique:
             return await self.aapply_async(args, kwargs)
         return await self.app.aenqueue(self.message(args, kwargs))
@@ -146,7 +155,9 @@ class Task(Generic[P, R]):
             partition_key: for a partitioned queue, the key whose partition the job goes to
                 (jobs of one key keep their order); without it, round robin.
         """
-        plan = apply_plan(self, tuple(args), kwargs or {}, options)
+        args, kwargs = tuple(args), kwargs or {}
+        self.check(args, kwargs)
+        plan = apply_plan(self, args, kwargs, options)
         if isinstance(plan, Job):
             return plan
         if isinstance(plan, Generator):
@@ -160,7 +171,9 @@ class Task(Generic[P, R]):
         **options: Unpack[ApplyOptions],
     ) -> Job:
         """:meth:`apply_async` for asyncio code (the same options)."""
-        plan = apply_plan(self, tuple(args), kwargs or {}, options)
+        args, kwargs = tuple(args), kwargs or {}
+        self.check(args, kwargs)
+        plan = apply_plan(self, args, kwargs, options)
         if isinstance(plan, Job):
             return plan
         if isinstance(plan, Generator):
@@ -176,14 +189,31 @@ class Task(Generic[P, R]):
         a ``unique`` task, whose every enqueue takes its lock)."""
         if self.options.unique:
             return [self.apply_async(tuple(item)) for item in items]
+        checked = (self._checked(tuple(item)) for item in items)  # (per batch, before it goes)
         first = self.message((), {})  # queue and priority are checked once, not per job
         name, queue, priority, ttl = self.name, first.queue, first.priority, first.result_ttl_s
         if self.app.settings.partitions:  # each job to its own turn's partition
-            return self.app.enqueue_many(self.message(tuple(item), {}) for item in items)
+            return self.app.enqueue_many(self.message(item, {}) for item in checked)
         return self.app.enqueue_many(
-            Message(name, tuple(item), {}, queue=queue, priority=priority, result_ttl_s=ttl)
-            for item in items
+            Message(name, item, {}, queue=queue, priority=priority, result_ttl_s=ttl)
+            for item in checked
         )
+
+    def _checked(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        self.check(args, {})
+        return args
+
+    def check(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Refuse, before anything is sent, arguments that do not bind to the signature and,
+        with ``validate``, values that do not fit the annotations.
+
+        Raises:
+            EnqueueError: naming the parameter.
+        """
+        self.spec.check(args, kwargs)
+        validate = self.options.validate
+        if validate or (validate is None and self.app.settings.validate):
+            self.spec.validate(args, kwargs)
 
     def message(
         self,

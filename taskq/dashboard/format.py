@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from taskq.codec import readable
 from taskq.ops.jobview import when
 from taskq.ops.render import fmt_ms
 
@@ -20,9 +21,10 @@ def utc(ms: int | None) -> str:
 
 
 def value(v: Any) -> str:
-    """A task argument or result as Python would print it, cut when very long; the template
-    escapes it (autoescape), so markup in it shows as text."""
-    text = repr(v)
+    """A task argument or result as Python would print it (but times in ISO 8601, a Decimal
+    or UUID as its string), cut when very long; the template escapes it (autoescape), so
+    markup in it shows as text."""
+    text = readable(v)
     if len(text) > MAX_VALUE_CHARS:
         return text[:MAX_VALUE_CHARS] + f"... ({len(text) - MAX_VALUE_CHARS} more characters)"
     return text

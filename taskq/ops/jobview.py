@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from taskq.codec import readable
 from taskq.ops.render import fmt_ms
 from taskq.results import FAILED, RUNNING, SUCCEEDED, UNKNOWN, FlowView, JobStatus
 
@@ -34,7 +35,7 @@ def render_job(s: JobStatus, now_ms: int) -> list[str]:
         if e.worker:
             lines.append(f"    on {e.worker}")
     if s.state == SUCCEEDED:
-        lines.append(f"  {'result':<9} {_short(repr(s.value))}")
+        lines.append(f"  {'result':<9} {_short(readable(s.shown_value))}")
     return lines
 
 
@@ -65,7 +66,7 @@ def _at(ms: int | None, now_ms: int) -> str | None:
 
 
 def _call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
-    parts = [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()]
+    parts = [readable(a) for a in args] + [f"{k}={readable(v)}" for k, v in kwargs.items()]
     return "(" + ", ".join(parts) + ")"
 
 
@@ -85,7 +86,7 @@ def render_flow(v: FlowView) -> list[str]:
         elif s.state == FAILED and s.last_error is not None:
             detail = f" ({_short(s.last_error.error_type + ': ' + s.last_error.error)})"
         elif s.state == SUCCEEDED:
-            detail = f" -> {_short(repr(s.value))}"
+            detail = f" -> {_short(readable(s.shown_value))}"
         lines.append(f"  {n}. {s.task or '?'} {s.job_id}: {s.state}{detail}")
     for done, size in v.chords:
         state = f"{done} of {size} header results in" if done is not None else "ended"

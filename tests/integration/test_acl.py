@@ -445,5 +445,5 @@ def _dead_and_stopped_workers_give_their_jobs_back(start: StartWorker, w1: Worke
 def _without_workers_jobs_are_cancelled_and_purged(op: Callable[..., str]) -> None:
     waiting = acl_tasks.unique.delay(42)  # in its stream, holding its lock
     assert op("job", "cancel", waiting.id, "-Q", "acl") == f"{waiting.id}: cancelled\n"
-    acl_tasks.add.map([(1, 1)] * 3)
+    acl_tasks.add.starmap([(1, 1)] * 3)
     assert op("purge", "acl", "-y").startswith("removed ")  # and any tick left behind

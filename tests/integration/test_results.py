@@ -74,9 +74,10 @@ def test_failure_raises_task_failed_with_the_remote_error(
 def test_unknown_task_and_bad_arguments_fail_the_result(
     task_app: App, start_worker: StartWorker
 ) -> None:
-    # given a job of a task no worker knows, and one whose arguments do not fit
+    # given a job of a task no worker knows, and one whose arguments do not fit (sent as
+    # another producer would: apply_async refuses them)
     unknown = task_app.enqueue(Message("tests.tasks.nope", (), result_ttl_s=60))
-    misfit = tasks.add.apply_async((1, 2, 3))
+    misfit = task_app.enqueue(Message("tests.tasks.add", (1, 2, 3), result_ttl_s=60))
     _worker(start_worker)
     with pytest.raises(TaskFailed) as caught:
         unknown.result(timeout=20)
@@ -359,7 +360,11 @@ def test_result_of_a_forgotten_job_from_its_id(task_app: App) -> None:
 
 
 def test_every_record_key_has_a_ttl(task_app: App, start_worker: StartWorker) -> None:
-    ended = [tasks.add.delay(1, 2), tasks.fails_stored.delay("x"), tasks.add.apply_async((1,))]
+    ended = [
+        tasks.add.delay(1, 2),
+        tasks.fails_stored.delay("x"),
+        task_app.enqueue(tasks.add.message((1,), {})),
+    ]
     tasks.add.apply_async((5, 5), countdown=30)
 
     def wait(job: Job) -> None:
@@ -487,7 +492,7 @@ def test_eager_mode_returns_results(make_app: Callable[..., App]) -> None:
     pair = app.task(name="tests.results.pair", store_result=True)(lambda a, b: (a, b))
     plain = app.task(name="tests.results.plain")(lambda: "value")
     job = pair.delay(1, 2)
-    assert job.result() == [1, 2]  # as a worker would store it: msgpack has no tuples
+    assert job.result() == (1, 2)  # as a worker would store it: a tuple stays a tuple
     assert job.status().state == "succeeded"
     assert plain.delay().result() == "value"
 

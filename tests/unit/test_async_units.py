@@ -110,12 +110,12 @@ def test_eager_mode_runs_an_async_task_to_its_end() -> None:
         return 2 * x, current_job() is not None
 
     assert double.is_async
-    assert double.delay(2).result() == [4, True]
+    assert double.delay(2).result() == (4, True)  # (a tuple stays a tuple)
 
     async def from_a_loop() -> object:
         return (await double.adelay(3)).result()
 
-    assert asyncio.run(from_a_loop()) == [6, True]
+    assert asyncio.run(from_a_loop()) == (6, True)
 
 
 def test_an_async_task_called_inline_sees_its_job_while_it_runs() -> None:

@@ -74,6 +74,7 @@ WRONG_TYPES = {
     "max_result_bytes": "1MB",
     "signing_keys": "k1",
     "durable_enqueue": None,
+    "validate": "yes",
     "durable_enqueue_timeout_ms": 1.0,
     "partitions": 3,
     "target_time_to_start_s": "10",
