@@ -56,6 +56,8 @@ class SettingsArgs(TypedDict, total=False):
     durable_enqueue: bool
     durable_enqueue_timeout_ms: int
     partitions: Mapping[str, int]
+    checkpoint_every_items: int
+    checkpoint_every_ms: int
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,9 @@ class Settings:
             that one busy queue spreads over the shards of a Redis Cluster. Producers spread
             its jobs round robin (or by ``partition_key=``), workers read every partition.
             See docs/scaling.md.
+        checkpoint_every_items / checkpoint_every_ms: a ``taskq.iterate`` walk saves its
+            cursor after this many items or this long, whichever comes first
+            (docs/resumable.md).
     """
 
     redis_url: str = DEFAULT_REDIS_URL
@@ -121,6 +126,8 @@ class Settings:
     durable_enqueue: bool = False
     durable_enqueue_timeout_ms: int = 1_000
     partitions: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    checkpoint_every_items: int = 100
+    checkpoint_every_ms: int = 1_000
 
     def __repr__(self) -> str:
         # Neither the password in the URL nor the signing keys are shown.
@@ -147,6 +154,8 @@ class Settings:
             "result_ttl_s",
             "max_result_bytes",
             "durable_enqueue_timeout_ms",
+            "checkpoint_every_items",
+            "checkpoint_every_ms",
         ):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0")

@@ -42,6 +42,7 @@ class TaskOptionArgs(TypedDict, total=False):
     rate_limit: str
     concurrency_limit: int
     limit_key: Callable[..., Any]
+    max_run_s: float
     time_limit: float
     soft_time_limit: float
     retry_backoff: int
@@ -83,6 +84,9 @@ class TaskOptions:
     """At most this many of the task's jobs run at once across the fleet."""
     limit_key: Callable[..., Any] | None = None
     """Called with the job's arguments: one limit (rate, concurrency) per value it returns."""
+    max_run_s: float | None = None
+    """An iterating job (``taskq.iterate``) that ran this long saves its cursor and goes to
+    the back of its queue, without spending an attempt (docs/resumable.md)."""
 
     def __post_init__(self) -> None:
         check_priority(self.priority)
@@ -90,7 +94,7 @@ class TaskOptions:
             check_queue_name(self.queue)
         if self.max_retries is not None and self.max_retries < 0:
             raise ConfigError("max_retries must be >= 0")
-        for name in ("time_limit_s", "soft_time_limit_s"):
+        for name in ("time_limit_s", "soft_time_limit_s", "max_run_s"):
             check_seconds(name, getattr(self, name))
         if self.rate_limit is not None:
             Rate.parse(self.rate_limit)

@@ -67,6 +67,8 @@ WRONG_TYPES = {
     "durable_enqueue": None,
     "durable_enqueue_timeout_ms": 1.0,
     "partitions": 3,
+    "checkpoint_every_items": "100",
+    "checkpoint_every_ms": 1.5,
 }
 
 

@@ -1,0 +1,203 @@
+"""Resumable jobs against a real Redis and real worker processes: steps run once per job,
+iterations resume at their saved cursor, a stopping worker hands the job back without
+spending an attempt, ``max_run_s`` lets short jobs through."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from taskq import App, chord
+from taskq.testing import drain
+from tests import resumable_tasks as t
+from tests.conftest import WorkerProcess, wait_until
+from tests.redis_server import RedisServer
+
+pytestmark = pytest.mark.integration
+
+StartWorker = Callable[..., WorkerProcess]
+WORKER = ("-A", "tests.resumable_tasks:app")
+
+
+@pytest.fixture
+def app(redis_url: str) -> Iterator[App]:
+    t.app.settings = t.app.settings.replace(redis_url=redis_url, retry_backoff_ms=10)
+    yield t.app
+    t.app.close()
+
+
+def _list(r: redis.Redis, key: str) -> list[str]:
+    return [x.decode() for x in r.lrange(key, 0, -1)]
+
+
+def test_a_step_that_raised_runs_again_and_done_steps_do_not(app: App, r: redis.Redis) -> None:
+    job = t.three_steps.delay("a")
+    drain(app, wait_for_retries=True)
+    assert _list(r, "steps:a") == ["s1", "s2", "s2", "s3"]
+    assert r.ttl(f"tasks:steps:{job.id}") > 0
+
+
+def test_steps_in_a_worker_process(app: App, r: redis.Redis, start_worker: StartWorker) -> None:
+    start_worker(*WORKER, "-c", "1")
+    job = t.three_steps.delay("w")
+    wait_until(lambda: r.llen("steps:w") >= 4, message="the job's steps")
+    wait_until(lambda: r.xlen("tasks:normal") == 0, message="the job to be acked")
+    assert _list(r, "steps:w") == ["s1", "s2", "s2", "s3"]
+    assert job.id
+
+
+@pytest.mark.slow
+def test_a_child_killed_in_s3_runs_only_s3_again(
+    app: App, r: redis.Redis, start_worker: StartWorker
+) -> None:
+    start_worker(*WORKER, "-c", "1")
+    t.killed_in_s3.delay("k")
+    pid = int(wait_until(lambda: r.lindex("pid:k", 0), message="s3 to run"))
+    os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: r.llen("steps:k") >= 4, message="the retry's s3")
+    wait_until(lambda: r.xlen("tasks:normal") == 0, message="the job to be acked")
+    assert _list(r, "steps:k") == ["s1", "s2", "s3", "s3"]
+
+
+@pytest.mark.slow
+def test_sigterm_hands_an_iteration_back_without_spending_an_attempt(
+    app: App, r: redis.Redis, start_worker: StartWorker
+) -> None:
+    # given a worker walking 10,000 items
+    first = start_worker(*WORKER, "-c", "1")
+    job = t.backfill.delay(10_000, "b", 0.0003)
+    wait_until(lambda: r.llen("items:b") >= 5_000, timeout_s=30, message="half the walk")
+    # when it is stopped (warm) and another worker takes over
+    first.signal(signal.SIGTERM)
+    assert first.wait(20) == 0
+    handled_then = r.llen("items:b")
+    assert handled_then < 10_000, "the walk ended before the stop"
+    start_worker(*WORKER, "-c", "1")
+    wait_until(lambda: r.scard("attempts:b") and r.xlen("tasks:normal") == 0 and _done(r, job.id))
+    # then every item ran, at most one checkpoint interval twice, on attempt 1 throughout
+    items = [int(x) for x in r.lrange("items:b", 0, -1)]
+    assert set(items) == set(range(10_000))
+    print(f"\nstopped at {handled_then} items; {len(items) - 10_000} handled twice")
+    assert len(items) - 10_000 <= app.settings.checkpoint_every_items
+    assert r.smembers("attempts:b") == {b"1"}
+    assert "HandBack" in first.output() or "yielded" in first.output()
+
+
+def _done(r: redis.Redis, job_id: str) -> bool:
+    raw = r.hget(f"tasks:steps:{job_id}", "c:rows")
+    from taskq.checkpoint import parse_cursor
+
+    return raw is not None and parse_cursor(raw, "rows").finished
+
+
+@pytest.mark.slow
+def test_max_run_s_lets_short_jobs_start_within_a_second_and_a_half(
+    app: App, r: redis.Redis, start_worker: StartWorker
+) -> None:
+    start_worker(*WORKER, "-c", "1")
+    t.long_walk.delay(10_000, "m", 0.0005)
+    wait_until(lambda: r.llen("started:m"), message="the long job to start")
+    for _ in range(20):
+        t.short.delay(time.time(), "m")
+        time.sleep(0.05)
+    wait_until(lambda: r.llen("delays:m") == 20, timeout_s=20, message="the short jobs")
+    delays = [float(x) for x in r.lrange("delays:m", 0, -1)]
+    assert max(delays) < 1.5, delays
+    wait_until(lambda: r.llen("done:m"), timeout_s=30, message="the long job to end")
+
+
+@pytest.mark.slow
+def test_a_chord_whose_member_was_killed_mid_step_runs_its_body_once(
+    app: App, r: redis.Redis, start_worker: StartWorker
+) -> None:
+    start_worker(*WORKER, "-c", "2")
+    header = [t.member.s(i, "c") for i in range(4)]
+    chord(header, t.collect.s("c")).delay()
+    pid = int(wait_until(lambda: r.lindex("pid:c", 0), message="member 0's s2"))
+    os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: r.llen("bodies:c"), timeout_s=20, message="the chord's body")
+    wait_until(lambda: sum(r.xlen(f"tasks:{p}") for p in ("high", "normal", "low")) == 0)
+    assert _list(r, "bodies:c") == ["0,10,20,30"]
+    steps = _list(r, "steps:c")
+    assert steps.count("0:s1") == 1 and steps.count("0:s2") == 2
+    assert all(steps.count(f"{i}:s1") == 1 for i in range(4))
+
+
+@pytest.mark.slow
+def test_step_values_survive_a_redis_kill_with_aof(aof_server: RedisServer) -> None:
+    t.app.settings = t.app.settings.replace(redis_url=aof_server.url, retry_backoff_ms=10)
+    try:
+        t.three_steps.delay("aof")
+        drain(t.app, max_jobs=1)  # attempt 1: s1 stored, s2 raised
+        time.sleep(1.2)  # appendfsync everysec: what is a second old is on disk
+        aof_server.kill()
+        aof_server.start()
+        t.app.close()
+        drain(t.app, wait_for_retries=True, timeout_s=20)
+        with aof_server.client() as c:
+            assert _list(c, "steps:aof") == ["s1", "s2", "s2", "s3"]
+    finally:
+        t.app.close()
+        t._clients.clear()
+
+
+def test_eager_mode_runs_steps_and_iterations() -> None:
+    app = App(eager=True)
+    calls: list[str] = []
+
+    @app.task
+    def job() -> Any:
+        import taskq
+
+        a = taskq.step("a", lambda: calls.append("a") or (1, 2))
+        rows = list(taskq.iterate("rows", lambda c: ([c or 0, 1], None)))
+        return [a, rows]
+
+    assert job.delay().result() == [[1, 2], [0, 1]]
+    assert calls == ["a"]
+
+
+@pytest.mark.parametrize(("kind", "says"), [("type", "not msgpack"), ("size", "over the")])
+def test_a_step_value_that_cannot_be_stored_fails_the_attempt(
+    app: App, r: redis.Redis, kind: str, says: str
+) -> None:
+    job = t.bad_value.delay(kind)
+    result = drain(app)
+    [outcome] = result.outcomes
+    assert outcome.kind == "dead" and outcome.error_type == "CheckpointError"
+    assert says in outcome.error
+    stored = r.hgetall(f"tasks:steps:{job.id}")
+    assert b"v:bad" not in stored and b"s:bad" in stored  # marked failed, no value
+
+
+def test_a_bad_stored_value_fails_the_run_clearly(app: App, r: redis.Redis) -> None:
+    # given a job whose stored step value and cursor are not what taskq writes
+    job = t.reads_s1.apply_async(job_id="bad-step")
+    walk = t.walks_stored.apply_async(("x",), job_id="bad-cursor")
+    r.hset(f"tasks:steps:{job.id}", mapping={"v:s1": b"\xc1", "s:s1": b"junk"})
+    r.hset(f"tasks:steps:{walk.id}", "c:rows", b"\x93\x01\x02\x03")
+    # when they run, then each fails with a CheckpointError and the consumer goes on
+    result = drain(app)
+    errors = sorted(o.error for o in result.outcomes)
+    assert [o.error_type for o in result.outcomes] == ["CheckpointError"] * 2
+    assert "does not decode" in errors[1] or "does not decode" in errors[0]
+    assert any("is not a cursor" in e for e in errors)
+
+
+def test_a_stale_run_cannot_write_steps(app: App, r: redis.Redis) -> None:
+    from taskq.broker.checkpoints import Checkpoints
+    from taskq.checkpoint import StaleRun
+
+    r.xgroup_create("tasks:normal", "taskq", id="0", mkstream=True)
+    entry = r.xadd("tasks:normal", {"task": "x", "body": b"x"}).decode()
+    r.xreadgroup("taskq", "new-owner", {"tasks:normal": ">"})
+    stale = Checkpoints(app.broker_for(("tasks",)).link, "old-owner")
+    with pytest.raises(StaleRun):
+        stale.write(("tasks", "normal", "j1", entry), {"v:s": b"\x01"}, ttl_ms=1000)
+    assert not r.exists("tasks:steps:j1")
