@@ -201,3 +201,42 @@ def test_a_stale_run_cannot_write_steps(app: App, r: redis.Redis) -> None:
     with pytest.raises(StaleRun):
         stale.write(("tasks", "normal", "j1", entry), {"v:s": b"\x01"}, ttl_ms=1000)
     assert not r.exists("tasks:steps:j1")
+
+
+def test_status_cli_and_dashboard_show_steps_and_cursors(app: App, r: redis.Redis) -> None:
+    from click.testing import CliRunner
+    from starlette.testclient import TestClient
+
+    from taskq.cli import main
+    from taskq.dashboard import asgi
+
+    # given a job that failed once in s2 and then ran to its end, and a finished walk
+    app.settings = app.settings.replace(store_results=True)
+    job = t.three_steps.delay("v")
+    walk = t.backfill.delay(300, "v")
+    drain(app, wait_for_retries=True)
+    # then its status has each step, done, and the walk's cursor with its item count
+    status = job.status()
+    done = [("s1", "done"), ("s2", "done"), ("s3", "done")]
+    assert [(s.name, s.state) for s in status.steps] == done
+    [cursor] = walk.status().cursors
+    assert (cursor.name, cursor.items, cursor.finished) == ("rows", 300, True)
+    # and taskq job shows them, as text and as JSON
+    text = CliRunner().invoke(main, ["--redis-url", app.settings.redis_url, "job", job.id])
+    assert "step s2: done at" in text.output
+    out = CliRunner().invoke(
+        main, ["--redis-url", app.settings.redis_url, "job", walk.id, "--json"]
+    )
+    assert '"items": 300' in out.output
+    # and so does the dashboard's job page
+    with TestClient(asgi(app)) as client:
+        page = client.get(f"/jobs/{walk.id}").text
+    assert 'id="job-steps"' in page and "300 items, finished" in page
+
+
+def test_a_failed_step_shows_as_failed(app: App, r: redis.Redis) -> None:
+    app.settings = app.settings.replace(store_results=True, retry_backoff_ms=60_000)
+    job = t.three_steps.delay("f")
+    drain(app)
+    states = {s.name: (s.state, s.error) for s in job.status().steps}
+    assert states == {"s1": ("done", ""), "s2": ("failed", "RuntimeError")}
