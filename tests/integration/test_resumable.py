@@ -27,9 +27,11 @@ WORKER = ("-A", "tests.resumable_tasks:app")
 
 @pytest.fixture
 def app(redis_url: str) -> Iterator[App]:
-    t.app.settings = t.app.settings.replace(redis_url=redis_url, retry_backoff_ms=10)
+    saved = t.app.settings
+    t.app.settings = saved.replace(redis_url=redis_url, retry_backoff_ms=10)
     yield t.app
     t.app.close()
+    t.app.settings = saved
 
 
 def _list(r: redis.Redis, key: str) -> list[str]:
@@ -131,7 +133,8 @@ def test_a_chord_whose_member_was_killed_mid_step_runs_its_body_once(
 
 @pytest.mark.slow
 def test_step_values_survive_a_redis_kill_with_aof(aof_server: RedisServer) -> None:
-    t.app.settings = t.app.settings.replace(redis_url=aof_server.url, retry_backoff_ms=10)
+    saved = t.app.settings
+    t.app.settings = saved.replace(redis_url=aof_server.url, retry_backoff_ms=10)
     try:
         t.three_steps.delay("aof")
         drain(t.app, max_jobs=1)  # attempt 1: s1 stored, s2 raised
@@ -144,7 +147,7 @@ def test_step_values_survive_a_redis_kill_with_aof(aof_server: RedisServer) -> N
             assert _list(c, "steps:aof") == ["s1", "s2", "s2", "s3"]
     finally:
         t.app.close()
-        t._clients.clear()
+        t.app.settings = saved
 
 
 def test_eager_mode_runs_steps_and_iterations() -> None:
@@ -240,3 +243,15 @@ def test_a_failed_step_shows_as_failed(app: App, r: redis.Redis) -> None:
     drain(app)
     states = {s.name: (s.state, s.error) for s in job.status().steps}
     assert states == {"s1": ("done", ""), "s2": ("failed", "RuntimeError")}
+
+
+def test_max_run_s_in_drain_with_signed_bodies_gives_back_without_an_attempt(
+    app: App, r: redis.Redis
+) -> None:
+    app.settings = app.settings.replace(signing_keys=("k1",), checkpoint_every_items=50)
+    t.long_walk.delay(3_000, "s", 0.0005)  # about 1.5 s of items: over max_run_s once
+    result = drain(app, timeout_s=20)
+    kinds = [o.kind for o in result.outcomes]
+    assert kinds[0] == "yielded" and kinds[-1] == "ok"
+    assert {o.attempt for o in result.outcomes} == {1}
+    assert r.llen("done:s") == 1 and r.llen("started:s") == 1  # item 0 ran once
