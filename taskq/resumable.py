@@ -227,9 +227,11 @@ def _mark_failed(job: JobContext, store: Store, name: str, exc: BaseException) -
 # -- iteration -----------------------------------------------------------------------------
 
 Page = tuple[Sequence[Any], Any]
+PageFetcher = Callable[[Any], Page]
+"""``fetch_page(cursor) -> (items, next_cursor)``: what :func:`iterate` walks."""
 
 
-def iterate(name: str, fetch_page: Callable[[Any], Page], start: Any = None) -> Iterator[Any]:
+def iterate(name: str, fetch_page: PageFetcher, start: Any = None) -> Iterator[Any]:
     """The items of the pages ``fetch_page`` returns, resumed where the last run stopped.
 
     ``fetch_page(cursor)`` returns ``(items, next_cursor)``; a ``next_cursor`` of None ends
@@ -248,7 +250,7 @@ def iterate(name: str, fetch_page: Callable[[Any], Page], start: Any = None) -> 
 
 
 def _walk(
-    job: JobContext, run: _Run, name: str, fetch_page: Callable[[Any], Page], start: Any
+    job: JobContext, run: _Run, name: str, fetch_page: PageFetcher, start: Any
 ) -> Iterator[Any]:
     store, field = run.store, CURSOR + name
     raw = store.read(job, field)

@@ -255,3 +255,19 @@ def test_max_run_s_in_drain_with_signed_bodies_gives_back_without_an_attempt(
     assert kinds[0] == "yielded" and kinds[-1] == "ok"
     assert {o.attempt for o in result.outcomes} == {1}
     assert r.llen("done:s") == 1 and r.llen("started:s") == 1  # item 0 ran once
+
+
+@pytest.mark.slow
+def test_the_example_runs_as_its_docstring_says(
+    redis_url: str, r: redis.Redis, start_worker: StartWorker
+) -> None:
+    from tests.examples_support import run_example
+
+    start_worker("-A", "examples.resumable", "-c", "2")
+    run = run_example("resumable", "--order", "o-1", "--rows", "600", redis_url=redis_url)
+    assert run.returncode == 0, run.stderr
+    assert "paid: {'charge': 'ch_o-1', 'booked_cents': 4200}" in run.stdout
+    assert "backfilled rows: 600" in run.stdout
+    calls = [line.strip() for line in run.stdout.splitlines() if line.startswith("  ")]
+    assert calls[:4] == ["charge o-1 4200", "email o-1", "email o-1", "ledger o-1 ch_o-1"]
+    assert r.hlen("examples:resumable:prices") == 600
