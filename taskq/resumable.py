@@ -115,8 +115,9 @@ class _Run:
         self.started = time.monotonic()
 
 
-_runs: dict[str, _Run] = {}
-"""The runs in progress in this process that used the APIs, by job id."""
+in_progress: dict[str, _Run] = {}
+"""The runs in progress in this process that used the APIs, by job id (empty, and tested
+as such per job, while no task uses them)."""
 
 
 def bind(store: Store | None) -> Store | None:
@@ -129,7 +130,7 @@ def bind(store: Store | None) -> Store | None:
 def finished(job_id: str) -> bool:
     """Forget the run of ``job_id``; whether it used the APIs (its steps hash then gets the
     job's end TTL). One dict lookup for a job that did not."""
-    return _runs.pop(job_id, None) is not None
+    return in_progress.pop(job_id, None) is not None
 
 
 def _enter(kind: str, name: str, *, api: str = "") -> tuple[JobContext, _Run]:
@@ -141,9 +142,9 @@ def _enter(kind: str, name: str, *, api: str = "") -> tuple[JobContext, _Run]:
     if store is None:
         raise CheckpointError(f"taskq.{api}() needs a worker, drain() or eager mode to run in")
     check_name(name)
-    run = _runs.get(job.id)
+    run = in_progress.get(job.id)
     if run is None:
-        run = _runs[job.id] = _Run(store)
+        run = in_progress[job.id] = _Run(store)
     key = f"{kind}:{name}"
     if key in run.names:
         raise CheckpointError(f"{kind} {name!r} is used twice in this run of job {job.id}")

@@ -58,8 +58,8 @@ class Finisher:
         """Record a run's fate (a success's ack is queued), log it and tell middleware."""
         d = o.delivery
         release = self._release(o)
-        if o.msg is not None and resumable.finished(o.msg.id) and o.kind not in (RETRY, YIELDED):
-            self._end_checkpoints(o.msg)
+        if resumable.in_progress and o.msg is not None and resumable.finished(o.msg.id):
+            self._end_checkpoints(o)
         if o.kind == OK:
             self.acks.append(d)
             msg = o.msg
@@ -120,9 +120,13 @@ class Finisher:
         else:
             self.broker.requeue(d, task=o.msg.task, body=body, owner=owner)
 
-    def _end_checkpoints(self, msg: Message) -> None:
+    def _end_checkpoints(self, o: Outcome) -> None:
         """The steps hash of a job that ended lives as long as its record would. (Left at its
-        longer TTL if Redis fails now: a job's end does not wait for this.)"""
+        longer TTL if the job runs again, or if Redis fails now: a job's end does not wait
+        for this.)"""
+        msg = o.msg
+        if msg is None or o.kind in (RETRY, YIELDED):
+            return
         try:
             Checkpoints(self.broker.link, "").expire(msg.queue, msg.id, self._ttl_ms(msg))
         except BrokerError as exc:
