@@ -79,6 +79,7 @@ def backfill(n: int, tag: str, pause_s: float = 0.0) -> int:
     """Walks 0..n-1 in pages of 250; records each item and the attempt of each run."""
     c = client()
     c.sadd(f"attempts:{tag}", _attempt())
+    c.rpush(f"pid:{tag}", os.getpid())
     count = 0
     for item in taskq.iterate("rows", _pages(n, 250)):
         c.rpush(f"items:{tag}", item)

@@ -91,6 +91,21 @@ def test_sigterm_hands_an_iteration_back_without_spending_an_attempt(
     assert "HandBack" in first.output() or "yielded" in first.output()
 
 
+@pytest.mark.slow
+def test_after_a_sigkill_an_iteration_resumes_at_its_last_saved_cursor(
+    app: App, r: redis.Redis, start_worker: StartWorker
+) -> None:
+    start_worker(*WORKER, "-c", "1")
+    job = t.backfill.delay(10_000, "kill", 0.0003)
+    wait_until(lambda: r.llen("items:kill") >= 3_000, timeout_s=30, message="a third of the walk")
+    os.kill(int(r.lindex("pid:kill", 0) or 0), signal.SIGKILL)
+    wait_until(lambda: _done(r, job.id), timeout_s=30, message="the walk to end")
+    items = [int(x) for x in r.lrange("items:kill", 0, -1)]
+    assert set(items) == set(range(10_000))
+    assert 0 <= len(items) - 10_000 <= app.settings.checkpoint_every_items
+    assert r.smembers("attempts:kill") == {b"1", b"2"}  # the lost run was an attempt
+
+
 def _done(r: redis.Redis, job_id: str) -> bool:
     raw = r.hget(f"tasks:steps:{job_id}", "c:rows")
     from taskq.checkpoint import parse_cursor
