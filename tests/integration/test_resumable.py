@@ -40,9 +40,12 @@ def _list(r: redis.Redis, key: str) -> list[str]:
 
 def test_a_step_that_raised_runs_again_and_done_steps_do_not(app: App, r: redis.Redis) -> None:
     job = t.three_steps.delay("a")
+    drain(app, max_jobs=1)
+    live_s = r.ttl(f"tasks:steps:{job.id}")  # while the job waits for its retry
     drain(app, wait_for_retries=True)
     assert _list(r, "steps:a") == ["s1", "s2", "s2", "s3"]
-    assert r.ttl(f"tasks:steps:{job.id}") > 0
+    assert live_s > app.settings.result_ttl_s  # at least 7 days while the job lives
+    assert 0 < r.ttl(f"tasks:steps:{job.id}") <= app.settings.result_ttl_s  # after its end
 
 
 def test_steps_in_a_worker_process(app: App, r: redis.Redis, start_worker: StartWorker) -> None:
@@ -163,6 +166,31 @@ def test_step_values_survive_a_redis_kill_with_aof(aof_server: RedisServer) -> N
     finally:
         t.app.close()
         t.app.settings = saved
+
+
+def test_async_steps_in_the_async_runner(make_app: Callable[..., App], r: redis.Redis) -> None:
+    import taskq
+    from taskq import current_job
+
+    app = make_app(retry_backoff_ms=10)
+    calls: list[str] = []
+
+    async def charge() -> str:
+        calls.append("charge")
+        return "ch_1"
+
+    @app.task(max_retries=1, store_result=True)
+    async def pay() -> list[Any]:
+        charged = await taskq.astep("charge", charge)
+        rows = list(taskq.iterate("rows", lambda c: ([c or 0, 1], None)))
+        job = current_job()
+        if job is not None and job.attempt == 1:
+            raise RuntimeError("after the step, once")
+        return [charged, rows]
+
+    job = pay.delay()
+    drain(app, wait_for_retries=True)
+    assert job.result(timeout=2) == ["ch_1", []] and calls == ["charge"]
 
 
 def test_eager_mode_runs_steps_and_iterations() -> None:
