@@ -314,3 +314,15 @@ def test_the_example_runs_as_its_docstring_says(
     calls = [line.strip() for line in run.stdout.splitlines() if line.startswith("  ")]
     assert calls[:4] == ["charge o-1 4200", "email o-1", "email o-1", "ledger o-1 ch_o-1"]
     assert r.hlen("examples:resumable:prices") == 600
+
+
+def test_steps_in_chain_and_group_members(app: App, r: redis.Redis) -> None:
+    from taskq import chain, group
+
+    app.settings = app.settings.replace(store_results=True)
+    flow = chain(t.member.s(1, "ch"), t.member.s("ch")).delay()
+    members = group(t.member.s(i, "gr") for i in range(1, 4)).delay()
+    drain(app)
+    assert flow.result(timeout=2) == 100
+    assert members.result(timeout=2) == [10, 20, 30]
+    assert sorted(_list(r, "steps:ch")) == ["10:s1", "10:s2", "1:s1", "1:s2"]
