@@ -454,9 +454,10 @@ def test_a_worker_keeps_steps_and_cursors_and_a_producer_reads_them(
     from taskq.testing import drain
     from tests import resumable_tasks
 
-    app = resumable_tasks.app
+    app, saved = resumable_tasks.app, resumable_tasks.app.settings
     app.close()
-    app.settings = app.settings.replace(redis_url=url(server, "producer"), store_results=True)
+    # queue acl: the module's worker serves tasks, and would take these jobs
+    app.settings = saved.replace(redis_url=url(server, "producer"), store_results=True, queue="acl")
     try:
         job, walk = resumable_tasks.reads_s1.delay(), resumable_tasks.walks_stored.delay("x")
         app.close()
@@ -469,3 +470,4 @@ def test_a_worker_keeps_steps_and_cursors_and_a_producer_reads_them(
         assert denials(admin) == []
     finally:
         app.close()
+        app.settings = saved
