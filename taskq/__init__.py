@@ -13,6 +13,7 @@ __version__ = "0.1.0"
 
 from taskq.app import App, current_app, task
 from taskq.canvas import Chain, Chord, Group, Signature, chain, chord, group
+from taskq.checkpoint import CheckpointError
 from taskq.config import Settings
 from taskq.context import JobContext, current_job
 from taskq.deadletter import Deadletter
@@ -41,6 +42,7 @@ from taskq.job import Flow, Job
 from taskq.middleware import Middleware
 from taskq.ops.deadletters import Deadletters
 from taskq.results import JobStatus
+from taskq.resumable import astep, iterate, step
 from taskq.task import Task
 
 __all__ = [
@@ -52,6 +54,7 @@ __all__ = [
     "BrokerUnavailable",
     # workflows
     "Chain",
+    "CheckpointError",
     "Chord",
     "ConfigError",
     # hooks and operations
@@ -83,10 +86,13 @@ __all__ = [
     "TaskqError",
     "UnserializableResult",
     "__version__",
+    "astep",
     "chain",
     "chord",
     "current_app",
     "current_job",
     "group",
+    "iterate",
+    "step",
     "task",
 ]

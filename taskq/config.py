@@ -60,6 +60,8 @@ class SettingsArgs(TypedDict, total=False):
     scale_horizon_s: float
     autoscale_idle_s: float
     validate: bool
+    checkpoint_every_items: int
+    checkpoint_every_ms: int
 
 
 @dataclass(frozen=True)
@@ -111,6 +113,9 @@ class Settings:
         validate: check every task's argument values against its annotations at enqueue
             (a task's own ``validate`` overrides it): pydantic when installed, else a small
             built-in check. See docs/tasks.md, "Argument types".
+        checkpoint_every_items / checkpoint_every_ms: a ``taskq.iterate`` walk saves its
+            cursor after this many items or this long, whichever comes first
+            (docs/resumable.md).
     """
 
     redis_url: str = DEFAULT_REDIS_URL
@@ -138,6 +143,8 @@ class Settings:
     scale_horizon_s: float = 60.0
     autoscale_idle_s: float = 60.0
     validate: bool = False
+    checkpoint_every_items: int = 100
+    checkpoint_every_ms: int = 1_000
 
     def __repr__(self) -> str:
         # Neither the password in the URL nor the signing keys are shown.
@@ -164,6 +171,8 @@ class Settings:
             "result_ttl_s",
             "max_result_bytes",
             "durable_enqueue_timeout_ms",
+            "checkpoint_every_items",
+            "checkpoint_every_ms",
         ):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0")

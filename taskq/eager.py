@@ -23,6 +23,7 @@ from taskq.job import Flow, Job
 from taskq.launch import kind_of, single_result
 from taskq.message import Message, new_job_id
 from taskq.results import decode_value, encode_result
+from taskq.resumable import MemoryStore, bind, finished
 from taskq.retry import policy_for
 from taskq.sending import handle
 
@@ -38,10 +39,13 @@ def run_job(app: Producer, body: bytes) -> Job:
     task = app.get_task(msg.task)
     policy = policy_for(task.options, app.settings)
     token = set_current(JobContext.of(msg, 1, policy.max_attempts, None))
+    store = bind(MemoryStore(app.settings.max_result_bytes))  # steps run, kept in memory
     try:
         value = run_to_end(task, msg.args, msg.kwargs)
     finally:
         reset_current(token)
+        bind(store)
+        finished(msg.id)
     if msg.recorded:
         value = decode_value(encode_result(value, max_bytes=app.settings.max_result_bytes))
     return dataclasses.replace(handle(app, msg, None), eager_value=(value,))

@@ -156,6 +156,11 @@ class QueueKeys:
         """Status record of one job that stores its result (a hash; it expires)."""
         return f"{self.queue}:job:{job_id}"
 
+    def steps(self, job_id: str) -> str:
+        """A resumable job's steps and cursors (a hash: :mod:`taskq.checkpoint`); it lives
+        while the job does and expires ``result_ttl_s`` after the job ends."""
+        return f"{self.queue}:steps:{job_id}"
+
     def done(self, job_id: str) -> str:
         """A one-element list that appears when the job ends: ``result()`` blocks on it."""
         return f"{self.queue}:done:{job_id}"

@@ -43,6 +43,7 @@ class TaskOptionArgs(TypedDict, total=False):
     concurrency_limit: int
     limit_key: Callable[..., Any]
     validate: bool
+    max_run_s: float
     time_limit: float
     soft_time_limit: float
     retry_backoff: int
@@ -86,6 +87,9 @@ class TaskOptions:
     """Called with the job's arguments: one limit (rate, concurrency) per value it returns."""
     validate: bool | None = None
     """Check argument values against the annotations at enqueue (None: the app's setting)."""
+    max_run_s: float | None = None
+    """An iterating job (``taskq.iterate``) that ran this long saves its cursor and goes to
+    the back of its queue, without spending an attempt (docs/resumable.md)."""
 
     def __post_init__(self) -> None:
         check_priority(self.priority)
@@ -93,7 +97,7 @@ class TaskOptions:
             check_queue_name(self.queue)
         if self.max_retries is not None and self.max_retries < 0:
             raise ConfigError("max_retries must be >= 0")
-        for name in ("time_limit_s", "soft_time_limit_s"):
+        for name in ("time_limit_s", "soft_time_limit_s", "max_run_s"):
             check_seconds(name, getattr(self, name))
         if self.rate_limit is not None:
             Rate.parse(self.rate_limit)

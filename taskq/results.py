@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 import msgpack
 
 from taskq import codec, record
+from taskq.checkpoint import CursorView, StepView
 from taskq.errors import DecodeError, ResultTooLarge, UnserializableResult
 
 WAITING, SCHEDULED, RUNNING, RETRYING = "waiting", "scheduled", "running", "retrying"
@@ -157,6 +158,8 @@ class JobStatus:
         errors: every failed attempt, oldest first; the last one is why a failed job failed.
         result: the stored return value (msgpack), for a succeeded job.
         cause: for a workflow step that failed because an earlier step did, that step.
+        steps / cursors: a resumable job's steps (``taskq.step``) and iterations
+            (``taskq.iterate``), as its steps hash holds them (docs/resumable.md).
     """
 
     job_id: str
@@ -177,6 +180,8 @@ class JobStatus:
     errors: tuple[AttemptError, ...] = ()
     result: bytes | None = None
     cause: Cause | None = None
+    steps: tuple[StepView, ...] = ()
+    cursors: tuple[CursorView, ...] = ()
 
     @property
     def recorded(self) -> bool:
@@ -264,6 +269,8 @@ class JobStatus:
             "errors": [vars(e) for e in self.errors],
             "result": codec.jsonable(self.shown_value),
             "cause": vars(self.cause) if self.cause else None,
+            "steps": [s._asdict() for s in self.steps],
+            "cursors": [c._asdict() for c in self.cursors],
         }
 
 

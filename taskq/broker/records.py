@@ -24,6 +24,7 @@ from taskq import record
 from taskq.broker.link import Link, script_command
 from taskq.broker.replies import as_int, flat_pairs, info_records, pending_rows, redis_ms, text
 from taskq.broker.steps import Pause, Steps, run
+from taskq.checkpoint import views_of
 from taskq.errors import BrokerRefused, BrokerUnavailable
 from taskq.keys import GROUP, PRIORITIES, QueueKeys
 from taskq.results import FINAL, RUNNING, SUCCEEDED, UNKNOWN, WAITING, FlowView, JobStatus
@@ -136,10 +137,19 @@ class Records:
 
 
 def status_steps(queue: str, job_id: str) -> Steps[JobStatus]:
-    """The job's status from its record (``unknown`` when there is none)."""
-    raw, now = yield [("HGETALL", QueueKeys(queue).job(job_id)), ("TIME",)]
+    """The job's status from its record (``unknown`` when there is none), with its steps."""
+    k = QueueKeys(queue)
+    raw, now, steps = yield [("HGETALL", k.job(job_id)), ("TIME",), ("HGETALL", k.steps(job_id))]
     status = JobStatus.from_record(job_id, flat_pairs(raw), redis_ms(now))
+    if steps:
+        status = with_steps(status, flat_pairs(steps))
     return (yield from _taken_steps(status, redis_ms(now)))
+
+
+def with_steps(status: JobStatus, raw: dict[bytes, bytes]) -> JobStatus:
+    """The status with the steps and cursors of its steps hash (HGETALL)."""
+    steps, cursors = views_of(raw)
+    return dataclasses.replace(status, steps=steps, cursors=cursors)
 
 
 def _taken_steps(status: JobStatus, now_ms: int) -> Steps[JobStatus]:
@@ -210,17 +220,26 @@ def entry_status_steps(queue: str, priority: str, job_id: str, entry_id: str) ->
     ``waiting`` (not delivered yet), ``running`` (pending under a consumer),
     ``succeeded`` (acked; finished entries linger until the next trim; a failure removes
     its entry) or ``unknown`` (the entry is gone)."""
-    stream = QueueKeys(queue).stream(priority)
+    k = QueueKeys(queue)
+    stream = k.stream(priority)
     try:
-        rows, pending, groups = yield [
+        rows, pending, groups, steps = yield [
             ("XRANGE", stream, entry_id, entry_id),
             ("XPENDING", stream, GROUP, entry_id, entry_id, 1),
             ("XINFO", "GROUPS", stream),
+            ("HGETALL", k.steps(job_id)),
         ]
     except BrokerRefused:  # no stream or no group
         return JobStatus(job_id, UNKNOWN)
     if not rows:
         return JobStatus(job_id, UNKNOWN)
+    status = _entry_state(job_id, queue, priority, entry_id, pending, groups)
+    return with_steps(status, flat_pairs(steps)) if steps else status
+
+
+def _entry_state(
+    job_id: str, queue: str, priority: str, entry_id: str, pending: Any, groups: Any
+) -> JobStatus:
     held = pending_rows(pending)
     if held:
         return JobStatus(

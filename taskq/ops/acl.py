@@ -139,7 +139,7 @@ def _all_keys(k: QueueKeys) -> tuple[str, ...]:
 def _producer_keys(k: QueueKeys) -> tuple[str, ...]:
     """The keys an enqueue and a result read touch: never the dead letters, retry sets,
     limits, periodic schedules or the worker registry."""
-    ids = ("job", "done", "unique", "chord", "flow")
+    ids = ("job", "done", "unique", "chord", "flow", "steps")  # steps: read by job.status()
     return (*k.streams, k.schedule, k.due, *(f"{k.queue}:{kind}:*" for kind in ids))
 
 

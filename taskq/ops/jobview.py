@@ -24,7 +24,7 @@ def render_job(s: JobStatus, now_ms: int) -> list[str]:
     """The lines ``taskq job ID`` prints."""
     lines = [f"job {s.job_id}: {s.state}"]
     if s.state == UNKNOWN:
-        return lines
+        return lines + checkpoint_lines(s)
     if not s.recorded:
         lines.append("(no status record: the job does not store results; seen from its entry)")
     rows = _rows(s, now_ms)
@@ -36,6 +36,18 @@ def render_job(s: JobStatus, now_ms: int) -> list[str]:
             lines.append(f"    on {e.worker}")
     if s.state == SUCCEEDED:
         lines.append(f"  {'result':<9} {_short(readable(s.shown_value))}")
+    return lines + checkpoint_lines(s)
+
+
+def checkpoint_lines(s: JobStatus) -> list[str]:
+    """A resumable job's steps and iterations, one line each."""
+    lines = []
+    for step in s.steps:
+        error = f" ({step.error})" if step.error else ""
+        lines.append(f"  step {step.name}: {step.state}{error} at {when(step.at_ms)}")
+    for c in s.cursors:
+        end = ", finished" if c.finished else ""
+        lines.append(f"  iteration {c.name}: {c.items:,} items{end}, saved at {when(c.at_ms)}")
     return lines
 
 

@@ -38,6 +38,7 @@ import time
 
 from taskq.broker import Delivery
 from taskq.errors import JobCancelled, SoftTimeLimitExceeded
+from taskq.worker.checkpoints import checkpointing
 from taskq.worker.consumer import Consumer
 from taskq.worker.executor import Prepared
 from taskq.worker.interrupt import interrupt, pending
@@ -56,10 +57,11 @@ def serve(consumer: Consumer) -> None:
     acks and leave the group: on an event loop for an app with ``async def`` tasks (unless
     its ``async_concurrency`` is 0), else in the consumer's sync loop."""
     concurrency = consumer.options.async_concurrency
-    if concurrency > 0 and consumer.executor.has_async_tasks:
-        AsyncRunner(consumer, concurrency).run()
-    else:
-        consumer.run_sync()
+    with checkpointing(consumer):  # the store of taskq.step() and taskq.iterate()
+        if concurrency > 0 and consumer.executor.has_async_tasks:
+            AsyncRunner(consumer, concurrency).run()
+        else:
+            consumer.run_sync()
     consumer.leave()
 
 

@@ -16,11 +16,21 @@ from taskq.flow import needs_result
 from taskq.message import Message, now_ms
 from taskq.middleware import Hooks, arun_around, run_around
 from taskq.results import encode_result
+from taskq.resumable import HandBack
 from taskq.retry import RetryPolicy, policy_for
 from taskq.signing import SignatureError
 from taskq.task import Task
 from taskq.worker.interrupt import interruptible
-from taskq.worker.outcome import CANCELLED, DEAD, EXPIRED, OK, RETRY, Outcome, rejected
+from taskq.worker.outcome import (
+    CANCELLED,
+    DEAD,
+    EXPIRED,
+    OK,
+    RETRY,
+    YIELDED,
+    Outcome,
+    rejected,
+)
 
 if TYPE_CHECKING:
     from taskq.app import App
@@ -150,6 +160,8 @@ class Executor:
             value = p.task.run(msg.args, msg.kwargs)
         except Exception as exc:  # the task's failure, classified below
             return self._failure(p, exc, time.perf_counter() - started)
+        except HandBack as back:  # an iteration saved its cursor and gives the job back
+            return _yielded(p, back, time.perf_counter() - started)
         finally:
             reset_current(token)
         return self._success(p, value, time.perf_counter() - started)
@@ -183,6 +195,8 @@ class Executor:
             value = await interruptible(p.task.run(msg.args, msg.kwargs))
         except Exception as exc:  # the task's failure, classified below
             return self._failure(p, exc, time.perf_counter() - started)
+        except HandBack as back:
+            return _yielded(p, back, time.perf_counter() - started)
         finally:
             reset_current(token)
         return self._success(p, value, time.perf_counter() - started)
@@ -228,6 +242,11 @@ class Executor:
         if isinstance(exc, Retry) and exc.countdown is not None:
             return RETRY, int(exc.countdown * 1000)
         return RETRY, p.policy.delay_ms(p.attempt)
+
+
+def _yielded(p: Prepared, back: HandBack, duration_s: float) -> Outcome:
+    error = f"given back: {back.reason}"
+    return Outcome(YIELDED, p.delivery, p.msg, p.attempt, 0, "HandBack", error, "", duration_s)
 
 
 def _expired(d: Delivery, msg: Message) -> Outcome:

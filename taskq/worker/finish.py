@@ -13,10 +13,12 @@ import logging
 import time
 from collections.abc import Collection, Mapping
 
+from taskq import resumable
 from taskq.broker import Broker, Delivery
+from taskq.broker.checkpoints import Checkpoints
 from taskq.broker.records import Records
 from taskq.deadletter import Deadletter
-from taskq.errors import TaskNotFound
+from taskq.errors import BrokerError, TaskNotFound
 from taskq.flow import Ops, ends_with_writes, on_failure, on_success
 from taskq.message import Message, with_retries
 from taskq.middleware import emit
@@ -25,11 +27,11 @@ from taskq.results import Completion, FailedRun
 from taskq.signing import Signer
 from taskq.worker.executor import Executor, Prepared
 from taskq.worker.limiter import release_ops
-from taskq.worker.outcome import CANCELLED, DEAD, EXPIRED, OK, RETRY, Outcome
+from taskq.worker.outcome import CANCELLED, DEAD, EXPIRED, OK, RETRY, YIELDED, Outcome
 
 logger = logging.getLogger(__name__)
 
-ARROWS = {OK: "←", RETRY: "↻", DEAD: "✗", EXPIRED: "⌛", CANCELLED: "⊘"}
+ARROWS = {OK: "←", RETRY: "↻", DEAD: "✗", EXPIRED: "⌛", CANCELLED: "⊘", YIELDED: "⇥"}
 
 
 class Finisher:
@@ -56,6 +58,8 @@ class Finisher:
         """Record a run's fate (a success's ack is queued), log it and tell middleware."""
         d = o.delivery
         release = self._release(o)
+        if resumable.in_progress and o.msg is not None and resumable.finished(o.msg.id):
+            self._end_checkpoints(o)
         if o.kind == OK:
             self.acks.append(d)
             msg = o.msg
@@ -92,6 +96,8 @@ class Finisher:
                 failed=failed,
                 ops=frees,
             )
+        elif o.kind == YIELDED and o.msg is not None:
+            self._give_back(o, release, owner)
         elif o.kind in (EXPIRED, CANCELLED):
             ttl, writes = self._ttl_ms(o.msg), _failure_ops(o, release, self._signer)
             self.broker.drop(d, owner=owner, state=o.kind, record_ttl_ms=ttl, ops=writes)
@@ -101,6 +107,30 @@ class Finisher:
             self.broker.deadletter(d, owner=owner, entry=entry, record_ttl_ms=ttl, ops=writes)
         log_outcome(o)
         emit(self.executor.app.middleware, "after_job", o)
+
+    def _give_back(self, o: Outcome, release: Ops | None, owner: str) -> None:
+        """A resumable job gave itself back: to the back of its stream, its attempt unspent
+        (a job holding a concurrency slot goes through its retry set, which frees the slot)."""
+        assert o.msg is not None
+        d = o.delivery
+        body = with_retries(d.body or b"", o.attempt - 1, self._signer)
+        if release:
+            frees = (release.packed(), release.keys)
+            self.broker.park(d, owner=owner, task=o.msg.task, body=body, delay_ms=0, ops=frees)
+        else:
+            self.broker.requeue(d, task=o.msg.task, body=body, owner=owner)
+
+    def _end_checkpoints(self, o: Outcome) -> None:
+        """The steps hash of a job that ended lives as long as its record would. (Left at its
+        longer TTL if the job runs again, or if Redis fails now: a job's end does not wait
+        for this.)"""
+        msg = o.msg
+        if msg is None or o.kind in (RETRY, YIELDED):
+            return
+        try:
+            Checkpoints(self.broker.link, "").expire(msg.queue, msg.id, self._ttl_ms(msg))
+        except BrokerError as exc:
+            logger.warning("job %s: the TTL of its steps was not set: %s", msg.id, exc)
 
     def _release(self, o: Outcome) -> Ops | None:
         """The write that frees the job's concurrency slot, for a task that has the limit."""

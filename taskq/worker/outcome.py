@@ -18,6 +18,9 @@ OK, RETRY, DEAD = "ok", "retry", "dead"
 EXPIRED, CANCELLED = "expired", "cancelled"
 """Outcomes of jobs that did not run to an end: not started before their ``expires`` time;
 cancelled while running. Counted per queue in Redis (``<queue>:counts``), not per worker."""
+YIELDED = "yielded"
+"""A resumable job gave itself back (warm shutdown, ``max_run_s``): it goes to the back of
+its queue without spending an attempt (docs/resumable.md). Not counted."""
 
 
 class Outcome(NamedTuple):
@@ -75,6 +78,7 @@ COUNTED: dict[str, tuple[str, ...]] = {
     DEAD: ("failed", "dead"),
     EXPIRED: (),
     CANCELLED: (),
+    YIELDED: (),
 }
 """Which counters an outcome bumps (also the metric names exporters use)."""
 COUNTERS = tuple(f.name for f in fields(JobCounts))

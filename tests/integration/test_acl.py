@@ -447,3 +447,28 @@ def _without_workers_jobs_are_cancelled_and_purged(op: Callable[..., str]) -> No
     assert op("job", "cancel", waiting.id, "-Q", "acl") == f"{waiting.id}: cancelled\n"
     acl_tasks.add.starmap([(1, 1)] * 3)
     assert op("purge", "acl", "-y").startswith("removed ")  # and any tick left behind
+
+
+def test_a_worker_keeps_steps_and_cursors_and_a_producer_reads_them(
+    server: RedisServer, admin: redis.Redis
+) -> None:
+    from taskq.testing import drain
+    from tests import resumable_tasks
+
+    app, saved = resumable_tasks.app, resumable_tasks.app.settings
+    app.close()
+    # queue acl: the module's worker serves tasks, and would take these jobs
+    app.settings = saved.replace(redis_url=url(server, "producer"), store_results=True, queue="acl")
+    try:
+        job, walk = resumable_tasks.reads_s1.delay(), resumable_tasks.walks_stored.delay("x")
+        app.close()
+        app.settings = app.settings.replace(redis_url=url(server, "worker"))
+        drain(app)  # as taskq-worker: the fenced writes and the end's TTL
+        app.close()
+        app.settings = app.settings.replace(redis_url=url(server, "producer"))
+        assert [s.state for s in job.status().steps] == ["done"]
+        assert [c.items for c in walk.status().cursors] == [10]
+        assert denials(admin) == []
+    finally:
+        app.close()
+        app.settings = saved

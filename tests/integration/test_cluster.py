@@ -388,3 +388,26 @@ def test_every_script_ran_on_the_cluster(
             exists = r.script_exists(*(script_sha(n) for n in scripts))
         loaded |= {n for n, there in zip(scripts, exists, strict=True) if there}
     assert set(scripts) - loaded == set()
+
+
+def test_resumable_steps_and_iterations(capp: Callable[..., App]) -> None:
+    import taskq
+    from taskq import current_job
+
+    app = capp("{tasks}", store_results=True, retry_backoff_ms=10)
+    calls: list[str] = []
+
+    @app.task(max_retries=1)
+    def resumable() -> list[Any]:
+        value = taskq.step("a", lambda: calls.append("a") or 1)
+        rows = list(taskq.iterate("rows", lambda c: ([c or 0, 1], None)))
+        job = current_job()
+        if job is not None and job.attempt == 1:
+            raise RuntimeError("once")
+        return [value, rows]
+
+    job = resumable.delay()
+    drain(app, wait_for_retries=True, timeout_s=20)
+    assert job.result(timeout=2) == [1, []] and calls == ["a"]  # the walk ended in run 1
+    status = job.status()
+    assert [s.state for s in status.steps] == ["done"] and status.cursors[0].finished

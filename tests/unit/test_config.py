@@ -80,6 +80,8 @@ WRONG_TYPES = {
     "target_time_to_start_s": "10",
     "scale_horizon_s": None,
     "autoscale_idle_s": [60],
+    "checkpoint_every_items": "100",
+    "checkpoint_every_ms": 1.5,
 }
 
 

@@ -38,6 +38,7 @@ KEY_KINDS = {
     ("_record", "fresh_record", "rec"): "record",
     ("_record", "finish_record", "rec"): "record",
     ("cancel", MAIN, "rec"): "record",
+    ("checkpoint", MAIN, "KEYS[2]"): "steps",
     ("cancel", MAIN, "KEYS[11]"): "counts",
     ("cancel", "pass_on_slot", "rec"): "record",
     ("deadletter_retry", MAIN, "KEYS[3]"): "record",
@@ -59,7 +60,7 @@ KEY_KINDS = {
 }
 """Every key of a hash command in the scripts: a job's record, or another hash (the queue's
 counts, a chord's state, a workflow's record, a worker's heartbeat record, the periodic
-schedules)."""
+schedules, a resumable job's steps)."""
 
 DYNAMIC = {
     ("fetch", "unpack(ids)"): "XACK",
