@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 import msgpack
 
+from taskq import codec
 from taskq.errors import TaskqError
 
 STEP, VALUE, CURSOR = "s:", "v:", "c:"
@@ -84,13 +85,15 @@ def check_name(name: object) -> str:
 
 
 def pack(value: Any, *, max_bytes: int, what: str) -> bytes:
-    """``value`` in msgpack, checked against ``max_bytes`` (``what`` names it in errors).
+    """``value`` in msgpack with taskq's extension types (a datetime, Decimal or tuple comes
+    back as itself, as in arguments and results), checked against ``max_bytes`` (``what``
+    names it in errors).
 
     Raises:
         CheckpointError: msgpack cannot encode it, or it is too large.
     """
     try:
-        raw: bytes = msgpack.packb(value, use_bin_type=True)
+        raw = codec.packb(value)
     except (TypeError, ValueError, OverflowError) as exc:
         raise CheckpointError(
             f"{what} ({type(value).__name__}) is not msgpack-serializable: {exc}"
@@ -112,7 +115,7 @@ def unpack(raw: object, *, what: str) -> Any:
     if not isinstance(raw, bytes):
         raise CheckpointError(f"{what}: stored value is {type(raw).__name__}, not bytes")
     try:
-        return msgpack.unpackb(raw, raw=False, strict_map_key=False)
+        return codec.unpackb(raw)
     except Exception as exc:  # any decoder failure is bad stored data, not a worker bug
         raise CheckpointError(f"{what}: stored value does not decode ({exc})") from None
 

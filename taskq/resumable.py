@@ -162,8 +162,8 @@ def _now_ms() -> int:
 def step(name: str, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
     """Run ``fn(*args, **kwargs)`` once per job; later attempts get its stored value.
 
-    The value is stored (msgpack) when ``fn`` returns, and returned as stored (decoded from
-    msgpack, so a tuple comes back as a list, on the first run as on later ones).
+    The value is stored (msgpack, with the extension types arguments use: docs/protocol.md)
+    when ``fn`` returns, and returned as stored, on the first run as on later ones.
 
     Raises:
         CheckpointError: outside a task; ``name`` used twice in this run; the value cannot be

@@ -205,7 +205,7 @@ def test_eager_mode_runs_steps_and_iterations() -> None:
         rows = list(taskq.iterate("rows", lambda c: ([c or 0, 1], None)))
         return [a, rows]
 
-    assert job.delay().result() == [[1, 2], [0, 1]]
+    assert job.delay().result() == [(1, 2), [0, 1]]
     assert calls == ["a"]
 
 

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import re
+import uuid
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -43,7 +47,26 @@ def test_eager_steps_return_what_is_stored_and_iterate_walks_every_page() -> Non
         value = taskq.step("t", lambda: (1, "a"))
         return [value, list(taskq.iterate("rows", pages.__getitem__))]
 
-    assert _eager(job) == [[1, "a"], [1, 2, 3]]
+    assert _eager(job) == [(1, "a"), [1, 2, 3]]
+
+
+def test_step_values_and_cursors_carry_the_types_arguments_carry() -> None:
+    when = dt.datetime(2026, 3, 8, 1, 30, tzinfo=ZoneInfo("America/New_York"))
+    value = (Decimal("-0.00"), when, uuid.UUID(int=7), frozenset({1}))
+    pages = {None: ([1], (when, 2)), (when, 2): ([2], None)}
+    seen: list[Any] = []
+
+    def fetch(cursor: Any) -> Any:
+        seen.append(cursor)
+        return pages[cursor]
+
+    def job() -> Any:
+        return [taskq.step("t", lambda: value), list(taskq.iterate("rows", fetch))]
+
+    got = _eager(job)
+    assert got == [value, [1, 2]]
+    assert got[0][1].tzinfo == ZoneInfo("America/New_York")
+    assert seen == [None, (when, 2)]
 
 
 def test_an_async_step_awaits_its_function() -> None:
