@@ -20,6 +20,7 @@ from taskq.errors import (
     BrokerError,
     BrokerRefused,
     BrokerUnavailable,
+    ChunkTooLarge,
     ConfigError,
     DecodeError,
     EnqueueError,
@@ -53,6 +54,7 @@ __all__ = [
     # workflows
     "Chain",
     "Chord",
+    "ChunkTooLarge",
     "ConfigError",
     # hooks and operations
     "Deadletter",

@@ -56,6 +56,10 @@ class SettingsArgs(TypedDict, total=False):
     durable_enqueue: bool
     durable_enqueue_timeout_ms: int
     partitions: Mapping[str, int]
+    output_max_chunks: int
+    output_max_chunk_bytes: int
+    log_max_bytes: int
+    telemetry_ttl_s: int
 
 
 @dataclass(frozen=True)
@@ -98,6 +102,13 @@ class Settings:
             that one busy queue spreads over the shards of a Redis Cluster. Producers spread
             its jobs round robin (or by ``partition_key=``), workers read every partition.
             See docs/scaling.md.
+        output_max_chunks: a job's output stream keeps its last this many chunks (older
+            ones are trimmed; ``XADD MAXLEN ~``, so a few more may stay).
+        output_max_chunk_bytes: ``emit`` refuses a chunk larger than this when encoded.
+        log_max_bytes: a job keeps its newest log records up to this many bytes; older ones
+            are dropped and counted.
+        telemetry_ttl_s: a running job's progress, output and logs expire this long after
+            their last write; once it ends, ``result_ttl_s`` after it. See docs/telemetry.md.
     """
 
     redis_url: str = DEFAULT_REDIS_URL
@@ -121,6 +132,10 @@ class Settings:
     durable_enqueue: bool = False
     durable_enqueue_timeout_ms: int = 1_000
     partitions: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    output_max_chunks: int = 10_000
+    output_max_chunk_bytes: int = 1024 * 1024
+    log_max_bytes: int = 64 * 1024
+    telemetry_ttl_s: int = 86_400
 
     def __repr__(self) -> str:
         # Neither the password in the URL nor the signing keys are shown.
@@ -147,6 +162,10 @@ class Settings:
             "result_ttl_s",
             "max_result_bytes",
             "durable_enqueue_timeout_ms",
+            "output_max_chunks",
+            "output_max_chunk_bytes",
+            "log_max_bytes",
+            "telemetry_ttl_s",
         ):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0")

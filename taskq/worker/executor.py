@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 import time
@@ -21,6 +22,7 @@ from taskq.signing import SignatureError
 from taskq.task import Task
 from taskq.worker.interrupt import interruptible
 from taskq.worker.outcome import CANCELLED, DEAD, EXPIRED, OK, RETRY, Outcome, rejected
+from taskq.worker.telemetry import Telemetry
 
 if TYPE_CHECKING:
     from taskq.app import App
@@ -59,6 +61,8 @@ class Executor:
         self._policies: dict[str, RetryPolicy] = {}
         self._around = Hooks(app.middleware, "around_job")
         self._around_async = Hooks(app.middleware, "around_async_job")
+        self.telemetry = Telemetry(lambda: app.link, app.settings)
+        """The jobs' progress, output and logs (nothing is sent for a job that has none)."""
 
     @property
     def has_async_tasks(self) -> bool:
@@ -136,11 +140,16 @@ class Executor:
 
     def execute(self, p: Prepared) -> Outcome:
         """Run the task with its job context set; never raises for a task's exception."""
-        job = JobContext.of(p.msg, p.attempt, p.policy.max_attempts, p.delivery.entry_id)
+        job = self._context(p)
         hooks = self._around()
-        if hooks:
-            return run_around(hooks, job, lambda: self._run(p, job))
-        return self._run(p, job)
+        outcome = run_around(hooks, job, lambda: self._run(p, job)) if hooks else self._run(p, job)
+        if self.telemetry.used_by(job):
+            self.telemetry.end(job, outcome.kind)
+        return outcome
+
+    def _context(self, p: Prepared) -> JobContext:
+        d = p.delivery
+        return JobContext.of(p.msg, p.attempt, p.policy.max_attempts, d.entry_id, self.telemetry)
 
     def _run(self, p: Prepared, job: JobContext) -> Outcome:
         msg = p.msg
@@ -169,11 +178,15 @@ class Executor:
     async def aexecute(self, p: Prepared) -> Outcome:
         """:meth:`execute` for an ``async def`` task, in the asyncio task that runs the job
         (its context holds the job's ``current_job()``)."""
-        job = JobContext.of(p.msg, p.attempt, p.policy.max_attempts, p.delivery.entry_id)
+        job = self._context(p)
         hooks = self._around_async()
-        if hooks:
-            return await arun_around(hooks, job, lambda: self._arun(p, job))
-        return await self._arun(p, job)
+        run = (
+            self._arun(p, job) if not hooks else arun_around(hooks, job, lambda: self._arun(p, job))
+        )
+        outcome = await run
+        if self.telemetry.used_by(job):  # (its final flush waits in a thread, not the loop)
+            await asyncio.to_thread(self.telemetry.end, job, outcome.kind)
+        return outcome
 
     async def _arun(self, p: Prepared, job: JobContext) -> Outcome:
         msg = p.msg

@@ -67,6 +67,10 @@ WRONG_TYPES = {
     "durable_enqueue": None,
     "durable_enqueue_timeout_ms": 1.0,
     "partitions": 3,
+    "output_max_chunks": "10000",
+    "output_max_chunk_bytes": 1.5,
+    "log_max_bytes": None,
+    "telemetry_ttl_s": 3600.0,
 }
 
 

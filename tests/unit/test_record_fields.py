@@ -54,12 +54,14 @@ KEY_KINDS = {
     ("slot", MAIN, "KEYS[#KEYS]"): "counts",
     ("slot", MAIN, "KEYS[5]"): "record",
     ("start", MAIN, "rec"): "record",
+    ("telemetry", MAIN, "KEYS[1]"): "progress",
+    ("telemetry", MAIN, "KEYS[4]"): "logsize",
     ("unique", MAIN, "KEYS[rec]"): "record",
     ("watch", MAIN, "KEYS[1]"): "record",
 }
 """Every key of a hash command in the scripts: a job's record, or another hash (the queue's
 counts, a chord's state, a workflow's record, a worker's heartbeat record, the periodic
-schedules)."""
+schedules, a job's telemetry progress and log counters)."""
 
 DYNAMIC = {
     ("fetch", "unpack(ids)"): "XACK",
