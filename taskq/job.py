@@ -19,7 +19,15 @@ from taskq.errors import (
     TaskFailed,
 )
 from taskq.results import CANCELLED, EXPIRED, FAILED, FINAL, SUCCEEDED, UNKNOWN, JobStatus
-from taskq.telemetry import Chunk, Logs, OutputReader, Progress, logs_steps, progress_steps
+from taskq.telemetry import (
+    Chunk,
+    Follower,
+    Logs,
+    OutputReader,
+    Progress,
+    logs_steps,
+    progress_steps,
+)
 
 if TYPE_CHECKING:
     from taskq.broker.alink import AsyncLink
@@ -168,6 +176,11 @@ class Job:
         if self.eager_value is not None:
             return Logs((), 0)
         return await arun(self._app().alink, logs_steps(self.queue, self.id))
+
+    def follower(self, slice_s: float = 0.2) -> Follower:
+        """The job's telemetry as live events (``taskq job --follow``, the dashboard): drive
+        its ``next_steps()`` with ``taskq.broker.steps.run`` or ``arun``."""
+        return Follower(self.queue, self.id, self._status_steps, slice_s=slice_s)
 
     def _reader(self, after: str | None, timeout: float | None) -> OutputReader:
         return OutputReader(self.queue, self.id, self._status_steps, after=after, timeout_s=timeout)

@@ -163,10 +163,16 @@ def logs_steps(queue: str, job_id: str) -> Steps[Logs]:
 
 
 def counts_steps(queue: str, job_id: str) -> Steps[tuple[int, int]]:
-    """How many entries the job's output stream and log list hold (an end entry counts)."""
+    """How many chunks the job's output stream holds (its end entry aside) and how many log
+    records it keeps."""
     k = QueueKeys(queue)
-    chunks, lines = yield [("XLEN", k.output(job_id)), ("LLEN", k.logs(job_id))]
-    return as_int(chunks), as_int(lines)
+    length, last, lines = yield [
+        ("XLEN", k.output(job_id)),
+        ("XREVRANGE", k.output(job_id), "+", "-", "COUNT", 1),
+        ("LLEN", k.logs(job_id)),
+    ]
+    ended = any(END_FIELD in fields for _, fields in entries(last))
+    return as_int(length) - int(ended), as_int(lines)
 
 
 READ_SLICE_S = 1.0
@@ -204,6 +210,8 @@ class OutputReader:
         self.after = after or "0-0"
         self.deadline = math.inf if timeout_s is None else time.monotonic() + timeout_s
         self.ended = False
+        self.end_state: str | None = None
+        """The state its end entry names (None: it ended without one)."""
 
     def next_steps(self) -> Steps[list[Chunk]]:
         """The next chunks, in order; an empty list once the stream has ended.
@@ -212,17 +220,21 @@ class OutputReader:
             ResultTimeout: the reader's timeout passed before the job ended.
         """
         while not self.ended:
-            left_s = self.deadline - time.monotonic()
-            if left_s <= 0:
-                raise ResultTimeout(f"job {self.job_id}: its output had not ended in time")
-            block_ms = max(1, int(min(left_s, READ_SLICE_S) * 1000))
-            chunks = yield from self._read_steps(block_ms)
+            chunks = yield from self.poll_steps(READ_SLICE_S)
             if chunks:
                 return chunks
-            if not self.ended and (yield from self._job_over_steps()):
-                self.ended = True
-                return (yield from self._read_steps(None))  # (what came meanwhile)
         return []
+
+    def poll_steps(self, slice_s: float) -> Steps[list[Chunk]]:
+        """One blocking read of at most ``slice_s``: the chunks that came (maybe none)."""
+        left_s = self.deadline - time.monotonic()
+        if left_s <= 0:
+            raise ResultTimeout(f"job {self.job_id}: its output had not ended in time")
+        chunks = yield from self._read_steps(max(1, int(min(left_s, slice_s) * 1000)))
+        if not chunks and not self.ended and (yield from self._job_over_steps()):
+            self.ended = True
+            return (yield from self._read_steps(None))  # (what came meanwhile)
+        return chunks
 
     def _read_steps(self, block_ms: int | None) -> Steps[list[Chunk]]:
         block = () if block_ms is None else ("BLOCK", block_ms)
@@ -234,6 +246,7 @@ class OutputReader:
             chunk = parse_chunk(entry_id, fields)
             if chunk is None:
                 self.ended = True
+                self.end_state = text(fields[END_FIELD])
                 break
             chunks.append(chunk)
         return chunks
@@ -249,3 +262,57 @@ class OutputReader:
         except BrokerRefused:
             return False
         return not exists
+
+
+class Follower:
+    """A job's telemetry as a live sequence of events, for ``taskq job ID --follow`` and the
+    dashboard's live view: each call of :meth:`next_steps` blocks on the output stream for at
+    most ``slice_s``, then returns the progress if it changed, the new log records and the
+    new chunks; after the job's end, one last ``("end", state)``.
+
+    Events: ``("progress", Progress)``, ``("log", LogRecord)``, ``("chunk", Chunk)``,
+    ``("end", str)``.
+    """
+
+    def __init__(self, queue: str, job_id: str, status: Any, *, slice_s: float = 0.2) -> None:
+        self.queue, self.job_id, self.status = queue, job_id, status
+        self.reader = OutputReader(queue, job_id, status)
+        self.slice_s = slice_s
+        self.progress: Progress | None = None
+        self.logs_seen = 0
+        """Log records seen so far, dropped ones included (the list is trimmed at its head)."""
+        self.done = False
+
+    def next_steps(self) -> Steps[list[tuple[str, Any]]]:
+        """The next events (maybe none); an empty list and :attr:`done` once it ended."""
+        if self.done:
+            return []
+        chunks = yield from self.reader.poll_steps(self.slice_s)
+        events: list[tuple[str, Any]] = []
+        progress = yield from progress_steps(self.queue, self.job_id)
+        if progress is not None and progress != self.progress:
+            self.progress = progress
+            events.append(("progress", progress))
+        events += [("log", r) for r in (yield from self._new_logs_steps())]
+        events += [("chunk", c) for c in chunks]
+        if self.reader.ended:
+            self.done = True
+            state = self.reader.end_state
+            if state is None:
+                state = (yield from self.status()).state
+            events.append(("end", state))
+        return events
+
+    def _new_logs_steps(self) -> Steps[list[LogRecord]]:
+        k = QueueKeys(self.queue)
+        length, counters = yield [
+            ("LLEN", k.logs(self.job_id)),
+            ("HGETALL", k.logsize(self.job_id)),
+        ]
+        total = as_int(length) + max(0, as_int(flat_pairs(counters).get(b"dropped")))
+        new = min(total - self.logs_seen, as_int(length))
+        if new <= 0:
+            return []
+        self.logs_seen = total
+        [items] = yield [("LRANGE", k.logs(self.job_id), -new, -1)]
+        return list(parse_logs(items, []).records)

@@ -208,3 +208,16 @@ def test_an_async_reader_leaves_the_event_loop_responsive(
     got, late_ms = asyncio.run(main())
     assert [c.value for c in got] == [f"token {i}" for i in range(300)]
     assert late_ms < 50, late_ms
+
+
+def test_job_follow_prints_progress_chunks_logs_and_the_outcome(
+    start_worker: StartWorker, tapp: App, r: redis.Redis, redis_url: str
+) -> None:
+    start_worker("-A", APP, "-c", "1")
+    job = tt.chatter.delay(30, 5.0)
+    out = CliRunner().invoke(main, ["job", job.id, "--follow"], env={"TASKQ_REDIS_URL": redis_url})
+    assert out.exit_code == 0, out.output
+    lines = out.output.splitlines()
+    assert [x for x in lines if x.startswith("[1] ")] == [f"[1] {i}" for i in range(30)]
+    assert "progress 30/30 (100%) chunk 29" in lines
+    assert lines.index("ended: succeeded") < lines.index(f"job {job.id}: succeeded")
