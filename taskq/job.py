@@ -177,10 +177,11 @@ class Job:
             return Logs((), 0)
         return await arun(self._app().alink, logs_steps(self.queue, self.id))
 
-    def follower(self, slice_s: float = 0.2) -> Follower:
-        """The job's telemetry as live events (``taskq job --follow``, the dashboard): drive
-        its ``next_steps()`` with ``taskq.broker.steps.run`` or ``arun``."""
-        return Follower(self.queue, self.id, self._status_steps, slice_s=slice_s)
+    def follower(self, slice_s: float = 0.2, *, after: str | None = None) -> Follower:
+        """The job's telemetry as live events (``taskq job --follow``, the dashboard), its
+        chunks from after ``after``: drive its ``next_steps()`` with
+        ``taskq.broker.steps.run`` or ``arun``."""
+        return Follower(self.queue, self.id, self._status_steps, slice_s=slice_s, after=after)
 
     def _reader(self, after: str | None, timeout: float | None) -> OutputReader:
         return OutputReader(self.queue, self.id, self._status_steps, after=after, timeout_s=timeout)

@@ -141,9 +141,11 @@ def _number(raw: Any) -> float | None:
     value = text(raw)
     try:
         number = float(value)
-        return int(value) if value.lstrip("-").isdigit() else number
     except ValueError:
         return None
+    if not math.isfinite(number):
+        return None
+    return int(value) if value.lstrip("-").isdigit() else number
 
 
 # -- reading ------------------------------------------------------------------------------
@@ -274,9 +276,17 @@ class Follower:
     ``("end", str)``.
     """
 
-    def __init__(self, queue: str, job_id: str, status: Any, *, slice_s: float = 0.2) -> None:
+    def __init__(
+        self,
+        queue: str,
+        job_id: str,
+        status: Any,
+        *,
+        slice_s: float = 0.2,
+        after: str | None = None,
+    ) -> None:
         self.queue, self.job_id, self.status = queue, job_id, status
-        self.reader = OutputReader(queue, job_id, status)
+        self.reader = OutputReader(queue, job_id, status, after=after)
         self.slice_s = slice_s
         self.progress: Progress | None = None
         self.logs_seen = 0
