@@ -203,7 +203,11 @@ class Executor:
     def interrupted(self, p: Prepared, exc: Exception, duration_s: float) -> Outcome:
         """The outcome of an async run interrupted (soft limit, cancel) outside the task's
         own code (in a middleware hook, or before it started)."""
-        return self._failure(p, exc, duration_s)
+        outcome = self._failure(p, exc, duration_s)
+        job = self._context(p)
+        if self.telemetry.used_by(job):  # (rare: its final flush is sent from the loop)
+            self.telemetry.end(job, outcome.kind)
+        return outcome
 
     def _failure(self, p: Prepared, exc: Exception, duration_s: float) -> Outcome:
         kind, delay_ms = self._decide(p, exc)

@@ -288,12 +288,9 @@ class _JobLogs(logging.Handler):
         self.handle(record)
 
 
-_capture: _JobLogs | None = None
-
-
 def install_log_capture() -> None:
-    """Put the job-log handler on the root logger (once per process)."""
-    global _capture
-    if _capture is None:
-        _capture = _JobLogs()
-        logging.getLogger().addHandler(_capture)
+    """Put the job-log handler on the root logger, unless it is there (once per process;
+    again if logging was configured since, which replaces the root's handlers)."""
+    root = logging.getLogger()
+    if not any(isinstance(h, _JobLogs) for h in root.handlers):
+        root.addHandler(_JobLogs())

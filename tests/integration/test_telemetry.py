@@ -24,6 +24,7 @@ from taskq.testing import drain
 from taskq.worker.telemetry import Telemetry
 from tests import telemetry_tasks as tt
 from tests.conftest import WorkerProcess, wait_until
+from tests.redis_server import RedisServer
 
 pytestmark = pytest.mark.integration
 
@@ -221,3 +222,43 @@ def test_job_follow_prints_progress_chunks_logs_and_the_outcome(
     assert [x for x in lines if x.startswith("[1] ")] == [f"[1] {i}" for i in range(30)]
     assert "progress 30/30 (100%) chunk 29" in lines
     assert lines.index("ended: succeeded") < lines.index(f"job {job.id}: succeeded")
+
+
+def test_the_docs_example_runs_as_shown(
+    redis_url: str,
+    r: redis.Redis,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import re
+    from pathlib import Path
+
+    page = (Path(__file__).parents[2] / "docs" / "telemetry.md").read_text()
+    block = re.search(r"```python\n(.*?)```", page, re.S)
+    assert block is not None
+    monkeypatch.setenv("TASKQ_REDIS_URL", redis_url)
+    namespace: dict[str, object] = {"__name__": "docs_telemetry"}
+    exec(compile(block.group(1), "docs/telemetry.md", "exec"), namespace)
+    namespace["app"].close()  # type: ignore[attr-defined]
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("Progress(done=3, total=3, message='rendering', updated_ms=")
+    assert out[1:] == ["['row 0', 'row 1', 'row 2']", "['report of 3 rows done']"]
+
+
+def test_telemetry_survives_a_redis_restart_with_aof(aof_server: RedisServer) -> None:
+    # Given: a job's progress, chunks and logs written to a server persisting to an AOF.
+    app = App(aof_server.url, store_results=True)
+    try:
+        task = app.task(tt.chatter.fn, name="tests.telemetry_tasks.chatter_aof")
+        job = task.delay(5, 0.0)
+        drain(app)
+        assert [c.value for c in job.stream(timeout=5)] == list(range(5))
+        # When: Redis stops (the AOF fsynced) and starts again on the same data.
+        aof_server.stop()
+        aof_server.start()
+        # Then: everything is read back as it was.
+        assert [c.value for c in job.stream(timeout=5)] == list(range(5))
+        p = job.progress()
+        assert p is not None and (p.done, p.total) == (5, 5)
+    finally:
+        app.close()
