@@ -1,7 +1,7 @@
 """Live job telemetry as readers see it: progress, the output stream and the kept logs of a
 job, their one wire format (docs/telemetry.md), and the exchanges that read them.
 
-The worker's child writes them (``taskq/worker/telemetry.py``, one script, ``telemetry.lua``);
+The worker's child writes them (``taskq/worker/telemetry.py``);
 everything here reads. What is read is untrusted (any process with write access to the keys
 may have put anything there), so each value is checked and a malformed one is skipped or
 shown as it is, never raised.
@@ -70,13 +70,12 @@ class Logs(NamedTuple):
 def progress_fields(
     done: float, total: float | None, message: str | None, at_ms: int, attempt: int
 ) -> list[Any]:
-    """The progress hash as written: field, value, field, value..."""
-    out: list[Any] = ["done", repr(done), "updated_ms", at_ms, "attempt", attempt]
-    if total is not None:
-        out += ["total", repr(total)]
-    if message is not None:
-        out += ["message", message[:MAX_MESSAGE_CHARS]]
-    return out
+    """The progress hash as written (field, value, ...): every field, so that one ``HSET``
+    replaces the last value whole (``total`` and ``message`` empty when there is none)."""
+    return [
+        "done", repr(done), "total", "" if total is None else repr(total),
+        "message", (message or "")[:MAX_MESSAGE_CHARS], "updated_ms", at_ms, "attempt", attempt,
+    ]  # fmt: skip
 
 
 def check_number(name: str, value: object) -> float:
@@ -100,13 +99,8 @@ def parse_progress(raw: Any) -> Progress | None:
     if done is None or b"updated_ms" not in fields:
         return None
     total = _number(fields.get(b"total"))
-    message = fields.get(b"message")
-    return Progress(
-        done,
-        total,
-        text(message)[:MAX_MESSAGE_CHARS] if message is not None else None,
-        as_int(fields.get(b"updated_ms")),
-    )
+    message = text(fields.get(b"message") or b"")[:MAX_MESSAGE_CHARS]
+    return Progress(done, total, message or None, as_int(fields.get(b"updated_ms")))
 
 
 def parse_chunk(entry_id: str, fields: dict[bytes, Any]) -> Chunk | None:

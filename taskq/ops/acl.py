@@ -89,7 +89,7 @@ WORKER_COMMANDS = (
     "exists",
     "pexpire",
     "rpush",  # a job's done list: wakes job.result() waiters
-    "lpop",  # telemetry.lua: a job's oldest log records past its byte cap
+    "lpop",  # telemetry_logs.lua: a job's oldest log records past its byte cap
     "multi",  # a stopping worker leaves the registry in one transaction
     "exec",
 )
