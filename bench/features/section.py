@@ -33,6 +33,7 @@ ORDER = (
     "signing",
     "dashboard",
     "cluster",
+    "telemetry",
 )
 COMMANDS = {key: f".venv/bin/python bench/features/{key}_bench.py" for key in ORDER}
 
