@@ -1,4 +1,5 @@
-"""Run one delivery and classify the outcome: ok, retry or dead. No Redis here."""
+"""Run one delivery and classify the outcome: ok, retry or dead. No Redis of its own (a run that
+reported telemetry has it ended by :mod:`taskq.worker.telemetry`, the one writer)."""
 
 from __future__ import annotations
 
