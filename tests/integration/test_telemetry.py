@@ -46,6 +46,7 @@ def _keys(job_id: str) -> list[str]:
     return [k.progress(job_id), k.output(job_id), k.logs(job_id), k.logsize(job_id)]
 
 
+@pytest.mark.slow
 def test_a_late_reader_gets_every_chunk_in_order_and_a_cut_reader_resumes(
     start_worker: StartWorker, tapp: App, r: redis.Redis
 ) -> None:
@@ -112,6 +113,7 @@ def test_a_tight_progress_loop_writes_at_most_once_per_100_ms(tapp: App, r: redi
     assert r.xrange(_keys("j1")[1])[-1][1][b"end"] == b"succeeded"
 
 
+@pytest.mark.slow
 def test_a_sigkilled_run_leaves_its_chunks_and_the_retry_appends_after_them(
     start_worker: StartWorker, tapp: App, r: redis.Redis
 ) -> None:
