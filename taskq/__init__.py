@@ -21,6 +21,7 @@ from taskq.errors import (
     BrokerError,
     BrokerRefused,
     BrokerUnavailable,
+    ChunkTooLarge,
     ConfigError,
     DecodeError,
     EnqueueError,
@@ -56,6 +57,7 @@ __all__ = [
     "Chain",
     "CheckpointError",
     "Chord",
+    "ChunkTooLarge",
     "ConfigError",
     # hooks and operations
     "Deadletter",

@@ -62,6 +62,10 @@ class SettingsArgs(TypedDict, total=False):
     validate: bool
     checkpoint_every_items: int
     checkpoint_every_ms: int
+    output_max_chunks: int
+    output_max_chunk_bytes: int
+    log_max_bytes: int
+    telemetry_ttl_s: int
 
 
 @dataclass(frozen=True)
@@ -116,6 +120,13 @@ class Settings:
         checkpoint_every_items / checkpoint_every_ms: a ``taskq.iterate`` walk saves its
             cursor after this many items or this long, whichever comes first
             (docs/resumable.md).
+        output_max_chunks: a job's output stream keeps its last this many chunks (older
+            ones are trimmed; ``XADD MAXLEN ~``, so a few more may stay).
+        output_max_chunk_bytes: ``emit`` refuses a chunk larger than this when encoded.
+        log_max_bytes: a job keeps its newest log records up to this many bytes; older ones
+            are dropped and counted.
+        telemetry_ttl_s: a running job's progress, output and logs expire this long after
+            their last write; once it ends, ``result_ttl_s`` after it. See docs/telemetry.md.
     """
 
     redis_url: str = DEFAULT_REDIS_URL
@@ -145,6 +156,10 @@ class Settings:
     validate: bool = False
     checkpoint_every_items: int = 100
     checkpoint_every_ms: int = 1_000
+    output_max_chunks: int = 10_000
+    output_max_chunk_bytes: int = 1024 * 1024
+    log_max_bytes: int = 64 * 1024
+    telemetry_ttl_s: int = 86_400
 
     def __repr__(self) -> str:
         # Neither the password in the URL nor the signing keys are shown.
@@ -173,6 +188,10 @@ class Settings:
             "durable_enqueue_timeout_ms",
             "checkpoint_every_items",
             "checkpoint_every_ms",
+            "output_max_chunks",
+            "output_max_chunk_bytes",
+            "log_max_bytes",
+            "telemetry_ttl_s",
         ):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0")

@@ -4,10 +4,25 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 if TYPE_CHECKING:
+    import logging
+
     from taskq.message import Message
+
+
+class TelemetrySink(Protocol):
+    """Where a running job's telemetry goes: the worker's writer
+    (``taskq.worker.telemetry.Telemetry``); docs/telemetry.md."""
+
+    def progress(
+        self, job: JobContext, done: float, total: float | None, message: str | None
+    ) -> None: ...
+
+    def emit(self, job: JobContext, value: Any) -> None: ...
+
+    def log(self, job: JobContext, record: logging.LogRecord) -> None: ...
 
 
 class JobContext(NamedTuple):
@@ -28,13 +43,46 @@ class JobContext(NamedTuple):
     scheduled_ms: int | None = None
     headers: Mapping[str, str] | None = None
     """What the producer's middleware sent along (a trace context, say)."""
+    sink: TelemetrySink | None = None
+    """Where :meth:`progress`, :meth:`emit` and the job's log records go (None outside a
+    worker, e.g. in eager mode: then they do nothing)."""
 
     @property
     def is_last_attempt(self) -> bool:
         return self.attempt >= self.max_attempts
 
+    def progress(self, done: float, total: float | None = None, message: str | None = None) -> None:
+        """Report how far the job is: ``done`` of ``total`` (numbers), with a message. The
+        latest value wins; writes are coalesced (at most one per 100 ms), so calling it in
+        a tight loop is cheap. Readers: ``job.progress()``.
+
+        Raises:
+            TypeError / ValueError: ``done`` or ``total`` is not a finite number.
+        """
+        if self.sink is not None:
+            self.sink.progress(self, done, total, message)
+
+    def emit(self, value: Any) -> None:
+        """Append ``value`` (any msgpack value: text, bytes, a map) to the job's output
+        stream, in order, marked with this attempt; readers see it within 100 ms
+        (``job.stream()``).
+
+        Raises:
+            ChunkTooLarge: it is over ``output_max_chunk_bytes`` encoded (not written).
+            TypeError: msgpack cannot encode it.
+        """
+        if self.sink is not None:
+            self.sink.emit(self, value)
+
     @classmethod
-    def of(cls, msg: Message, attempt: int, max_attempts: int, entry_id: str | None) -> JobContext:
+    def of(
+        cls,
+        msg: Message,
+        attempt: int,
+        max_attempts: int,
+        entry_id: str | None,
+        sink: TelemetrySink | None = None,
+    ) -> JobContext:
         """The context of a run of ``msg``."""
         return cls(
             msg.id,
@@ -47,6 +95,7 @@ class JobContext(NamedTuple):
             entry_id,
             msg.tick_ms,
             msg.headers,
+            sink,
         )
 
 

@@ -108,6 +108,11 @@ class JobExpired(TaskFailed):
         super().__init__(job_id, "JobExpired", message, task=task)
 
 
+class ChunkTooLarge(TaskqError, ValueError):
+    """``emit`` was given a chunk larger than ``output_max_chunk_bytes`` once encoded; it was
+    not written (the task goes on, and may catch this)."""
+
+
 class ResultError(TaskqError):
     """A task's return value cannot be stored; the job fails with this error instead."""
 

@@ -4,6 +4,7 @@ status, and, for a job that stores its result, the result itself."""
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -19,6 +20,15 @@ from taskq.errors import (
     TaskqError,
 )
 from taskq.results import CANCELLED, EXPIRED, FAILED, FINAL, SUCCEEDED, UNKNOWN, JobStatus
+from taskq.telemetry import (
+    Chunk,
+    Follower,
+    Logs,
+    OutputReader,
+    Progress,
+    logs_steps,
+    progress_steps,
+)
 
 if TYPE_CHECKING:
     from taskq.broker.alink import AsyncLink
@@ -125,6 +135,68 @@ class Job:
             return self.status()
         self._check_stores()
         return self._ended(self._app().records.wait(self.queue, self.id, timeout))
+
+    # -- live telemetry (docs/telemetry.md) ---------------------------------------------
+
+    def progress(self) -> Progress | None:
+        """The latest ``(done, total, message, updated_ms)`` the task reported, or None."""
+        if self.eager_value is not None:
+            return None
+        return run(self._app().link, progress_steps(self.queue, self.id))
+
+    async def aprogress(self) -> Progress | None:
+        """:meth:`progress` for asyncio code."""
+        if self.eager_value is not None:
+            return None
+        return await arun(self._app().alink, progress_steps(self.queue, self.id))
+
+    def stream(self, after: str | None = None, timeout: float | None = None) -> Iterator[Chunk]:
+        """The job's output chunks in order, as they arrive (blocking reads in Redis), until
+        the job ends (success, dead letter, cancel, expiry); chunks written before the call
+        come first. Each :class:`~taskq.telemetry.Chunk` has its ``id``: ``after=`` that id
+        resumes exactly after it (a reader that lost its connection gets the rest).
+
+        Raises:
+            ResultTimeout: ``timeout`` seconds passed before the job ended.
+        """
+        if self.eager_value is not None:
+            return
+        link, reader = self._app().link, self._reader(after, timeout)
+        while chunks := run(link, reader.next_steps()):
+            yield from chunks
+
+    async def astream(
+        self, after: str | None = None, timeout: float | None = None
+    ) -> AsyncIterator[Chunk]:
+        """:meth:`stream` for asyncio code: its reads block in Redis, not the event loop."""
+        if self.eager_value is not None:
+            return
+        link, reader = self._app().alink, self._reader(after, timeout)
+        while chunks := await arun(link, reader.next_steps()):
+            for chunk in chunks:
+                yield chunk
+
+    def logs(self) -> Logs:
+        """The log records kept for the job (``level``, ``time_ms``, ``message``,
+        ``attempt``), oldest first, and how many older ones were dropped."""
+        if self.eager_value is not None:
+            return Logs((), 0)
+        return run(self._app().link, logs_steps(self.queue, self.id))
+
+    async def alogs(self) -> Logs:
+        """:meth:`logs` for asyncio code."""
+        if self.eager_value is not None:
+            return Logs((), 0)
+        return await arun(self._app().alink, logs_steps(self.queue, self.id))
+
+    def follower(self, slice_s: float = 0.2, *, after: str | None = None) -> Follower:
+        """The job's telemetry as live events (``taskq job --follow``, the dashboard), its
+        chunks from after ``after``: drive its ``next_steps()`` with
+        ``taskq.broker.steps.run`` or ``arun``."""
+        return Follower(self.queue, self.id, self._status_steps, slice_s=slice_s, after=after)
+
+    def _reader(self, after: str | None, timeout: float | None) -> OutputReader:
+        return OutputReader(self.queue, self.id, self._status_steps, after=after, timeout_s=timeout)
 
     def _eager_status(self) -> JobStatus:
         return JobStatus(self.id, SUCCEEDED, True, self.task, self.queue, self.priority)

@@ -188,6 +188,26 @@ class QueueKeys:
         worker's master interrupts the run. Expires with the job's record."""
         return f"{self.queue}:cancel:{job_id}"
 
+    def progress(self, job_id: str) -> str:
+        """A running task's latest progress (a hash: ``done``, ``total``, ``message``,
+        ``updated_ms``, ``attempt``); it expires (docs/telemetry.md)."""
+        return f"{self.queue}:progress:{job_id}"
+
+    def output(self, job_id: str) -> str:
+        """A job's output stream: one entry per ``emit`` (``a`` attempt, ``c`` msgpack
+        chunk), capped by length, closed by an ``end`` entry; it expires."""
+        return f"{self.queue}:output:{job_id}"
+
+    def logs(self, job_id: str) -> str:
+        """A job's kept log records (a list of msgpack ``[level, time ms, message,
+        attempt]``), capped by bytes; it expires."""
+        return f"{self.queue}:logs:{job_id}"
+
+    def logsize(self, job_id: str) -> str:
+        """The byte count of :meth:`logs` and how many records were dropped (a hash:
+        ``bytes``, ``dropped``); it expires with them."""
+        return f"{self.queue}:logsize:{job_id}"
+
     @property
     def counts(self) -> str:
         """Hash of the queue's ``expired`` and ``cancelled`` job counts (for inspect)."""

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import logging
+import time
+
 import redis
 
-from taskq import App
+from taskq import App, current_job
 
 app = App()  # configured by TASKQ_* variables set by the test fixtures
 
@@ -33,3 +36,17 @@ def later(n: int) -> None:
 @app.periodic(every=3600)
 def hourly_report() -> None:
     """A schedule for the periodic page."""
+
+
+@app.task(store_result=True)
+def narrates(n: int, gap_s: float) -> int:
+    """Live telemetry for the job page: ``n`` chunks (markup, shown as text), progress to
+    ``n`` and a log line each, ``gap_s`` apart."""
+    job = current_job()
+    assert job is not None
+    for i in range(n):
+        job.emit(f"<b class=injected>chunk {i}</b>")
+        job.progress(i + 1, n, f"step {i + 1}")
+        logging.getLogger(__name__).warning("did <i>%d</i>", i)
+        time.sleep(gap_s)
+    return n

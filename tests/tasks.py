@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 
@@ -370,4 +371,16 @@ def exclusive_stored(n: int, seconds: float) -> int:
     """One at a time, with a status record (so a waiting one can be cancelled)."""
     time.sleep(seconds)
     record(tag="exclusive_stored", n=n)
+    return n
+
+
+@app.task(store_result=True)
+def reports(n: int) -> int:
+    """Live telemetry: ``n`` chunks, progress to ``n``, a log line (docs/telemetry.md)."""
+    job = current_job()
+    assert job is not None
+    for i in range(n):
+        job.emit(i)
+        job.progress(i + 1, n)
+    logging.getLogger(__name__).warning("reported %d", n)
     return n

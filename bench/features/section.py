@@ -34,6 +34,7 @@ ORDER = (
     "dashboard",
     "cluster",
     "resumable",
+    "telemetry",
 )
 COMMANDS = {key: f".venv/bin/python bench/features/{key}_bench.py" for key in ORDER}
 

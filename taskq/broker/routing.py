@@ -36,7 +36,7 @@ def command_keys(command: Command) -> Sequence[Any]:
     name = str(command[0]).upper()
     if name in ("EVALSHA", "EVAL"):
         return command[3 : 3 + int(command[2])]
-    if name == "XREADGROUP":
+    if name in ("XREADGROUP", "XREAD"):
         at = next(i for i, a in enumerate(command) if str(a).upper() == "STREAMS")
         return command[at + 1 : at + 1 + (len(command) - at - 1) // 2]
     if name in ("XGROUP", "XINFO"):

@@ -8,12 +8,14 @@ from typing import Any
 
 import click
 
+from taskq.broker.steps import run
 from taskq.config import check_queue_name
 from taskq.errors import ResultTimeout, TaskFailed
-from taskq.job import Flow
+from taskq.job import Flow, Job
 from taskq.keys import check_job_id
-from taskq.ops.jobview import render_flow, render_job
+from taskq.ops.jobview import render_event, render_flow, render_job
 from taskq.results import CANCELLED, EXPIRED, FAILED, UNKNOWN, JobStatus
+from taskq.telemetry import counts_steps
 
 EXIT_FAILED, EXIT_TIMEOUT = 1, 2
 
@@ -29,6 +31,9 @@ EXIT_FAILED, EXIT_TIMEOUT = 1, 2
 @click.option(
     "--terminate", is_flag=True, help="With cancel: also interrupt the job if it is running."
 )
+@click.option(
+    "--follow", is_flag=True, help="Print its progress, output and logs live until it ends."
+)
 @click.pass_obj
 def job(
     obj: Any,
@@ -38,8 +43,12 @@ def job(
     wait: bool,
     timeout: float | None,
     terminate: bool,
+    follow: bool,
 ) -> None:
     """Show a job: status, task, arguments, attempts with each error, worker, times, result.
+
+    With --follow, first print its progress, output chunks and log lines live until it ends.
+    With --json, its progress and the counts of its chunks and log records are included.
 
     With --wait, wait for it to end (exit 0 succeeded, 1 failed, 2 timed out). Only jobs that
     store their results keep a record; others show what their stream entry tells.
@@ -51,7 +60,18 @@ def job(
         sys.exit(_cancel(obj.app(), words[1], queue, terminate=terminate))
     if len(words) != 1:
         raise click.UsageError("give one job id, or: taskq job cancel JOB_ID")
-    sys.exit(_show_job(obj.app(), words[0], queue, as_json, wait, timeout))
+    if follow:  # (then waits: the end entry comes just before the record's end)
+        _follow(obj.app(), words[0], queue)
+    sys.exit(_show_job(obj.app(), words[0], queue, as_json, wait or follow, timeout))
+
+
+def _follow(app: Any, job_id: str, queue: str | None) -> None:
+    """Print the job's telemetry as it comes, until the job ends (docs/telemetry.md)."""
+    _check(job_id, queue)
+    follower = app.job(job_id, queue=queue).follower()
+    while not follower.done:
+        for kind, value in run(app.link, follower.next_steps()):
+            click.echo(render_event(kind, value))
 
 
 def _show_job(
@@ -73,7 +93,8 @@ def _show_job(
         except ResultTimeout:
             code = EXIT_TIMEOUT
     status = handle.status()
-    _show(status, app.reader.now_ms(), as_json)
+    telemetry = _telemetry(app, handle) if as_json else None
+    _show(status, app.reader.now_ms(), as_json, telemetry)
     if status.state == UNKNOWN:
         click.echo(f"no record of job {job_id} (never stored, expired or forgotten)", err=True)
         code = EXIT_FAILED
@@ -131,9 +152,21 @@ def _show_flow(app: Any, flow: Flow, as_json: bool, wait: bool, timeout: float |
     return code
 
 
-def _show(status: JobStatus, now_ms: int, as_json: bool) -> None:
+def _telemetry(app: Any, handle: Job) -> dict[str, Any]:
+    """The job's progress and the counts of its chunks and log records, for ``--json``."""
+    progress = handle.progress()
+    chunks, lines = run(app.link, counts_steps(handle.queue, handle.id))
+    return {
+        "progress": progress._asdict() if progress is not None else None,
+        "output": {"chunks": chunks, "log_records": lines},
+    }
+
+
+def _show(
+    status: JobStatus, now_ms: int, as_json: bool, telemetry: dict[str, Any] | None = None
+) -> None:
     if as_json:
-        click.echo(json.dumps(status.to_json(), indent=2, default=repr))
+        click.echo(json.dumps({**status.to_json(), **(telemetry or {})}, indent=2, default=repr))
     else:
         for line in render_job(status, now_ms):
             click.echo(line)

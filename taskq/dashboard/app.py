@@ -18,7 +18,7 @@ from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from taskq.app import App
-from taskq.dashboard import actions, pages
+from taskq.dashboard import actions, live, pages
 from taskq.dashboard.pages import Settings, render
 from taskq.dashboard.security import LOGIN_COOKIE, Access
 from taskq.dashboard.views import NotFound, Source
@@ -130,6 +130,7 @@ def routes() -> list[BaseRoute]:
         Route("/workers", pages.workers),
         Route("/jobs", pages.find_job),
         Route("/jobs/{job_id:path}", pages.job),
+        Route("/live/{job_id:path}", live.job_events),
         Route("/deadletters", pages.deadletters),
         Route("/deadletters/{queue}/retry", actions.retry_deadletters, methods=["POST"]),
         Route("/deadletters/{queue}/purge", actions.purge_deadletters, methods=["POST"]),

@@ -38,6 +38,9 @@ PRODUCER_COMMANDS = (
     "exists",  # app.job(id), app.flow(id): which queue holds the record
     "blmove",  # job.result(): blocks on the job's done list
     "wait",  # durable_enqueue: a replica has the job
+    # job.progress(), job.stream(), job.logs(): a job's telemetry keys, read only
+    "xread",
+    "lrange",
     *DATABASE,
 )
 
@@ -86,6 +89,7 @@ WORKER_COMMANDS = (
     "exists",
     "pexpire",
     "rpush",  # a job's done list: wakes job.result() waiters
+    "lpop",  # telemetry_logs.lua: a job's oldest log records past its byte cap
     "multi",  # a stopping worker leaves the registry in one transaction
     "exec",
 )
@@ -110,6 +114,9 @@ OPERATOR_COMMANDS = (
     "exists",
     "pttl",  # how long each worker's heartbeat has left
     "blmove",  # taskq job ID --wait
+    "xread",  # taskq job ID --follow, the dashboard's live view: a job's output
+    "lrange",  # ... and its logs
+    "llen",  # taskq job ID --json: how many log records it kept
     # taskq deadletter retry/purge, taskq purge: streams
     "xadd",
     "xdel",
@@ -137,9 +144,11 @@ def _all_keys(k: QueueKeys) -> tuple[str, ...]:
 
 
 def _producer_keys(k: QueueKeys) -> tuple[str, ...]:
-    """The keys an enqueue and a result read touch: never the dead letters, retry sets,
-    limits, periodic schedules or the worker registry."""
-    ids = ("job", "done", "unique", "chord", "flow", "steps")  # steps: read by job.status()
+    """The keys an enqueue and a result read touch, and a job's telemetry (read): never the
+    dead letters, retry sets, limits, periodic schedules or the worker registry."""
+    ids: tuple[str, ...] = ("job", "done", "unique", "chord", "flow")
+    ids += ("steps",)  # read by job.status()
+    ids += ("progress", "output", "logs", "logsize")  # read by job.progress(), stream(), logs()
     return (*k.streams, k.schedule, k.due, *(f"{k.queue}:{kind}:*" for kind in ids))
 
 

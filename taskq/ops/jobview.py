@@ -104,3 +104,18 @@ def render_flow(v: FlowView) -> list[str]:
         state = f"{done} of {size} header results in" if done is not None else "ended"
         lines.append(f"  chord of {size}: {state}")
     return lines
+
+
+def render_event(kind: str, value: Any) -> str:
+    """One line of ``taskq job ID --follow`` for a :class:`~taskq.telemetry.Follower` event."""
+    if kind == "progress":
+        share = f" ({value.done / value.total:.0%})" if value.total else ""
+        of = f"/{value.total}" if value.total is not None else ""
+        message = f" {value.message}" if value.message else ""
+        return f"progress {value.done}{of}{share}{message}"
+    if kind == "log":
+        return f"log {when(value.time_ms)} {value.level} {_short(value.message)}"
+    if kind == "chunk":
+        shown = value.value if isinstance(value.value, str) else repr(value.value)
+        return f"[{value.attempt}] {_short(shown)}"
+    return f"ended: {value}"

@@ -1,7 +1,9 @@
-"""Run one delivery and classify the outcome: ok, retry or dead. No Redis here."""
+"""Run one delivery and classify the outcome: ok, retry or dead. No Redis of its own (a run that
+reported telemetry has it ended by :mod:`taskq.worker.telemetry`, the one writer)."""
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 import time
@@ -31,6 +33,7 @@ from taskq.worker.outcome import (
     Outcome,
     rejected,
 )
+from taskq.worker.telemetry import Telemetry
 
 if TYPE_CHECKING:
     from taskq.app import App
@@ -69,6 +72,8 @@ class Executor:
         self._policies: dict[str, RetryPolicy] = {}
         self._around = Hooks(app.middleware, "around_job")
         self._around_async = Hooks(app.middleware, "around_async_job")
+        self.telemetry = Telemetry(lambda: app.link, app.settings)
+        """The jobs' progress, output and logs (nothing is sent for a job that has none)."""
 
     @property
     def has_async_tasks(self) -> bool:
@@ -146,11 +151,16 @@ class Executor:
 
     def execute(self, p: Prepared) -> Outcome:
         """Run the task with its job context set; never raises for a task's exception."""
-        job = JobContext.of(p.msg, p.attempt, p.policy.max_attempts, p.delivery.entry_id)
+        job = self._context(p)
         hooks = self._around()
-        if hooks:
-            return run_around(hooks, job, lambda: self._run(p, job))
-        return self._run(p, job)
+        outcome = run_around(hooks, job, lambda: self._run(p, job)) if hooks else self._run(p, job)
+        if self.telemetry.used_by(job):
+            self.telemetry.end(job, outcome.kind)
+        return outcome
+
+    def _context(self, p: Prepared) -> JobContext:
+        d = p.delivery
+        return JobContext.of(p.msg, p.attempt, p.policy.max_attempts, d.entry_id, self.telemetry)
 
     def _run(self, p: Prepared, job: JobContext) -> Outcome:
         msg = p.msg
@@ -181,11 +191,15 @@ class Executor:
     async def aexecute(self, p: Prepared) -> Outcome:
         """:meth:`execute` for an ``async def`` task, in the asyncio task that runs the job
         (its context holds the job's ``current_job()``)."""
-        job = JobContext.of(p.msg, p.attempt, p.policy.max_attempts, p.delivery.entry_id)
+        job = self._context(p)
         hooks = self._around_async()
-        if hooks:
-            return await arun_around(hooks, job, lambda: self._arun(p, job))
-        return await self._arun(p, job)
+        run = (
+            self._arun(p, job) if not hooks else arun_around(hooks, job, lambda: self._arun(p, job))
+        )
+        outcome = await run
+        if self.telemetry.used_by(job):  # (its final flush waits in a thread, not the loop)
+            await asyncio.to_thread(self.telemetry.end, job, outcome.kind)
+        return outcome
 
     async def _arun(self, p: Prepared, job: JobContext) -> Outcome:
         msg = p.msg
@@ -204,7 +218,11 @@ class Executor:
     def interrupted(self, p: Prepared, exc: Exception, duration_s: float) -> Outcome:
         """The outcome of an async run interrupted (soft limit, cancel) outside the task's
         own code (in a middleware hook, or before it started)."""
-        return self._failure(p, exc, duration_s)
+        outcome = self._failure(p, exc, duration_s)
+        job = self._context(p)
+        if self.telemetry.used_by(job):  # (rare: its final flush is sent from the loop)
+            self.telemetry.end(job, outcome.kind)
+        return outcome
 
     def _failure(self, p: Prepared, exc: Exception, duration_s: float) -> Outcome:
         kind, delay_ms = self._decide(p, exc)

@@ -130,6 +130,21 @@ def test_a_producer_enqueues_and_reads_its_results(
     assert denials(admin) == []
 
 
+def test_the_worker_writes_telemetry_the_producer_and_the_operator_read_it(
+    server: RedisServer, producer: None, worker: WorkerProcess, admin: redis.Redis
+) -> None:
+    job = tasks.reports.delay(3)
+    assert [c.value for c in job.stream(timeout=20)] == [0, 1, 2]
+    assert job.result(timeout=10) == 3
+    progress, logs = job.progress(), job.logs()
+    assert progress is not None and progress.done == 3
+    assert [r.message for r in logs.records] == ["reported 3"]
+    shown = json.loads(operator(server, "job", job.id, "--json", "--queue", "tasks"))
+    assert shown["progress"]["done"] == 3 and shown["output"]["chunks"] == 3
+    assert "reported 3" in operator(server, "job", job.id, "--follow", "--queue", "tasks")
+    assert denials(admin) == []
+
+
 def test_an_async_producer_needs_no_more(
     producer: None, worker: WorkerProcess, admin: redis.Redis
 ) -> None:

@@ -7,6 +7,7 @@ keys, so every scenario here also checks that the scripts it runs declare their 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from taskq import App, chain, chord, group
+from taskq import App, chain, chord, current_job, group
 from taskq.broker import connect
 from taskq.broker import link as link_module
 from taskq.broker.link import script_sha
@@ -411,3 +412,24 @@ def test_resumable_steps_and_iterations(capp: Callable[..., App]) -> None:
     assert job.result(timeout=2) == [1, []] and calls == ["a"]  # the walk ended in run 1
     status = job.status()
     assert [s.state for s in status.steps] == ["done"] and status.cursors[0].finished
+
+
+def test_job_telemetry_in_the_queues_slot(capp: Callable[..., App]) -> None:
+    app = capp("{tasks}", store_results=True)
+
+    @app.task
+    def report(n: int) -> int:
+        job = current_job()
+        assert job is not None
+        for i in range(n):
+            job.emit(i)
+            job.progress(i + 1, n)
+        logging.getLogger("tests.cluster").warning("reported %d", n)
+        return n
+
+    job = report.delay(50)
+    drain(app)
+    assert [c.value for c in job.stream(timeout=10)] == list(range(50))
+    progress = job.progress()
+    assert progress is not None and progress.done == 50
+    assert [r.message for r in job.logs().records] == ["reported 50"]

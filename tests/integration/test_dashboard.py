@@ -167,6 +167,32 @@ def test_a_job_without_record_is_seen_from_its_entry(client: TestClient, dash_ap
     assert bad.status_code == 400 and "unknown priority" in bad.text
 
 
+def test_the_live_view_streams_a_jobs_telemetry_as_server_sent_events(
+    client: TestClient, dash_app: App
+) -> None:
+    from taskq.testing import drain
+
+    job = dashboard_tasks.narrates.delay(3, 0.0)
+    drain(dash_app)
+    response = client.get(f"/live/{job.id}")
+    assert response.headers["content-type"].startswith("text/event-stream")
+    events = [e for e in response.text.split("\n\n") if e.startswith("event:")]
+    kinds = [e.split("\n")[0] for e in events]
+    assert kinds == ["event: progress", *["event: log"] * 3, *["event: chunk"] * 3, "event: end"]
+    chunk = events[4].split("\n")
+    assert chunk[1].startswith("id: ") and json.loads(chunk[2][len("data: ") :]) == {
+        "id": chunk[1][len("id: ") :],
+        "attempt": 1,
+        "text": "<b class=injected>chunk 0</b>",
+    }
+    assert json.loads(events[-1].split("\n")[1][len("data: ") :]) == {"state": "succeeded"}
+    # A reconnecting browser names the last chunk it got: only the rest comes.
+    last = chunk[1][len("id: ") :]
+    again = client.get(f"/live/{job.id}", headers={"last-event-id": last}).text
+    assert again.count("event: chunk") == 2
+    assert client.get("/live/<b>x</b>").status_code == 400
+
+
 @pytest.mark.parametrize(
     ("path", "status", "text"),
     [
@@ -803,3 +829,39 @@ def test_the_operator_role_is_enough(dash_app: App, r: redis.Redis, redis_url: s
         assert job.status().state == "cancelled" and r.xlen("tasks:deadletter") == 0
     finally:
         r.acl_deluser("taskq-operator")
+
+
+def test_browser_job_page_shows_progress_output_and_logs_live(
+    browser: Any,
+    start_dashboard: Callable[..., DashboardProcess],
+    start_worker: Callable[..., WorkerProcess],
+    dash_app: App,
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    # Given: a read-only dashboard, and a job that reports 40 steps, 50 ms apart.
+    start_worker("-A", "tests.dashboard_tasks", "-Q", "tasks", "-c", "1")
+    dash = start_dashboard("--read-only")
+    job = dashboard_tasks.narrates.delay(40, 0.05)
+    wait_until(lambda: job.progress() is not None, message="the job to start")
+    # When: its page is open while it runs.
+    browser.get(f"{dash.url}/jobs/{job.id}")
+
+    def shown() -> tuple[str, str, str]:
+        text = browser.find_element(By.ID, "job-progress-text").text
+        return text, browser.find_element(By.ID, "job-output").text, job.status().state
+
+    # Then: the progress moves while the job runs (faster than the 2 s refresh)...
+    seen = wait_until(lambda: (s := shown())[0].startswith("1") and s, message="live progress")
+    assert seen[2] == "running" and "step" in seen[0]
+    # ... and at its end the page has every chunk and log line, as text.
+    wait_until(
+        lambda: browser.find_element(By.ID, "telemetry").get_attribute("data-ended"),
+        message="the end event",
+    )
+    output = browser.find_element(By.ID, "job-output").text.splitlines()
+    assert output == [f"<b class=injected>chunk {i}</b>" for i in range(40)]
+    assert browser.find_element(By.ID, "job-progress-text").text == "40 / 40 · step 40"
+    assert browser.find_element(By.ID, "job-progress").get_attribute("value") == "40"
+    assert "WARNING did <i>39</i>" in browser.find_element(By.ID, "job-logs").text
+    assert browser.find_elements(By.CSS_SELECTOR, ".injected, main i") == []

@@ -24,6 +24,11 @@ def greet(name: str, *, loud: bool = False) -> str:
 @app.task(bind=True)
 def bound(self: Task[[int], None], n: int) -> None:
     print(self.name, n)
+    request = self.request
+    if request is not None:
+        request.progress(1, n, "started")
+        request.emit({"n": n})
+        request.progress("one")  # error: arg-type
 
 
 @taskq.task
@@ -52,3 +57,11 @@ def misspelt() -> None: ...
 handle = add.app.job("0123456789abcdef0123456789abcdef")
 handle.result(timeout=1)
 add.app.job(7)  # error: arg-type
+
+# Live telemetry, read by id.
+progress = handle.progress()
+if progress is not None:
+    share: float = progress.done / (progress.total or 1)
+for chunk in handle.stream(timeout=5):
+    print(chunk.id, chunk.attempt, chunk.value)
+kept: int = len(handle.logs().records)

@@ -82,6 +82,10 @@ WRONG_TYPES = {
     "autoscale_idle_s": [60],
     "checkpoint_every_items": "100",
     "checkpoint_every_ms": 1.5,
+    "output_max_chunks": "10000",
+    "output_max_chunk_bytes": 1.5,
+    "log_max_bytes": None,
+    "telemetry_ttl_s": 3600.0,
 }
 
 

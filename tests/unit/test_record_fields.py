@@ -55,12 +55,13 @@ KEY_KINDS = {
     ("slot", MAIN, "KEYS[#KEYS]"): "counts",
     ("slot", MAIN, "KEYS[5]"): "record",
     ("start", MAIN, "rec"): "record",
+    ("telemetry_logs", MAIN, "KEYS[2]"): "logsize",
     ("unique", MAIN, "KEYS[rec]"): "record",
     ("watch", MAIN, "KEYS[1]"): "record",
 }
 """Every key of a hash command in the scripts: a job's record, or another hash (the queue's
 counts, a chord's state, a workflow's record, a worker's heartbeat record, the periodic
-schedules, a resumable job's steps)."""
+schedules, a resumable job's steps, a job's telemetry log counters)."""
 
 DYNAMIC = {
     ("fetch", "unpack(ids)"): "XACK",

@@ -50,6 +50,42 @@
     setInterval(function () { refresh(el); }, PERIOD_MS);
   });
 
+  // A job page's live view: Server-Sent Events of its progress, output and logs (JSON; the
+  // text goes in through textContent and text nodes only). Stops at the job's end.
+  var MAX_LINES = 2000;
+  function appendLine(el, text) {
+    el.appendChild(document.createTextNode(text + "\n"));
+    while (el.childNodes.length > MAX_LINES) el.removeChild(el.firstChild);
+  }
+  document.querySelectorAll("[data-telemetry]").forEach(function (el) {
+    if (!window.EventSource) return;
+    var url = new URL(el.getAttribute("data-telemetry"), location.href);
+    if (url.origin !== location.origin) return;
+    var source = new EventSource(url);
+    var bar = document.getElementById("job-progress");
+    var label = document.getElementById("job-progress-text");
+    var output = document.getElementById("job-output");
+    var logs = document.getElementById("job-logs");
+    source.addEventListener("progress", function (ev) {
+      var p = JSON.parse(ev.data);
+      if (p.total) { bar.max = p.total; bar.value = p.done; } else { bar.removeAttribute("value"); }
+      label.textContent = p.done + (p.total !== null ? " / " + p.total : "") +
+        (p.message ? " · " + p.message : "");
+    });
+    source.addEventListener("chunk", function (ev) {
+      var c = JSON.parse(ev.data);
+      appendLine(output, c.attempt > 1 ? "[" + c.attempt + "] " + c.text : c.text);
+    });
+    source.addEventListener("log", function (ev) {
+      var r = JSON.parse(ev.data);
+      appendLine(logs, new Date(r.time_ms).toISOString() + " " + r.level + " " + r.message);
+    });
+    source.addEventListener("end", function (ev) {
+      el.setAttribute("data-ended", JSON.parse(ev.data).state);
+      source.close();
+    });
+  });
+
   document.addEventListener("submit", function (ev) {
     var button = ev.submitter || ev.target.querySelector("[data-confirm]");
     var question = button && button.getAttribute("data-confirm");
