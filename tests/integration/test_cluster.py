@@ -356,41 +356,6 @@ def test_unreachable_seeds(tmp_path: Path) -> None:
     assert len([line for line in done.stderr.splitlines() if line.strip()]) == 1, done.stderr
 
 
-def test_every_script_ran_on_the_cluster(
-    redis_cluster: RedisCluster, capp: Callable[..., App]
-) -> None:
-    """Runs after the scenarios above: each script they ran was loaded on a master (NOSCRIPT
-    then SCRIPT LOAD), and the cluster refuses a script touching a key outside its declared
-    keys' slot, so every script that ran declares (or provably shares the slot of) its keys."""
-    app = capp("{tasks}")
-    note = app.task(name="p")(lambda: None)
-    note.delay()
-    app.operators.purge_waiting("{tasks}")
-    # the hand-back and the end of a job that will not run, straight on the broker
-    note.delay()
-    note.delay()
-    broker = app.broker_for(["{tasks}"])
-    broker.ensure_groups()
-    first, second = broker.fetch("c1", 2, fence_acks=True).deliveries
-    assert first.body is not None and second.body is not None
-    assert broker.requeue(first, task="p", body=first.body, owner="c1")
-    assert broker.drop(second, owner="c1", state="expired", record_ttl_ms=None)
-    # a master's running mark (start.lua), on a job that keeps a record
-    kept = app.task(name="r", store_result=True)(lambda: None).delay()
-    taken = broker.fetch("c1", 10, fence_acks=True).deliveries
-    assert kept.id in {d.record_id for d in taken}
-    assert broker.mark_running([("{tasks}", kept.id, "c1", 5)]) == 1
-    assert kept.status().state == "running"
-    names = sorted(p.stem for p in Path(link_module.__file__).parent.joinpath("lua").glob("*.lua"))
-    scripts = [n for n in names if not n.startswith("_")]
-    loaded: set[str] = set()
-    for node in redis_cluster.live_nodes():
-        with node.client() as r:
-            exists = r.script_exists(*(script_sha(n) for n in scripts))
-        loaded |= {n for n, there in zip(scripts, exists, strict=True) if there}
-    assert set(scripts) - loaded == set()
-
-
 def test_resumable_steps_and_iterations(capp: Callable[..., App]) -> None:
     import taskq
     from taskq import current_job
@@ -433,3 +398,38 @@ def test_job_telemetry_in_the_queues_slot(capp: Callable[..., App]) -> None:
     progress = job.progress()
     assert progress is not None and progress.done == 50
     assert [r.message for r in job.logs().records] == ["reported 50"]
+
+
+def test_every_script_ran_on_the_cluster(
+    redis_cluster: RedisCluster, capp: Callable[..., App]
+) -> None:
+    """Runs after the scenarios above: each script they ran was loaded on a master (NOSCRIPT
+    then SCRIPT LOAD), and the cluster refuses a script touching a key outside its declared
+    keys' slot, so every script that ran declares (or provably shares the slot of) its keys."""
+    app = capp("{tasks}")
+    note = app.task(name="p")(lambda: None)
+    note.delay()
+    app.operators.purge_waiting("{tasks}")
+    # the hand-back and the end of a job that will not run, straight on the broker
+    note.delay()
+    note.delay()
+    broker = app.broker_for(["{tasks}"])
+    broker.ensure_groups()
+    first, second = broker.fetch("c1", 2, fence_acks=True).deliveries
+    assert first.body is not None and second.body is not None
+    assert broker.requeue(first, task="p", body=first.body, owner="c1")
+    assert broker.drop(second, owner="c1", state="expired", record_ttl_ms=None)
+    # a master's running mark (start.lua), on a job that keeps a record
+    kept = app.task(name="r", store_result=True)(lambda: None).delay()
+    taken = broker.fetch("c1", 10, fence_acks=True).deliveries
+    assert kept.id in {d.record_id for d in taken}
+    assert broker.mark_running([("{tasks}", kept.id, "c1", 5)]) == 1
+    assert kept.status().state == "running"
+    names = sorted(p.stem for p in Path(link_module.__file__).parent.joinpath("lua").glob("*.lua"))
+    scripts = [n for n in names if not n.startswith("_")]
+    loaded: set[str] = set()
+    for node in redis_cluster.live_nodes():
+        with node.client() as r:
+            exists = r.script_exists(*(script_sha(n) for n in scripts))
+        loaded |= {n for n, there in zip(scripts, exists, strict=True) if there}
+    assert set(scripts) - loaded == set()
