@@ -106,7 +106,7 @@ def profile(jobs: int, prefetch: int, results: bool, repeat: int) -> list[pstats
             app.broker_for(["tasks"]),
             Executor(app),
             name="profile-0",
-            options=ConsumerOptions(prefetch=prefetch, burst=True),
+            options=ConsumerOptions(prefetch=prefetch or None, burst=True),
             slot=board.slot(0),
             set_title=lambda state: setproctitle.setproctitle(f"taskq: child 1/1 {state}"),
         )
@@ -140,7 +140,7 @@ def summary(runs: list[pstats.Stats], jobs: int, top: int) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--jobs", type=int, default=20_000)
-    p.add_argument("--prefetch", type=int, default=64)
+    p.add_argument("--prefetch", type=int, default=64, help="0: adaptive (default settings)")
     p.add_argument("--results", action="store_true", help="stored results on")
     p.add_argument("--top", type=int, default=25, help="functions listed by own time")
     p.add_argument("--repeat", type=int, default=3, help="profiled drains; least cost kept")
