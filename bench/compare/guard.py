@@ -8,12 +8,14 @@ Usage, from the repository root (stdlib + redis-py, like run.py)::
 
 It re-evaluates the targets of ``targets.py`` (today's thresholds) on two results files of
 ``run.py``: the latest (default ``bench/results/results.json``) and a baseline (default
-``git:HEAD``, the same file as last committed). A target's **spread** is how far its value
-moves from one run to the next: the targets are evaluated on each run of the latest file
-alone, and the spread is (max - min) / median of those values (at least ``MIN_SPREAD``). A
-target that passed in the baseline and fails in the latest by more than its spread (relative
-to the limit) is a **REGRESSION**: one ``!!! REGRESSION`` line each on stderr, exit status 1.
-A failure within the spread is reported as noise (exit status 0); so is a target the baseline
+``git:HEAD``, the same file as last committed), and the results family's drain target
+(``features/results_drain.py``) on the two ``results-features.json`` alike. A target's
+**spread** is how far its value moves from one run to the next: the targets are evaluated on
+each run of the latest file alone, and the spread is (max - min) / median of those values (at
+least ``MIN_SPREAD``; the results family's: of each run's own on / off ratio). A target that
+passed in the baseline and fails in the latest by more than its spread (relative to the
+limit) is a **REGRESSION**: one ``!!! REGRESSION`` line each on stderr, exit status 1. A
+failure within the spread is reported as noise (exit status 0); so is a target the baseline
 did not have, or that failed there already.
 """
 
@@ -32,15 +34,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.common import envs
 from bench.compare.run import SYSTEMS, summarize
+from bench.features import results_drain
+
+Key = tuple[str, str]  # (taskq variant, target)
 
 MIN_SPREAD = 0.02  # a target that held in every stored run still gets this much slack
 RUN_LISTS = ("raw", "systems", "prefetch", "startup", "clean")  # lists that hold one item a run
 
 
-def load(source: str) -> dict[str, Any]:
-    """A results document from a file, or ``git:REV`` (the committed results.json at REV)."""
+def load(source: str, name: str = "results.json") -> dict[str, Any]:
+    """A results document from a file, or ``git:REV`` (the committed file ``name`` of
+    bench/results at REV)."""
     if source.startswith("git:"):
-        rel = (envs.RESULTS / "results.json").relative_to(envs.REPO)
+        rel = (envs.RESULTS / name).relative_to(envs.REPO)
         text = subprocess.run(
             ["git", "show", f"{source[4:]}:{rel}"],
             cwd=envs.REPO,
@@ -52,7 +58,7 @@ def load(source: str) -> dict[str, Any]:
     return dict(json.loads(Path(source).read_text()))
 
 
-def evaluate(data: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+def evaluate(data: dict[str, Any]) -> dict[Key, dict[str, Any]]:
     """(variant, target) → its row, with today's thresholds, from the runs' medians."""
     names = set(data["systems"])
     rows = summarize(data, [e for e in SYSTEMS if e.name in names])["targets"]
@@ -68,10 +74,10 @@ def _one_run(node: Any, index: int) -> Any:
     return node
 
 
-def spreads(data: dict[str, Any]) -> dict[tuple[str, str], float]:
+def spreads(data: dict[str, Any]) -> dict[Key, float]:
     """Each target's relative run-to-run spread in ``data``: (max - min) / median of its value
     evaluated on each run alone."""
-    values: dict[tuple[str, str], list[float]] = {}
+    values: dict[Key, list[float]] = {}
     for index in range(int(data["meta"]["params"]["runs"])):
         alone = copy.copy(data)
         for part in RUN_LISTS:
@@ -86,6 +92,23 @@ def spreads(data: dict[str, Any]) -> dict[tuple[str, str], float]:
     }
 
 
+def features(data: dict[str, Any]) -> tuple[dict[Key, dict[str, Any]], dict[Key, float]]:
+    """The feature bench's targets (results-features.json) and their spreads: the drain with
+    results on vs off, the median of each run's own ratio (bench/features/results_drain.py)."""
+    rows, spread = {}, {}
+    for variant, node in ((data.get("results") or {}).get("drain") or {}).items():
+        ratios = [r for r in results_drain.per_run_ratios(node) if r is not None]
+        if not ratios:
+            continue
+        value = statistics.median(ratios)
+        key = (variant, "drain with results on vs off")
+        rows[key] = {"value": value, "limit": results_drain.DRAIN_VS_OFF, "kind": "min",
+                     "need": f">= {results_drain.DRAIN_VS_OFF:.0%}",
+                     "pass": value >= results_drain.DRAIN_VS_OFF}  # fmt: skip
+        spread[key] = max(MIN_SPREAD, (max(ratios) - min(ratios)) / value)
+    return rows, spread
+
+
 def miss(row: dict[str, Any]) -> float:
     """How far a failing value is past its limit, relative to the limit (0 when it passes)."""
     value, limit = float(row["value"]), float(row["limit"])
@@ -94,10 +117,10 @@ def miss(row: dict[str, Any]) -> float:
 
 
 def verdicts(
-    baseline: dict[tuple[str, str], dict[str, Any]],
-    latest: dict[tuple[str, str], dict[str, Any]],
-    spread: dict[tuple[str, str], float],
-) -> list[tuple[str, tuple[str, str], str]]:
+    baseline: dict[Key, dict[str, Any]],
+    latest: dict[Key, dict[str, Any]],
+    spread: dict[Key, float],
+) -> list[tuple[str, Key, str]]:
     """(verdict, key, text) per target of the latest run; verdict REGRESSION, noise, FAIL
     (failed before too, or new), PASS or n/a."""
     out = []
@@ -124,9 +147,17 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--latest", default=str(envs.RESULTS / "results.json"))
     p.add_argument("--baseline", default="git:HEAD", help="a results.json, or git:REV")
+    p.add_argument("--latest-features", default=str(envs.RESULTS / "results-features.json"))
+    p.add_argument(
+        "--baseline-features", default="git:HEAD", help="a results-features.json, or git:REV"
+    )
     args = p.parse_args(argv)
     latest_data = load(args.latest)
-    found = verdicts(evaluate(load(args.baseline)), evaluate(latest_data), spreads(latest_data))
+    latest, spread = evaluate(latest_data), spreads(latest_data)
+    baseline = evaluate(load(args.baseline))
+    f_latest, f_spread = features(load(args.latest_features, "results-features.json"))
+    f_baseline, _ = features(load(args.baseline_features, "results-features.json"))
+    found = verdicts(baseline | f_baseline, latest | f_latest, spread | f_spread)
     for verdict, (variant, target), text in found:
         print(f"{verdict:<10} {variant:<14} {target}: {text}")
     regressed = [f for f in found if f[0] == "REGRESSION"]
