@@ -46,7 +46,7 @@ from bench.common.runner import (
     machine,
     taskq_problem,
 )
-from bench.compare import report, summary, targets
+from bench.compare import report, startup, summary, targets
 
 if TYPE_CHECKING:  # imported where it is used: it imports taskq, which the peers' venvs lack
     pass
@@ -70,9 +70,9 @@ LABELS = {
 }
 RAW_FOR = {"taskq": "raw", "taskq-hiredis": "raw-hiredis"}  # ceilings each variant is held to
 
-SIZES = ("jobs", "runs", "enqueue_jobs", "latency_samples", "idle_seconds")
-FULL = dict(zip(SIZES, (20_000, 3, 10_000, 1_000, 10.0), strict=True))
-QUICK = dict(zip(SIZES, (5_000, 1, 2_000, 300, 5.0), strict=True))
+SIZES = ("jobs", "runs", "enqueue_jobs", "latency_samples", "idle_seconds", "startup_rounds")
+FULL = dict(zip(SIZES, (20_000, 3, 10_000, 1_000, 10.0, 11), strict=True))
+QUICK = dict(zip(SIZES, (5_000, 1, 2_000, 300, 5.0, 5), strict=True))
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -92,6 +92,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--enqueue-jobs", type=int, help="jobs per single-call enqueue run (10000)")
     p.add_argument("--latency-samples", type=int, help="enqueue->start probes per run (1000)")
     p.add_argument("--idle-seconds", type=float, help="idle CPU window (10)")
+    p.add_argument(
+        "--startup-rounds",
+        type=int,
+        help="rounds of bench/compare/startup.py per run and taskq variant (11; 0: none)",
+    )
     p.add_argument("--procs", type=int, default=2, help="worker processes per system (2)")
     p.add_argument("--batch", type=int, default=1_000, help="jobs per bulk enqueue call (1000)")
     p.add_argument(
@@ -178,6 +183,7 @@ def new_data(args: argparse.Namespace, systems: list[Entry], raws: list[str]) ->
         "prefetch": {e.name: {} for e in systems if e.is_taskq},
         "accounting": {e.name: {} for e in systems},
         "clean": {e.name: {} for e in systems},
+        "startup": {e.name: [] for e in systems if e.is_taskq},
     }
 
 
@@ -250,8 +256,23 @@ def measure_system(
         account(runner, data, entry, "default")
 
 
+def measure_startup(runner: Runner, data: dict[str, Any], entry: Entry, run: int) -> None:
+    """One run of bench/compare/startup.py in ``entry``'s venv: `import taskq` and `taskq
+    --version` against `import redis`, each the median of --startup-rounds spawns."""
+    rounds = runner.args.startup_rounds
+    if rounds <= 0:
+        return
+    argv = [str(envs.python_of(entry.venv)), "-m", "bench.compare.startup", "--rounds", str(rounds)]
+    log = runner.workdir / "logs" / f"{entry.name}-startup-{run}.log"
+    res = runner.call(argv, log, timeout=runner.args.deadline)
+    data["startup"][entry.name].append(res)
+    ratios = ", ".join(f"{k} {v:.2f}x" for k, v in res.get("ratio", {}).items())
+    print(f"run {run}/{runner.args.runs}  {entry.name:<14} start-up: {ratios or res}", flush=True)
+
+
 def measure(runner: Runner, data: dict[str, Any], systems: list[Entry], raws: list[str]) -> None:
-    """All runs: raw ceilings, every system, then taskq's --prefetch configurations."""
+    """All runs: raw ceilings, every system, then taskq's --prefetch configurations and its
+    start-up ratios."""
     args = runner.args
     clean_runs = data["meta"]["clean"].get("runs", 0)
     for run in range(1, args.runs + 1):
@@ -273,6 +294,7 @@ def measure(runner: Runner, data: dict[str, Any], systems: list[Entry], raws: li
                     clean_pass(runner, data, entry, run, config, config)
                 if run == 1:
                     account(runner, data, entry, config, config)
+            measure_startup(runner, data, entry, run)
 
 
 def summarize(data: dict[str, Any], systems: list[Entry]) -> dict[str, Any]:
@@ -302,6 +324,7 @@ def summarize(data: dict[str, Any], systems: list[Entry]) -> dict[str, Any]:
             raw_sum.get(RAW_FOR[e.name], {}),
             peers,
             floor,
+            summary.summarize_startup(data.get("startup", {}).get(e.name, [])),
         )
         for e in systems
         if e.is_taskq
@@ -323,6 +346,8 @@ def prepare(args: argparse.Namespace) -> tuple[list[Entry], list[str], dict[str,
             envs.ensure_peers()
         if any(e.is_taskq for e in systems):
             envs.ensure_taskq()
+    if any(e.is_taskq for e in systems):
+        startup.compile_bytecode()  # as a wheel install does: see bench/compare/startup.py
     skipped = {}
     for entry in (e for e in systems if e.is_taskq):
         problem = taskq_problem(entry)

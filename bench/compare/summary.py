@@ -153,3 +153,14 @@ def summarize_prefetch(
         "best_drain": rows[best]["drain"] if best else None,
         "best_drain_steady": rows[best]["drain_steady"] if best else None,
     }
+
+
+def summarize_startup(runs: list[dict[str, Any]]) -> Summary:
+    """Median over the runs of each start-up command's median seconds (bench/compare/startup.py)."""
+    ok = [r for r in runs if "error" not in r]
+    names = {name for r in ok for name in r.get("median_s", {})}
+    return {
+        "median_s": {n: med([dig(r, "median_s", n) for r in ok]) for n in sorted(names)},
+        "rounds": sum(r.get("rounds", 0) for r in ok),
+        "errors": [r["error"] for r in runs if "error" in r],
+    }

@@ -19,6 +19,11 @@ from taskq.errors import BrokerError, BrokerRefused
 from taskq.keys import GROUP, PRIORITIES, QueueKeys
 from taskq.results import Completion, read_ms
 
+READ_APART_FROM = 8
+"""Jobs a fetch takes from which, after jobs that keep records, it sends their acks and
+completions through ``fetch.lua`` and reads apart, without the script (see
+:meth:`SlotFetcher.fetch`): below it, one round trip costs more than the script's copies."""
+
 
 def ensure_groups(link: Link, streams: Sequence[str]) -> None:
     """Create the consumer group on ``streams`` (idempotent: BUSYGROUP is ignored)."""
@@ -113,8 +118,40 @@ class SlotFetcher:
                 # Nothing new: a burst ended, so trim the streams its jobs finished in.
                 self.direct.script("trim", finished, [GROUP])
             return fetched
+        if count >= READ_APART_FROM and not (fence_acks and acks):
+            return self._end_then_read(consumer, count, acks, completions, trim, dirty)
         keys, argv = self.script_args(consumer, count, acks, completions, fence_acks, trim, dirty)
         return self.script_replies(self.direct.script("fetch", keys, argv))
+
+    def _end_then_read(
+        self,
+        consumer: str,
+        count: int,
+        acks: Sequence[Delivery],
+        completions: Mapping[Delivery, Completion] | None,
+        trim: bool,
+        dirty: Sequence[str],
+    ) -> Fetched:
+        """A batch fetch after jobs that keep records: their acks and completions go through
+        ``fetch.lua`` with no read (count 0, no trim), then the reads go without the script,
+        as after jobs that keep none. The script would copy every entry it reads into a Lua
+        table and back into its reply, which costs Redis more than the extra round trip from
+        ``READ_APART_FROM`` jobs a fetch on. A script that fails raises before anything is
+        read, as the script's own reads would not have happened; a read that fails after it
+        makes the caller send the same acks and completions again, as a ``fetch.lua`` call
+        whose reply was lost does (an XACK of an acked entry does nothing; a record that
+        ended keeps its first end)."""
+        if acks:
+            keys, argv = self.script_args(
+                consumer, 0, acks, completions, False, False, (), trims=False
+            )
+            self.direct.script("fetch", keys, argv)
+        finished = sorted({*dirty, *(d.stream for d in acks)})
+        fetched = self.fetch_pipelined(consumer, count, (), finished if trim else ())
+        self._recorded = any(d.recorded for d in fetched.deliveries)
+        if finished and not trim and not fetched.deliveries:
+            self.direct.script("trim", finished, [GROUP])
+        return fetched
 
     # -- the pipelined read ----------------------------------------------------------------
 
@@ -235,8 +272,12 @@ class SlotFetcher:
         fence_acks: bool,
         trim: bool,
         dirty: Sequence[str],
+        *,
+        trims: bool = True,
     ) -> tuple[list[Any], list[Any]]:
-        """The keys and arguments of a ``fetch.lua`` call (see :meth:`fetch`)."""
+        """The keys and arguments of a ``fetch.lua`` call (see :meth:`fetch`); ``trims``:
+        name the streams to trim (the acks' and ``dirty``), which the script trims when it
+        reads nothing new (or with ``trim``)."""
         ends = (
             [(i, completions[d]) for i, d in enumerate(acks, 1) if d in completions]
             if completions
@@ -252,7 +293,9 @@ class SlotFetcher:
             touched = [k for _i, c in ends for k in c.op_keys]
             if touched:
                 keys = [*keys, *touched]
-        argv += sorted({self.stream_position[s] + 1 for s in (*dirty, *(d.stream for d in acks))})
+        if trims:
+            streams = {*dirty, *(d.stream for d in acks)}
+            argv += sorted({self.stream_position[s] + 1 for s in streams})
         return keys, argv
 
     def script_replies(self, flat: Any) -> Fetched:

@@ -1,16 +1,35 @@
-"""The ``taskq`` group: the app it works on, and one line on stderr for every taskq error."""
+"""The ``taskq`` group: the app it works on, its subcommands, loaded only when used, and one
+line on stderr for every taskq error."""
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from taskq import __version__
-from taskq.app import App
-from taskq.cli.loader import app_path, load_app
-from taskq.config import parse_queues
 from taskq.errors import TaskqError
+
+if TYPE_CHECKING:
+    from taskq.app import App
+
+# A subcommand's name → "module:attribute" of its click command. A subcommand's module is
+# imported only when that subcommand runs (or ``taskq --help`` lists them all), so that
+# ``taskq --version`` and each command load only what they use. To add a subcommand, add its
+# line here.
+COMMANDS: dict[str, str] = {
+    "acl": "taskq.cli.acl:acl",
+    "dashboard": "taskq.cli.dashboard:dashboard",
+    "deadletter": "taskq.cli.deadletter:deadletter",
+    "inspect": "taskq.cli.inspect:inspect",
+    "job": "taskq.cli.job:job",
+    "periodic": "taskq.cli.periodic:periodic",
+    "purge": "taskq.cli.inspect:purge",
+    "scale": "taskq.cli.scale:scale",
+    "server": "taskq.cli.server:server",
+    "worker": "taskq.cli.worker:worker",
+}
 
 
 class Context:
@@ -23,10 +42,15 @@ class Context:
 
     @property
     def app_name(self) -> str:
+        from taskq.cli.loader import app_path  # the loader imports the App: only when needed
+
         return app_path(self.path) or "taskq"
 
     def app(self, *, required: bool = False) -> App:
         if self._app is None:
+            from taskq.app import App
+            from taskq.cli.loader import app_path, load_app
+
             path = app_path(self.path)
             if path is None and required:
                 raise click.UsageError(
@@ -40,7 +64,17 @@ class Context:
 
 
 class Main(click.Group):
-    """Turns every taskq error (a Redis outage included) into one line on stderr, exit 1."""
+    """Loads each subcommand of ``COMMANDS`` when it is first asked for, and turns every taskq
+    error (a Redis outage included) into one line on stderr, exit 1."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in COMMANDS and cmd_name not in self.commands:
+            module, _, attr = COMMANDS[cmd_name].partition(":")
+            self.add_command(getattr(importlib.import_module(module), attr), cmd_name)
+        return super().get_command(ctx, cmd_name)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -77,4 +111,6 @@ app_option = click.option(
 
 def queues_of(value: str | None, app: App) -> tuple[str, ...]:
     """The ``-Q`` queues, else the app's."""
+    from taskq.config import parse_queues  # the settings module loads the signer: only when used
+
     return tuple(parse_queues(value)) if value else (app.settings.queue,)

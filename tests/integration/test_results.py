@@ -21,6 +21,7 @@ from click.testing import CliRunner
 
 from taskq import App, Job, JobNotFound, ResultTimeout, TaskFailed
 from taskq.broker import Broker
+from taskq.broker.fetching import READ_APART_FROM
 from taskq.cli import main
 from taskq.errors import ConfigError
 from taskq.keys import GROUP
@@ -201,6 +202,33 @@ def test_a_job_that_ran_twice_leaves_one_result(task_app: App) -> None:
         # then the first completion's result stands, and one done marker woke the waiters
         assert job.result(timeout=1) == 2
         assert c.lrange(f"tasks:done:{job.id}", 0, -1) == [b"succeeded"]
+
+
+def test_a_batch_fetch_after_recorded_jobs_ends_them_then_reads_in_priority_order(
+    task_app: App,
+) -> None:
+    # given a batch of jobs that keep records, taken (so the next fetch carries their ends)
+    first = tasks.add.starmap((i, 1) for i in range(READ_APART_FROM))
+    broker = task_app.broker_for(["tasks"])
+    broker.ensure_groups()
+    taken = broker.fetch("A", READ_APART_FROM, fence_acks=False).deliveries
+    assert [d.record_id for d in taken] == [j.id for j in first]
+    later = tasks.add.starmap((i, 2) for i in range(READ_APART_FROM))
+    urgent = tasks.add.apply_async((0, 0), priority="high")
+    # when the next batch fetch sends their acks and results
+    ends = {
+        d: Completion(d.record_id or "", True, 60_000, msgpack.packb(i + 1), 1, 1.0, 0.0)
+        for i, d in enumerate(taken)
+    }
+    got = broker.fetch("A", READ_APART_FROM, taken, completions=ends, fence_acks=False)
+    # then every job of the first batch ended with its result and left the pending list,
+    # and the batch read the high stream first (a read of two streams may bring more than
+    # asked: the consumer keeps the first ones and hands the rest back)
+    assert [j.result(timeout=1) for j in first] == [i + 1 for i in range(READ_APART_FROM)]
+    read = [d.record_id for d in got.deliveries]
+    assert read[0] == urgent.id and read[1:] == [j.id for j in later][: len(read) - 1]
+    with redis.Redis.from_url(task_app.settings.redis_url) as c:
+        assert c.xpending("tasks:normal", GROUP)["pending"] == len(read) - 1
 
 
 @pytest.mark.parametrize("countdown_s", [None, 0.05])

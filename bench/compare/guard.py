@@ -1,0 +1,170 @@
+"""The regression guard: fails loudly when a target that passed turns FAIL by more than the
+run-to-run spread.
+
+Usage, from the repository root (stdlib + redis-py, like run.py)::
+
+    .venv/bin/python bench/run.py --check                       # the same as below
+    .venv/bin/python -m bench.compare.guard [--latest FILE] [--baseline FILE|git:REV]
+
+It re-evaluates the targets of ``targets.py`` (today's thresholds) on two results files of
+``run.py``: the latest (default ``bench/results/results.json``) and a baseline (default
+``git:HEAD``, the same file as last committed), and the results family's drain target
+(``features/results_drain.py``) on the two ``results-features.json`` alike. A target's
+**spread** is how far its value moves from one run to the next: the targets are evaluated on
+each run of the latest file alone, and the spread is (max - min) / median of those values (at
+least ``MIN_SPREAD``; the results family's: of each run's own on / off ratio). A target that
+passed in the baseline and fails in the latest by more than its spread (relative to the
+limit) is a **REGRESSION**: one ``!!! REGRESSION`` line each on stderr, exit status 1. A
+failure within the spread is reported as noise (exit status 0); so is a target the baseline
+did not have, or that failed there already.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from bench.common import envs
+from bench.compare.run import SYSTEMS, summarize
+from bench.features import results_drain
+
+Key = tuple[str, str]  # (taskq variant, target)
+
+MIN_SPREAD = 0.02  # a target that held in every stored run still gets this much slack
+RUN_LISTS = ("raw", "systems", "prefetch", "startup", "clean")  # lists that hold one item a run
+
+
+def load(source: str, name: str = "results.json") -> dict[str, Any]:
+    """A results document from a file, or ``git:REV`` (the committed file ``name`` of
+    bench/results at REV)."""
+    if source.startswith("git:"):
+        rel = (envs.RESULTS / name).relative_to(envs.REPO)
+        text = subprocess.run(
+            ["git", "show", f"{source[4:]}:{rel}"],
+            cwd=envs.REPO,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        return dict(json.loads(text))
+    return dict(json.loads(Path(source).read_text()))
+
+
+def evaluate(data: dict[str, Any]) -> dict[Key, dict[str, Any]]:
+    """(variant, target) → its row, with today's thresholds, from the runs' medians."""
+    names = set(data["systems"])
+    rows = summarize(data, [e for e in SYSTEMS if e.name in names])["targets"]
+    return {(variant, t["target"]): t for variant, ts in rows.items() for t in ts}
+
+
+def _one_run(node: Any, index: int) -> Any:
+    """``node`` with every per-run list cut to its ``index``-th run (empty if it has none)."""
+    if isinstance(node, list):
+        return node[index : index + 1]
+    if isinstance(node, dict):
+        return {k: _one_run(v, index) for k, v in node.items()}
+    return node
+
+
+def spreads(data: dict[str, Any]) -> dict[Key, float]:
+    """Each target's relative run-to-run spread in ``data``: (max - min) / median of its value
+    evaluated on each run alone."""
+    values: dict[Key, list[float]] = {}
+    for index in range(int(data["meta"]["params"]["runs"])):
+        alone = copy.copy(data)
+        for part in RUN_LISTS:
+            if part in data:
+                alone[part] = _one_run(data[part], index)
+        for key, row in evaluate(alone).items():
+            if row["value"] is not None:
+                values.setdefault(key, []).append(float(row["value"]))
+    return {
+        key: max(MIN_SPREAD, (max(vs) - min(vs)) / abs(statistics.median(vs) or 1.0))
+        for key, vs in values.items()
+    }
+
+
+def features(data: dict[str, Any]) -> tuple[dict[Key, dict[str, Any]], dict[Key, float]]:
+    """The feature bench's targets (results-features.json) and their spreads: the drain with
+    results on vs off, the median of each run's own ratio (bench/features/results_drain.py)."""
+    rows, spread = {}, {}
+    for variant, node in ((data.get("results") or {}).get("drain") or {}).items():
+        ratios = [r for r in results_drain.per_run_ratios(node) if r is not None]
+        if not ratios:
+            continue
+        value = statistics.median(ratios)
+        key = (variant, "drain with results on vs off")
+        rows[key] = {"value": value, "limit": results_drain.DRAIN_VS_OFF, "kind": "min",
+                     "need": f">= {results_drain.DRAIN_VS_OFF:.0%}",
+                     "pass": value >= results_drain.DRAIN_VS_OFF}  # fmt: skip
+        spread[key] = max(MIN_SPREAD, (max(ratios) - min(ratios)) / value)
+    return rows, spread
+
+
+def miss(row: dict[str, Any]) -> float:
+    """How far a failing value is past its limit, relative to the limit (0 when it passes)."""
+    value, limit = float(row["value"]), float(row["limit"])
+    past = limit - value if row["kind"] == "min" else value - limit
+    return max(0.0, past / limit)
+
+
+def verdicts(
+    baseline: dict[Key, dict[str, Any]],
+    latest: dict[Key, dict[str, Any]],
+    spread: dict[Key, float],
+) -> list[tuple[str, Key, str]]:
+    """(verdict, key, text) per target of the latest run; verdict REGRESSION, noise, FAIL
+    (failed before too, or new), PASS or n/a."""
+    out = []
+    for key, row in latest.items():
+        before = baseline.get(key, {}).get("pass")
+        s = spread.get(key, MIN_SPREAD)
+        if row["pass"] is None:
+            out.append(("n/a", key, "not measured"))
+            continue
+        shown = f"value {row['value']:.3g} need {row['need']}, spread {100 * s:.1f} %"
+        if row["pass"]:
+            out.append(("PASS", key, shown))
+        elif before is True and miss(row) > s:
+            out.append(("REGRESSION", key, f"{shown}: missed by {100 * miss(row):.1f} %"))
+        elif before is True:
+            out.append(("noise", key, f"{shown}: missed by {100 * miss(row):.1f} %, within"))
+        else:
+            out.append(("FAIL", key, f"{shown} (failed in the baseline too, or new there)"))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print every target's verdict and spread; exit status 1 if any regressed."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--latest", default=str(envs.RESULTS / "results.json"))
+    p.add_argument("--baseline", default="git:HEAD", help="a results.json, or git:REV")
+    p.add_argument("--latest-features", default=str(envs.RESULTS / "results-features.json"))
+    p.add_argument(
+        "--baseline-features", default="git:HEAD", help="a results-features.json, or git:REV"
+    )
+    args = p.parse_args(argv)
+    latest_data = load(args.latest)
+    latest, spread = evaluate(latest_data), spreads(latest_data)
+    baseline = evaluate(load(args.baseline))
+    f_latest, f_spread = features(load(args.latest_features, "results-features.json"))
+    f_baseline, _ = features(load(args.baseline_features, "results-features.json"))
+    found = verdicts(baseline | f_baseline, latest | f_latest, spread | f_spread)
+    for verdict, (variant, target), text in found:
+        print(f"{verdict:<10} {variant:<14} {target}: {text}")
+    regressed = [f for f in found if f[0] == "REGRESSION"]
+    for _, (variant, target), text in regressed:
+        print(f"!!! REGRESSION: {variant}: {target}: {text}", file=sys.stderr)
+    return 1 if regressed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

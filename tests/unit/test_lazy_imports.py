@@ -1,0 +1,80 @@
+"""``import taskq`` and ``taskq --version`` load almost nothing: the public names and the CLI's
+subcommands are imported on first use, and every public name still resolves to what it was."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+from click.testing import CliRunner
+
+import taskq
+from taskq.cli.main import COMMANDS, main
+
+# Modules a bare ``import taskq`` or ``taskq --version`` must not load: redis-py, msgpack, the
+# app and the CLI's subcommands (each loads the app and through it redis-py).
+HEAVY = ("redis", "msgpack", "asyncio", "taskq.app", "taskq.broker", "taskq.cli.worker")
+
+
+def _loaded_after(code: str) -> list[str]:
+    """The modules loaded in a fresh interpreter after running ``code``."""
+    probe = f"import sys\n{code}\nprint(__import__('json').dumps(sorted(sys.modules)))"
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+    return list(json.loads(out.splitlines()[-1]))
+
+
+def _heavy(modules: list[str]) -> list[str]:
+    return [m for m in modules if any(m == h or m.startswith(h + ".") for h in HEAVY)]
+
+
+def test_import_taskq_loads_no_heavy_module() -> None:
+    assert _heavy(_loaded_after("import taskq")) == []
+
+
+def test_taskq_version_loads_no_heavy_module() -> None:
+    code = "import taskq.cli\ntry:\n    taskq.cli.main(['--version'])\nexcept SystemExit:\n    pass"
+    assert _heavy(_loaded_after(code)) == []
+
+
+def test_a_public_name_loads_its_module_on_first_use() -> None:
+    loaded = _loaded_after("import taskq\ntaskq.Settings")
+    assert "taskq.config" in loaded
+    assert "taskq.app" not in loaded
+
+
+def test_every_public_name_resolves_to_its_definition() -> None:
+    for name in taskq.__all__:
+        value = getattr(taskq, name)
+        module = taskq.LAZY.get(name)
+        if module is not None:
+            assert value is getattr(sys.modules[module], name), name
+    assert callable(taskq.task) and not isinstance(taskq.task, type(taskq))
+    assert sorted(set(dir(taskq)) & set(taskq.__all__)) == sorted(taskq.__all__)
+
+
+def test_the_lazy_table_the_type_checking_imports_and_all_agree() -> None:
+    """What mypy sees (the ``TYPE_CHECKING`` imports) is what the table loads at run time."""
+    tree = ast.parse(Path(taskq.__file__).read_text())
+    seen: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for imp in node.body:
+                assert isinstance(imp, ast.ImportFrom) and imp.module
+                seen.update({alias.name: imp.module for alias in imp.names})
+    assert seen == taskq.LAZY
+    assert set(taskq.LAZY) <= set(taskq.__all__)
+
+
+def test_every_subcommand_loads_and_is_listed() -> None:
+    result = CliRunner().invoke(main, ["--help"])
+    assert result.exit_code == 0, result.output
+    ctx = click.Context(main)
+    for name in COMMANDS:
+        assert main.get_command(ctx, name) is not None, name
+        assert f"  {name} " in result.output, name
