@@ -188,6 +188,31 @@ class Broker:
         keys += ops[1] if ops else ()
         return bool(self.link.script("park", keys, args))
 
+    def snooze(
+        self,
+        d: Delivery,
+        *,
+        owner: str,
+        task: str,
+        body: bytes,
+        delay_ms: int,
+        record_ttl_ms: int | None = None,
+        ops: tuple[bytes, Sequence[str]] | None = None,
+    ) -> bool:
+        """Move a snoozed job out of its stream into the schedule for ``delay_ms`` (Redis
+        clock), like a delayed job: ``body`` keeps the attempts it used (a snooze spends
+        none). With ``record_ttl_ms`` its record says ``snoozed`` with the due time;
+        ``ops`` run with the move (a concurrency slot's release)."""
+        k = self.keys[d.queue]
+        member = b"%d\n%s\n%s" % (PRIORITIES.index(d.priority), task.encode(), body)
+        keys = [d.stream, k.schedule, k.due]
+        if d.record_id and record_ttl_ms is not None:
+            keys.append(k.job(d.record_id))
+        ttl = record_ttl_ms if len(keys) > 3 else ""
+        args = [GROUP, d.entry_id, owner, delay_ms, member, ops[0] if ops else "", ttl]
+        keys += ops[1] if ops else ()
+        return bool(self.link.script("snooze", keys, args))
+
     def deadletter(
         self,
         d: Delivery,

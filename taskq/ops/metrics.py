@@ -142,7 +142,7 @@ class Metrics(Middleware):
 
     def after_job(self, outcome: Outcome) -> None:
         labels = (outcome.delivery.queue, self._task_label(outcome))
-        for name in COUNTED[outcome.kind] or (outcome.kind,):  # expired, cancelled
+        for name in COUNTED[outcome.kind] or (outcome.kind,):  # expired, cancelled, snoozed
             self._jobs[name].labels(*labels).inc()
         if outcome.duration_s > 0:
             self._jobs["duration"].labels(*labels).observe(outcome.duration_s)
@@ -202,6 +202,9 @@ def _job_metrics() -> dict[str, Any]:
         ),
         "cancelled": Counter(
             "taskq_jobs_cancelled", "Running jobs stopped by a cancel.", labels, registry=None
+        ),
+        "snoozed": Counter(
+            "taskq_jobs_snoozed", "Runs that snoozed (taskq.Snooze).", labels, registry=None
         ),
         "duration": Histogram(
             "taskq_job_duration_seconds",

@@ -18,18 +18,18 @@ from taskq.broker.records import Records
 from taskq.deadletter import Deadletter
 from taskq.errors import TaskNotFound
 from taskq.flow import Ops, ends_with_writes, on_failure, on_success
-from taskq.message import Message, with_retries
+from taskq.message import Message, snoozes_of, with_retries
 from taskq.middleware import emit
 from taskq.options import TaskOptions
 from taskq.results import Completion, FailedRun
 from taskq.signing import Signer
 from taskq.worker.executor import Executor, Prepared
 from taskq.worker.limiter import release_ops
-from taskq.worker.outcome import CANCELLED, DEAD, EXPIRED, OK, RETRY, Outcome
+from taskq.worker.outcome import CANCELLED, DEAD, EXPIRED, OK, RETRY, SNOOZED, Outcome
 
 logger = logging.getLogger(__name__)
 
-ARROWS = {OK: "←", RETRY: "↻", DEAD: "✗", EXPIRED: "⌛", CANCELLED: "⊘"}
+ARROWS = {OK: "←", RETRY: "↻", DEAD: "✗", EXPIRED: "⌛", CANCELLED: "⊘", SNOOZED: "z"}
 
 
 class Finisher:
@@ -92,6 +92,8 @@ class Finisher:
                 failed=failed,
                 ops=frees,
             )
+        elif o.kind == SNOOZED and o.msg is not None:
+            self._snooze(o, release, owner=owner)
         elif o.kind in (EXPIRED, CANCELLED):
             ttl, writes = self._ttl_ms(o.msg), _failure_ops(o, release, self._signer)
             self.broker.drop(d, owner=owner, state=o.kind, record_ttl_ms=ttl, ops=writes)
@@ -101,6 +103,20 @@ class Finisher:
             self.broker.deadletter(d, owner=owner, entry=entry, record_ttl_ms=ttl, ops=writes)
         log_outcome(o)
         emit(self.executor.app.middleware, "after_job", o)
+
+    def _snooze(self, o: Outcome, release: Ops | None, *, owner: str) -> None:
+        """Move a snoozed job to the schedule: its body keeps the attempts used before this
+        run (the snooze spends none) and counts one more snooze."""
+        d, msg = o.delivery, o.msg
+        assert msg is not None
+        raw = d.body or b""
+        body = with_retries(raw, o.attempt - 1, self._signer, snoozes=snoozes_of(raw) + 1)
+        ttl = self._ttl_ms(msg) if d.record_id else None
+        frees = (release.packed(), release.keys) if release else None
+        self.broker.snooze(
+            d, owner=owner, task=msg.task, body=body, delay_ms=o.delay_ms, record_ttl_ms=ttl,
+            ops=frees,
+        )  # fmt: skip
 
     def _release(self, o: Outcome) -> Ops | None:
         """The write that frees the job's concurrency slot, for a task that has the limit."""

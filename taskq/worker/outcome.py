@@ -18,6 +18,8 @@ OK, RETRY, DEAD = "ok", "retry", "dead"
 EXPIRED, CANCELLED = "expired", "cancelled"
 """Outcomes of jobs that did not run to an end: not started before their ``expires`` time;
 cancelled while running. Counted per queue in Redis (``<queue>:counts``), not per worker."""
+SNOOZED = "snoozed"
+"""The job asked to run again later (``taskq.Snooze``) without spending an attempt."""
 
 
 class Outcome(NamedTuple):
@@ -75,6 +77,7 @@ COUNTED: dict[str, tuple[str, ...]] = {
     DEAD: ("failed", "dead"),
     EXPIRED: (),
     CANCELLED: (),
+    SNOOZED: (),
 }
 """Which counters an outcome bumps (also the metric names exporters use)."""
 COUNTERS = tuple(f.name for f in fields(JobCounts))

@@ -52,6 +52,7 @@ KEY_KINDS = {
     ("requeue", MAIN, "KEYS[2]"): "record",
     ("schedule", MAIN, "KEYS[3]"): "record",
     ("slot", MAIN, "KEYS[#KEYS]"): "counts",
+    ("snooze", MAIN, "KEYS[4]"): "record",
     ("slot", MAIN, "KEYS[5]"): "record",
     ("start", MAIN, "rec"): "record",
     ("unique", MAIN, "KEYS[rec]"): "record",

@@ -85,10 +85,10 @@ elseif state == 'waiting' then
   if entry and undelivered(stream, entry) then
     removed = redis.call('XDEL', stream, entry) == 1
   end
-elseif state == 'scheduled' or state == 'retrying' then
+elseif state == 'scheduled' or state == 'retrying' or state == 'snoozed' then
   local due = redis.call('HGET', rec, 'due_ms')
   if due then
-    if state == 'scheduled' then removed = remove_member(KEYS[6], due, false)
+    if state ~= 'retrying' then removed = remove_member(KEYS[6], due, false)
     else removed = remove_member(KEYS[6 + p], due, true) end
   end
 elseif state == 'pending' then
