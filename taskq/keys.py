@@ -184,6 +184,18 @@ class QueueKeys:
         return f"{self.queue}:cancel:{job_id}"
 
     @property
+    def cancelled(self) -> str:
+        """Tombstones of cancelled jobs that keep no record (a hash: job id ->
+        ``<keep until ms>|<terminate 0/1>``); the worker that meets such a job ends it."""
+        return f"{self.queue}:cancelled"
+
+    @property
+    def ended(self) -> str:
+        """Jobs without a record that ended cancelled or expired (a sorted set: member
+        ``<state>:<job id>``, scored by when it is forgotten), for their status."""
+        return f"{self.queue}:ended"
+
+    @property
     def counts(self) -> str:
         """Hash of the queue's ``expired`` and ``cancelled`` job counts (for inspect)."""
         return f"{self.queue}:counts"

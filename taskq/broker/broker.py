@@ -250,9 +250,12 @@ class Broker:
         state: str,
         record_ttl_ms: int | None,
         ops: tuple[bytes, Sequence[str]] | None = None,
+        unrecorded: tuple[str, int] | None = None,
     ) -> bool:
         """End a pending job that will not run (``state``: expired, or cancelled): ack and
-        delete it, count it, end its record, run the workflow ``ops`` its end causes."""
+        delete it, count it, end its record, run the workflow ``ops`` its end causes.
+        ``unrecorded``: the id of a job without a record and how long (ms) its end is kept
+        for its status (its cancellation tombstone goes)."""
         k = self.keys[d.queue]
         keys = [d.stream, k.counts]
         if d.record_id and record_ttl_ms is not None:
@@ -261,6 +264,8 @@ class Broker:
         blob = ops[0] if ops else b""
         keys += ops[1] if ops else ()
         args = [GROUP, d.entry_id, owner, state, ttl, blob]
+        if unrecorded is not None and ttl == "":
+            args += unrecorded
         return as_int(self.link.script("drop", keys, args)) == 1
 
     def requeue(self, d: Delivery, *, task: str, body: bytes, owner: str) -> str | None:

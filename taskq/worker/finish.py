@@ -96,7 +96,10 @@ class Finisher:
             self._snooze(o, release, owner=owner)
         elif o.kind in (EXPIRED, CANCELLED):
             ttl, writes = self._ttl_ms(o.msg), _failure_ops(o, release, self._signer)
-            self.broker.drop(d, owner=owner, state=o.kind, record_ttl_ms=ttl, ops=writes)
+            unrecorded = (o.msg.id, ttl) if o.msg is not None and not d.record_id else None
+            self.broker.drop(
+                d, owner=owner, state=o.kind, record_ttl_ms=ttl, ops=writes, unrecorded=unrecorded
+            )
         else:
             entry = deadletter_entry(o, worker=owner)
             ttl, writes = self._ttl_ms(o.msg), _failure_ops(o, release, self._signer)
@@ -151,7 +154,7 @@ class Finisher:
         prepared = self.executor.prepare(d)
         if isinstance(prepared, Outcome):
             self.record(prepared, owner=owner)
-        elif self._cancel_requested(d):
+        elif self._cancel_requested(d, prepared.msg.id, running=False):
             self.record(cancelled_before_start(prepared), owner=owner)  # it never starts
         else:
             body = with_retries(d.body or b"", prepared.attempt - 1, self._signer)
@@ -185,16 +188,18 @@ class Finisher:
         """A run whose process died under it: a failed attempt, unless the job was asked to
         stop (``cancel(terminate=True)``: its child may have been killed for it)."""
         outcome = self.executor.lost(p, cause)
-        d = p.delivery
-        if self._cancel_requested(d):
+        if self._cancel_requested(p.delivery, p.msg.id, running=True):
             return _cancelled(outcome)
         return outcome
 
-    def _cancel_requested(self, d: Delivery) -> bool:
-        """Whether the job has a tombstone (``cancel(terminate=True)`` after its delivery)."""
+    def _cancel_requested(self, d: Delivery, msg_id: str, *, running: bool) -> bool:
+        """Whether the job has a tombstone: ``cancel(terminate=True)`` after its delivery, or
+        for a job without a record any cancel (one that stops a ``running`` job only with
+        ``terminate``)."""
+        records = Records(self.broker.link)
         if d.record_id is None:
-            return False
-        return bool(Records(self.broker.link).cancel_requested([(d.queue, d.record_id)]))
+            return bool(records.cancel_marks([(d.queue, msg_id)], terminate_only=running))
+        return bool(records.cancel_requested([(d.queue, d.record_id)]))
 
     def recover(self, d: Delivery, *, owner: str) -> str:
         """Settle a job the sweep recovered from a dead worker: its run was lost, a failed

@@ -39,9 +39,12 @@ KEY_KINDS = {
     ("_record", "finish_record", "rec"): "record",
     ("cancel", MAIN, "rec"): "record",
     ("cancel", MAIN, "KEYS[11]"): "counts",
+    ("cancel", "cancel_unrecorded", "KEYS[11]"): "counts",
+    ("cancel", "cancel_unrecorded", "tombs"): "cancelled",
     ("cancel", "pass_on_slot", "rec"): "record",
     ("deadletter_retry", MAIN, "KEYS[3]"): "record",
     ("drop", MAIN, "KEYS[2]"): "counts",
+    ("drop", MAIN, "prefix .. ':cancelled'"): "cancelled",
     ("enqueue", MAIN, "KEYS[2]"): "record",
     ("heartbeat", MAIN, "rec"): "worker",
     ("limit", "admit_one", "KEYS[rec]"): "record",
@@ -59,8 +62,8 @@ KEY_KINDS = {
     ("watch", MAIN, "KEYS[1]"): "record",
 }
 """Every key of a hash command in the scripts: a job's record, or another hash (the queue's
-counts, a chord's state, a workflow's record, a worker's heartbeat record, the periodic
-schedules)."""
+counts, the tombstones of cancelled jobs without a record, a chord's state, a workflow's
+record, a worker's heartbeat record, the periodic schedules)."""
 
 DYNAMIC = {
     ("fetch", "unpack(ids)"): "XACK",
