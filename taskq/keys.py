@@ -184,6 +184,17 @@ class QueueKeys:
         return f"{self.queue}:cancel:{job_id}"
 
     @property
+    def paused(self) -> str:
+        """Hash of the queue's pauses (``taskq.pauses.Pause.field`` -> when it began, ms);
+        no TTL: a pause lasts until it is resumed."""
+        return f"{self.queue}:paused"
+
+    def aside(self, pause_field: str) -> str:
+        """The jobs a worker set aside under one pause, out of their stream, oldest first
+        (members as in the schedule): a ``held`` set, so a cancel finds them there."""
+        return f"{self.queue}:held:paused:{pause_field}"
+
+    @property
     def cancelled(self) -> str:
         """Tombstones of cancelled jobs that keep no record (a hash: job id ->
         ``<keep until ms>|<terminate 0/1>``); the worker that meets such a job ends it."""

@@ -277,6 +277,18 @@ class Broker:
         reply = self.link.script("requeue", keys, args)
         return reply.decode() if isinstance(reply, bytes) else None
 
+    def set_aside(self, d: Delivery, *, owner: str, task: str, pause_field: str) -> int:
+        """Move a fetched job out of its stream into the set of the pause that covers it
+        (``aside.lua``): 1, or 0 if that pause was resumed meanwhile (run the job), or -1
+        if the entry is no longer pending under ``owner``."""
+        k = self.keys[d.queue]
+        member = b"%d\n%s\n%s" % (PRIORITIES.index(d.priority), task.encode(), d.body or b"")
+        keys = [d.stream, k.aside(pause_field), k.counts]
+        if d.record_id:
+            keys.append(k.job(d.record_id))
+        args = [GROUP, d.entry_id, owner, pause_field, member]
+        return as_int(self.link.script("aside", keys, args))
+
     def pending_of(self, consumer: str) -> list[Delivery]:
         """Every entry pending under ``consumer``, with its body if the entry still exists."""
         return pending_of(self.link, self.keys, consumer)

@@ -4,6 +4,7 @@ function (see :mod:`taskq.cli.main` for the group)."""
 from __future__ import annotations
 
 from taskq.cli.acl import acl
+from taskq.cli.control import pause, resume
 from taskq.cli.dashboard import dashboard
 from taskq.cli.deadletter import deadletter
 from taskq.cli.inspect import inspect, purge
@@ -14,6 +15,8 @@ from taskq.cli.server import server
 from taskq.cli.worker import worker
 
 for command in (worker, server, inspect, purge, deadletter, job, periodic, acl, dashboard):
+    main.add_command(command)
+for command in (pause, resume):
     main.add_command(command)
 
 __all__ = ["main"]

@@ -33,6 +33,7 @@ from taskq.worker.lifeline import CANCEL_SIGNAL, kill
 from taskq.worker.maintenance import Maintenance
 from taskq.worker.outage import OutageWaiter
 from taskq.worker.outcome import Outcome
+from taskq.worker.pausing import PauseGate
 from taskq.worker.scoreboard import LOCK_TIMEOUT_S, Running, Scoreboard, SlotView
 
 logger = logging.getLogger(__name__)
@@ -175,6 +176,8 @@ class StartCheck:
     def __init__(self, broker: Broker, outages: OutageWaiter) -> None:
         self.broker = broker
         self.outages = outages
+        self.pauses = PauseGate(broker, outages)
+        """The pauses that also stop a job at its start (set aside: :mod:`.pausing`)."""
         self._read: set[str] = set()
         self._cancelled: set[str] = set()
         self._read_at = -1.0
@@ -188,8 +191,11 @@ class StartCheck:
         self._cancelled, self._read_at = set(), at_s
 
     def check(self, p: Prepared | Outcome, rest: Sequence[Delivery]) -> Prepared | Outcome:
-        """``p``, or its CANCELLED outcome if it was cancelled with ``terminate=True`` (a job
-        without a record: cancelled at all)."""
+        """``p``; its CANCELLED outcome if it was cancelled with ``terminate=True`` (a job
+        without a record: cancelled at all); its PAUSED outcome if a pause covers it."""
+        return self.pauses.check(self._cancel_check(p, rest))
+
+    def _cancel_check(self, p: Prepared | Outcome, rest: Sequence[Delivery]) -> Prepared | Outcome:
         if isinstance(p, Outcome):
             return p
         if p.delivery.record_id is None:

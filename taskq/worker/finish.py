@@ -25,11 +25,13 @@ from taskq.results import Completion, FailedRun
 from taskq.signing import Signer
 from taskq.worker.executor import Executor, Prepared
 from taskq.worker.limiter import release_ops
-from taskq.worker.outcome import CANCELLED, DEAD, EXPIRED, OK, RETRY, SNOOZED, Outcome
+from taskq.worker.outcome import CANCELLED, DEAD, EXPIRED, OK, PAUSED, RETRY, SNOOZED, Outcome
 
 logger = logging.getLogger(__name__)
 
-ARROWS = {OK: "←", RETRY: "↻", DEAD: "✗", EXPIRED: "⌛", CANCELLED: "⊘", SNOOZED: "z"}
+ARROWS = {
+    OK: "←", RETRY: "↻", DEAD: "✗", EXPIRED: "⌛", CANCELLED: "⊘", SNOOZED: "z", PAUSED: "⏸",
+}  # fmt: skip
 
 
 class Finisher:
@@ -94,6 +96,8 @@ class Finisher:
             )
         elif o.kind == SNOOZED and o.msg is not None:
             self._snooze(o, release, owner=owner)
+        elif o.kind == PAUSED and o.msg is not None:
+            self._set_aside(o, owner=owner)
         elif o.kind in (EXPIRED, CANCELLED):
             ttl, writes = self._ttl_ms(o.msg), _failure_ops(o, release, self._signer)
             unrecorded = (o.msg.id, ttl) if o.msg is not None and not d.record_id else None
@@ -120,6 +124,14 @@ class Finisher:
             d, owner=owner, task=msg.task, body=body, delay_ms=o.delay_ms, record_ttl_ms=ttl,
             ops=frees,
         )  # fmt: skip
+
+    def _set_aside(self, o: Outcome, *, owner: str) -> None:
+        """Move a paused job into its pause's set (it never started: no slot to release);
+        if the pause was resumed meanwhile, hand it back to its stream instead."""
+        assert o.msg is not None
+        d, task = o.delivery, o.msg.task
+        if self.broker.set_aside(d, owner=owner, task=task, pause_field=o.pause_field) == 0:
+            self.hand_back(d, owner=owner)
 
     def _release(self, o: Outcome) -> Ops | None:
         """The write that frees the job's concurrency slot, for a task that has the limit."""

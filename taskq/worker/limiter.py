@@ -158,3 +158,7 @@ def _limit_key(
     except Exception:
         logger.exception("%s: limit_key failed; the job counts against the task's limit", task)
         return "(limit_key failed)"
+
+
+limit_key_of = _limit_key
+"""The limit key of a job (also what a pause by key matches: :mod:`taskq.worker.pausing`)."""

@@ -20,6 +20,8 @@ EXPIRED, CANCELLED = "expired", "cancelled"
 cancelled while running. Counted per queue in Redis (``<queue>:counts``), not per worker."""
 SNOOZED = "snoozed"
 """The job asked to run again later (``taskq.Snooze``) without spending an attempt."""
+PAUSED = "paused"
+"""A pause (``taskq pause``) covers the job: it is set aside, not run, until resumed."""
 
 
 class Outcome(NamedTuple):
@@ -38,6 +40,8 @@ class Outcome(NamedTuple):
     """The encoded return value of a success whose job stores its result."""
     exception: BaseException | None = None
     """The exception the task raised (in the process that ran it; None elsewhere)."""
+    pause_field: str = ""
+    """For a PAUSED outcome: the pause that covers the job (``taskq.pauses.Pause.field``)."""
 
 
 def rejected(d: Delivery, reason: str, msg: Message | None = None, attempt: int = 0) -> Outcome:
@@ -78,6 +82,7 @@ COUNTED: dict[str, tuple[str, ...]] = {
     EXPIRED: (),
     CANCELLED: (),
     SNOOZED: (),
+    PAUSED: (),
 }
 """Which counters an outcome bumps (also the metric names exporters use)."""
 COUNTERS = tuple(f.name for f in fields(JobCounts))

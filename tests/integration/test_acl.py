@@ -9,6 +9,7 @@ import json
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,8 @@ import pytest
 import redis
 from click.testing import CliRunner
 
-from taskq import Job, chain, chord, group
+from taskq import App, BrokerRefused, Job, chain, chord, group
+from taskq.broker.control import read_pauses
 from taskq.cli import main
 from taskq.errors import JobCancelled, JobExpired, TaskFailed
 from tests import acl_tasks, tasks
@@ -418,6 +420,17 @@ def _the_operator_cancels_and_looks(op: Callable[..., str], admin: redis.Redis) 
     assert op("deadletter", "retry", "-Q", "acl", "--all").startswith("re-enqueued")
     op("deadletter", "purge", "-Q", "acl", "--older-than", "1d", "-y")
     op("deadletter", "purge", "-Q", "acl", "-y")
+    # a pause: the worker sets a job of the paused task aside; the resume brings it back
+    op("pause", "acl", "--task", t.add.name)
+    time.sleep(1.0)  # every worker has read it
+    paused = t.add.delay(2, 2)
+    aside = f"acl:held:paused:{len(t.add.name)}:{t.add.name}:"
+    wait_until(lambda: admin.zcard(aside) == 1, message="the job to be set aside")
+    assert _state(paused) == "waiting"
+    assert "1 job(s) set aside went back" in op("resume", "acl", "--task", t.add.name)
+    assert paused.result(timeout=20) == 4
+    # a job that keeps no record, cancelled before any worker meets it: its tombstone
+    assert op("job", "cancel", "0" * 32, "-Q", "acl") == f"{'0' * 32}: requested\n"
 
 
 def _dead_and_stopped_workers_give_their_jobs_back(start: StartWorker, w1: WorkerProcess) -> None:
@@ -446,3 +459,27 @@ def _without_workers_jobs_are_cancelled_and_purged(op: Callable[..., str]) -> No
     assert op("job", "cancel", waiting.id, "-Q", "acl") == f"{waiting.id}: cancelled\n"
     acl_tasks.add.map([(1, 1)] * 3)
     assert op("purge", "acl", "-y").startswith("removed ")  # and any tick left behind
+
+
+@pytest.mark.parametrize("role", ["producer", "worker"])
+def test_only_the_operator_pauses_and_resumes(
+    server: RedisServer, admin: redis.Redis, role: str
+) -> None:
+    # given the producer's or the worker's user
+    app = App(url(server, role))
+    try:
+        # when it pauses or resumes, Redis refuses it (NOPERM: no permissions)
+        with pytest.raises(BrokerRefused, match="no permissions"):
+            app.pause("tasks", task="t.x")
+        with pytest.raises(BrokerRefused, match="no permissions"):
+            app.resume("tasks", task="t.x")
+        # but a worker may read the pauses it must obey
+        if role == "worker":
+            assert read_pauses(app.link, ["tasks"]) == {"tasks": {}}
+    finally:
+        app.close()
+    assert {d[0] for d in denials(admin)} == {f"taskq-{role}"}
+    # and the operator may do both, on the command line
+    assert operator(server, "pause", "tasks", "--task", "t.x").startswith("paused tasks")
+    assert operator(server, "resume", "tasks", "--task", "t.x").startswith("resumed tasks")
+    assert not admin.exists("tasks:paused")

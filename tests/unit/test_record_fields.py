@@ -38,6 +38,9 @@ KEY_KINDS = {
     ("_record", "fresh_record", "rec"): "record",
     ("_record", "finish_record", "rec"): "record",
     ("cancel", MAIN, "rec"): "record",
+    ("aside", MAIN, "paused"): "paused",
+    ("aside", MAIN, "KEYS[3]"): "counts",
+    ("aside", MAIN, "KEYS[4]"): "record",
     ("cancel", MAIN, "KEYS[11]"): "counts",
     ("cancel", "cancel_unrecorded", "KEYS[11]"): "counts",
     ("cancel", "cancel_unrecorded", "tombs"): "cancelled",
@@ -50,9 +53,13 @@ KEY_KINDS = {
     ("limit", "admit_one", "KEYS[rec]"): "record",
     ("park", MAIN, "KEYS[4]"): "record",
     ("periodic", MAIN, "KEYS[1]"): "periodic",
+    ("pause", MAIN, "KEYS[1]"): "paused",
     ("promote", "move_due", "rec"): "record",
     ("queue_stats", MAIN, "KEYS[9]"): "counts",
     ("requeue", MAIN, "KEYS[2]"): "record",
+    ("resume", MAIN, "KEYS[1]"): "paused",
+    ("resume", MAIN, "KEYS[3]"): "counts",
+    ("resume", MAIN, "rec"): "record",
     ("schedule", MAIN, "KEYS[3]"): "record",
     ("slot", MAIN, "KEYS[#KEYS]"): "counts",
     ("snooze", MAIN, "KEYS[4]"): "record",
@@ -62,7 +69,7 @@ KEY_KINDS = {
     ("watch", MAIN, "KEYS[1]"): "record",
 }
 """Every key of a hash command in the scripts: a job's record, or another hash (the queue's
-counts, the tombstones of cancelled jobs without a record, a chord's state, a workflow's
+counts, its pauses, the tombstones of cancelled jobs without a record, a chord's state, a workflow's
 record, a worker's heartbeat record, the periodic schedules)."""
 
 DYNAMIC = {
