@@ -14,12 +14,14 @@ from click.testing import CliRunner
 
 from taskq import App
 from taskq.broker.control import read_pauses
+from taskq.broker.schedules import Schedules, ScheduleState
 from taskq.cli import main
 from taskq.errors import ConfigError
 from taskq.ops.metrics import QueueDepth
 from taskq.pauses import Pause
 from taskq.testing import drain
-from taskq.worker import pausing
+from taskq.worker import pausing, ticker
+from taskq.worker.ticker import Ticker
 from tests import tasks
 from tests.conftest import WorkerProcess, runs, wait_until
 from tests.redis_server import RedisServer
@@ -193,3 +195,26 @@ def test_pause_and_resume_on_the_command_line_show_in_inspect_and_metrics(
     out = CliRunner().invoke(main, [*base, "resume", "tasks"])
     assert out.exit_code == 0 and "resumed tasks: 0 job(s)" in out.output, out.output
     assert list(read_pauses(app.link, ["tasks"])["tasks"]) == [Pause("t.x", "k1")]
+
+
+def test_a_paused_periodic_task_keeps_its_ticks_due_and_runs_one_on_resume(
+    make_app: Callable[..., App], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ticker, "READ_EVERY_S", 0.0)
+    app = make_app(queue="ticks")
+    t = app.task(name="ticks.noop")(lambda: None)
+    app.add_periodic(t, every=1, catch_up="all")
+    store = Schedules(app.link)
+    last = (store.read("ticks")[1] // 1000 - 5) * 1000  # five ticks missed
+    missed = ScheduleState.value(last, "every:1000", 0)
+    store.claim("ticks", "ticks.noop", "", missed, (b"\x90", []))
+    app.pause("ticks", task="ticks.noop")
+    beat = Ticker(app, ["ticks"])
+    beat.step(store)
+    # paused: no job, and the last tick enqueued is still the old one (the ticks stay due)
+    assert app.link.call("XLEN", "ticks:normal") == 0
+    assert store.read("ticks")[0]["ticks.noop"] == missed
+    # resumed: one job, though the schedule catches up "all"
+    app.resume("ticks", task="ticks.noop")
+    beat.step(store)
+    assert app.link.call("XLEN", "ticks:normal") == 1
