@@ -56,6 +56,7 @@ class SettingsArgs(TypedDict, total=False):
     durable_enqueue: bool
     durable_enqueue_timeout_ms: int
     partitions: Mapping[str, int]
+    audit_max_entries: int
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,8 @@ class Settings:
             that one busy queue spreads over the shards of a Redis Cluster. Producers spread
             its jobs round robin (or by ``partition_key=``), workers read every partition.
             See docs/scaling.md.
+        audit_max_entries: the control plane's audit stream of each queue (pauses,
+            resumes, limit changes, cancels) keeps about this many entries, the newest.
     """
 
     redis_url: str = DEFAULT_REDIS_URL
@@ -121,6 +124,7 @@ class Settings:
     durable_enqueue: bool = False
     durable_enqueue_timeout_ms: int = 1_000
     partitions: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    audit_max_entries: int = 10_000
 
     def __repr__(self) -> str:
         # Neither the password in the URL nor the signing keys are shown.
@@ -147,6 +151,7 @@ class Settings:
             "result_ttl_s",
             "max_result_bytes",
             "durable_enqueue_timeout_ms",
+            "audit_max_entries",
         ):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0")

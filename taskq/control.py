@@ -11,6 +11,7 @@ from taskq.partitions import expand
 from taskq.pauses import Pause
 
 if TYPE_CHECKING:
+    from taskq.broker.control import Auditor
     from taskq.broker.link import Link
 
 
@@ -18,10 +19,19 @@ class ControlPlane:
     """What an app can change at run time, fleet-wide, through Redis (a base of App)."""
 
     settings: Settings
+    _auditor: Auditor | None = None
 
     @property
     def link(self) -> Link:
         raise NotImplementedError
+
+    @property
+    def auditor(self) -> Auditor:
+        """Who this process acts as, for the audit stream (on its current link)."""
+        link, auditor = self.link, self._auditor
+        if auditor is None or auditor.link is not link:
+            auditor = self._auditor = control.Auditor(link, self.settings.audit_max_entries)
+        return auditor
 
     def pause(
         self, queue: str | None = None, *, task: str | None = None, key: str | None = None
@@ -33,7 +43,7 @@ class ControlPlane:
         pause lives in Redis until resumed (docs/operations.md, "Pause and resume")."""
         p = Pause(task, key)
         for q in self._control_queues(queue):
-            control.pause(self.link, q, p)
+            control.pause(self.auditor, q, p)
         return p
 
     def resume(
@@ -43,7 +53,7 @@ class ControlPlane:
         under it go back to their streams (in their priority order: each to its priority's
         stream, oldest first). Returns how many went back."""
         p = Pause(task, key)
-        return sum(control.resume(self.link, q, p) for q in self._control_queues(queue))
+        return sum(control.resume(self.auditor, q, p) for q in self._control_queues(queue))
 
     def _control_queues(self, queue: str | None) -> list[str]:
         """The queues a control command acts on: ``queue`` (checked), or its partitions."""

@@ -30,6 +30,7 @@ did not find it waiting in its queue (a worker took it, or it is not there yet):
 
 if TYPE_CHECKING:
     from taskq.broker.alink import AsyncLink
+    from taskq.broker.control import Auditor
     from taskq.broker.link import Link
     from taskq.broker.records import Records
     from taskq.config import Settings
@@ -50,6 +51,9 @@ class HandleApp(Protocol):
 
     @property
     def records(self) -> Records: ...
+
+    @property
+    def auditor(self) -> Auditor: ...
 
 
 @dataclass(frozen=True)
@@ -196,7 +200,12 @@ class Job:
         ttl_ms = app.settings.result_ttl_s * 1000
         keep_ms = UNRECORDED_CANCEL_KEEP_S * 1000
         return app.records.cancel(
-            self.queue, self.id, ttl_ms=ttl_ms, terminate=terminate, keep_ms=keep_ms
+            self.queue,
+            self.id,
+            ttl_ms=ttl_ms,
+            terminate=terminate,
+            keep_ms=keep_ms,
+            auditor=app.auditor,
         )
 
     def forget(self) -> bool:
@@ -277,7 +286,9 @@ class Flow:
         info = app.records.flow_steps(self.queue, self.id)
         ttl_ms = app.settings.result_ttl_s * 1000
         return {
-            job_id: app.records.cancel(queue, job_id, ttl_ms=ttl_ms, terminate=terminate)
+            job_id: app.records.cancel(
+                queue, job_id, ttl_ms=ttl_ms, terminate=terminate, auditor=app.auditor
+            )
             for job_id, queue in info
         }
 

@@ -184,6 +184,12 @@ class QueueKeys:
         return f"{self.queue}:cancel:{job_id}"
 
     @property
+    def audit(self) -> str:
+        """The control plane's audit stream: who paused, resumed, changed a limit or
+        cancelled a job, from where, and what (capped; trimmed by its writers)."""
+        return f"{self.queue}:audit"
+
+    @property
     def paused(self) -> str:
         """Hash of the queue's pauses (``taskq.pauses.Pause.field`` -> when it began, ms);
         no TTL: a pause lasts until it is resumed."""

@@ -1,12 +1,16 @@
 """The control plane's Redis side: pauses (``<queue>:paused``, the sets of the jobs set aside
-under them) read by workers and written by ``taskq pause``/``resume`` and ``app.pause()``."""
+under them) read by workers and written by ``taskq pause``/``resume`` and ``app.pause()``,
+and the audit stream ``<queue>:audit`` every control action appends to."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
+from taskq.audit import AuditEntry
 from taskq.broker.link import Link
-from taskq.broker.replies import as_int, flat_pairs, text
+from taskq.broker.replies import as_int, entries, flat_pairs, text
+from taskq.errors import BrokerError
 from taskq.keys import QueueKeys
 from taskq.pauses import Pause
 
@@ -14,14 +18,38 @@ RESUME_CHUNK = 1_000
 """Jobs one resume call moves back to their streams (it calls again while some are left)."""
 
 
-def paused_key(queue: str) -> str:
-    return QueueKeys(queue).paused
+class Auditor:
+    """Who acts (the Redis ACL user, asked once per link: ``ACL WHOAMI``) and how many
+    entries each audit stream keeps."""
+
+    def __init__(self, link: Link, cap: int) -> None:
+        self.link = link
+        self.cap = cap
+        self._user: str | None = None
+
+    @property
+    def user(self) -> str:
+        if self._user is None:
+            try:
+                self._user = text(self.link.call("ACL", "WHOAMI"))
+            except BrokerError:  # a user without ACL WHOAMI (or an old server): unnamed
+                self._user = "?"
+        return self._user
+
+    def args(self, action: str, detail: Mapping[str, Any]) -> list[Any]:
+        """The audit stream's cap and an entry's fields, as scripts take them."""
+        return [self.cap, *AuditEntry.fields(action, self.user, detail)]
+
+    def append(self, queue: str, action: str, detail: Mapping[str, Any]) -> None:
+        """Append an entry on its own (for an action that is no script of this module)."""
+        fields = AuditEntry.fields(action, self.user, detail)
+        self.link.call("XADD", QueueKeys(queue).audit, "MAXLEN", "~", self.cap, "*", *fields)
 
 
 def read_pauses(link: Link, queues: Sequence[str]) -> dict[str, dict[Pause, int]]:
     """Each queue's pauses and when each began (ms): one HGETALL per queue, pipelined.
     Fields that are not a pause's are passed over (the hash is untrusted)."""
-    replies = link.pipeline([("HGETALL", paused_key(q)) for q in queues])
+    replies = link.pipeline([("HGETALL", QueueKeys(q).paused) for q in queues])
     out: dict[str, dict[Pause, int]] = {}
     for queue, raw in zip(queues, replies, strict=True):
         pauses = {}
@@ -33,20 +61,38 @@ def read_pauses(link: Link, queues: Sequence[str]) -> dict[str, dict[Pause, int]
     return out
 
 
-def pause(link: Link, queue: str, p: Pause) -> bool:
-    """Pause ``p`` in ``queue``; False if it was paused already."""
-    return as_int(link.script("pause", [paused_key(queue)], [p.field])) == 1
-
-
-def resume(link: Link, queue: str, p: Pause) -> int:
-    """End pause ``p`` in ``queue`` and move the jobs set aside under it back to their
-    streams (in calls of RESUME_CHUNK); returns how many went back."""
+def pause(auditor: Auditor, queue: str, p: Pause) -> bool:
+    """Pause ``p`` in ``queue`` (audited); False if it was paused already."""
     k = QueueKeys(queue)
-    keys = [k.paused, k.aside(p.field), k.counts, *k.streams, k.deadletter]
+    args = [p.field, *auditor.args("pause", _detail(p))]
+    return as_int(auditor.link.script("pause", [k.paused, k.audit], args)) == 1
+
+
+def resume(auditor: Auditor, queue: str, p: Pause) -> int:
+    """End pause ``p`` in ``queue`` (audited) and move the jobs set aside under it back to
+    their streams (in calls of RESUME_CHUNK); returns how many went back."""
+    k, link = QueueKeys(queue), auditor.link
+    keys = [k.paused, k.aside(p.field), k.counts, *k.streams, k.deadletter, k.audit]
+    audit = auditor.args("resume", _detail(p))
     moved = 0
     while True:
         before = as_int(link.call("ZCARD", keys[1]))
-        left = as_int(link.script("resume", keys, [p.field, RESUME_CHUNK]))
-        moved += max(0, before - left)
+        left = as_int(link.script("resume", keys, [p.field, RESUME_CHUNK, *audit]))
+        audit, moved = [], moved + max(0, before - left)
         if left == 0 or left >= before:
             return moved
+
+
+def _detail(p: Pause) -> dict[str, Any]:
+    return {"task": p.task, "key": p.key}
+
+
+def read_audit(link: Link, queues: Sequence[str], since_ms: int = 0) -> list[AuditEntry]:
+    """The audit entries of ``queues`` from ``since_ms`` on (Redis clock), oldest first."""
+    replies = link.pipeline([("XRANGE", QueueKeys(q).audit, since_ms, "+") for q in queues])
+    found = [
+        AuditEntry.from_entry(queue, text(eid), {text(f): text(v) for f, v in fields.items()})
+        for queue, rows in zip(queues, replies, strict=True)
+        for eid, fields in entries(rows)
+    ]
+    return sorted(found, key=lambda e: (e.at_ms, e.queue, e.entry_id))

@@ -16,7 +16,7 @@ import dataclasses
 import math
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgpack
 
@@ -37,6 +37,9 @@ from taskq.results import (
     FlowView,
     JobStatus,
 )
+
+if TYPE_CHECKING:
+    from taskq.broker.control import Auditor
 
 WAIT_SLICE_S = 5.0
 
@@ -118,7 +121,14 @@ class Records:
         return bool(self.link.call("DEL", k.job(job_id), k.done(job_id)))
 
     def cancel(
-        self, queue: str, job_id: str, *, ttl_ms: int, terminate: bool, keep_ms: int | None = None
+        self,
+        queue: str,
+        job_id: str,
+        *,
+        ttl_ms: int,
+        terminate: bool,
+        keep_ms: int | None = None,
+        auditor: Auditor | None = None,
     ) -> str:
         """Cancel a job (``cancel.lua``): ``cancelled`` if it was removed before it ran,
         ``terminating`` if its worker will interrupt it, ``running`` if it runs and
@@ -132,7 +142,11 @@ class Records:
         keys += [key for ref in later for key in ref[:2]]
         args = [job_id, GROUP, ttl_ms, int(terminate), *(ref[2] for ref in later)]
         args.append(keep_ms or "")
-        return text(self.link.script("cancel", keys, args))
+        outcome = text(self.link.script("cancel", keys, args))
+        if auditor is not None:
+            detail = {"job_id": job_id, "terminate": terminate, "outcome": outcome}
+            auditor.append(queue, "cancel", detail)
+        return outcome
 
     def cancel_marks(self, jobs: Sequence[tuple[str, str]], *, terminate_only: bool) -> set[str]:
         """Which of these jobs without a record (queue, job id) have a tombstone

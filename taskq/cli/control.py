@@ -1,13 +1,18 @@
 """``taskq pause`` and ``taskq resume``: stop and restart a queue, a task of it or a limit
-key's jobs, fleet-wide, without a deploy (operator role)."""
+key's jobs, fleet-wide, without a deploy (operator role); ``taskq audit``: who did what."""
 
 from __future__ import annotations
 
+import json
+from datetime import datetime, timezone
 from typing import Any
 
 import click
 
 from taskq.app import App
+from taskq.broker.control import read_audit
+from taskq.config import parse_queues
+from taskq.partitions import expand
 from taskq.pauses import Pause
 
 _task = click.option("--task", "task", help="Only this task's jobs (its registered name).")
@@ -42,3 +47,35 @@ def resume(obj: Any, queue: str, task: str | None, key: str | None) -> None:
 
 def _what(queue: str, p: Pause) -> str:
     return f"{queue}" if p == Pause() else f"{queue} ({p.describe()})"
+
+
+@click.command("audit")
+@click.option("--since", help="Only entries from this time on (ISO 8601; no zone: UTC).")
+@click.option("-Q", "--queues", help="Comma-separated queues (default: the app's).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_obj
+def audit(obj: Any, since: str | None, queues: str | None, as_json: bool) -> None:
+    """The control plane's audit trail: every pause, resume, limit change and cancel, with
+    its time, the Redis user, the host and what changed, oldest first."""
+    app: App = obj.app()
+    names = expand(app.settings.partitions, parse_queues(queues))[0] if queues else app.queues()
+    found = read_audit(app.link, names, _ms(since) if since else 0)
+    if as_json:
+        click.echo(json.dumps([e.to_json() for e in found], indent=2))
+        return
+    for e in found:
+        when = datetime.fromtimestamp(e.at_ms / 1000, timezone.utc).isoformat(
+            timespec="milliseconds"
+        )
+        what = " ".join(f"{k}={v}" for k, v in sorted(e.detail.items()) if v is not None)
+        click.echo(f"{when}  {e.action:<11} {e.queue}  {what}  (user {e.user} on {e.host})")
+
+
+def _ms(iso: str) -> int:
+    try:
+        when = datetime.fromisoformat(iso)
+    except ValueError:
+        raise click.BadParameter(f"not an ISO 8601 time: {iso!r}", param_hint="--since") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return int(when.timestamp() * 1000)

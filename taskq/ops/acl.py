@@ -134,6 +134,7 @@ OPERATOR_COMMANDS = (
     "zremrangebyscore",  # ... and the ends kept past their time go
     # taskq pause / resume: the pause, and the jobs set aside under it back to their streams
     "hsetnx",
+    "acl|whoami",  # the user an audit entry names (pause, resume, limits, cancel)
 )
 
 

@@ -483,3 +483,14 @@ def test_only_the_operator_pauses_and_resumes(
     assert operator(server, "pause", "tasks", "--task", "t.x").startswith("paused tasks")
     assert operator(server, "resume", "tasks", "--task", "t.x").startswith("resumed tasks")
     assert not admin.exists("tasks:paused")
+    # the audit shows the operator's two, and only the operator reads it
+    shown = json.loads(operator(server, "audit", "-Q", "tasks", "--json"))
+    assert [(e["action"], e["user"]) for e in shown[-2:]] == [
+        ("pause", "taskq-operator"),
+        ("resume", "taskq-operator"),
+    ]
+    with (
+        redis.Redis.from_url(url(server, role)) as client,
+        pytest.raises(redis.exceptions.NoPermissionError),
+    ):
+        client.xrange("tasks:audit")

@@ -4,8 +4,10 @@ then a fleet of real worker processes (slow)."""
 from __future__ import annotations
 
 import json
+import socket
 import time
 from collections.abc import Callable
+from datetime import datetime, timezone
 from typing import Any
 
 import pytest
@@ -218,3 +220,30 @@ def test_a_paused_periodic_task_keeps_its_ticks_due_and_runs_one_on_resume(
     app.resume("ticks", task="ticks.noop")
     beat.step(store)
     assert app.link.call("XLEN", "ticks:normal") == 1
+
+
+def test_the_audit_shows_each_action_with_its_user(
+    make_app: Callable[..., App], r: redis.Redis, redis_url: str
+) -> None:
+    app = make_app(audit_max_entries=3)
+    app.pause(task="t.x")
+    app.resume(task="t.x")
+    job = app.task(name="t.y")(lambda: None).delay()
+    assert job.cancel() == "cancelled"
+    # then each shows, in order, with the Redis user and this host
+    shown = CliRunner().invoke(main, ["--redis-url", redis_url, "audit", "--json", "-Q", "tasks"])
+    entries = json.loads(shown.output)
+    assert [e["action"] for e in entries] == ["pause", "resume", "cancel"]
+    assert {e["user"] for e in entries} == {"default"}
+    assert all(e["host"] == socket.gethostname() for e in entries)
+    assert entries[0]["detail"] == {"task": "t.x", "key": None}
+    assert entries[2]["detail"] == {"job_id": job.id, "terminate": False, "outcome": "cancelled"}
+    # --since, and the text form
+    since = datetime.fromtimestamp(entries[1]["at_ms"] / 1000, timezone.utc).isoformat()
+    text = CliRunner().invoke(main, ["--redis-url", redis_url, "audit", "--since", since]).output
+    assert "pause " not in text and "resume" in text and f"job_id={job.id}" in text
+    assert "(user default on" in text
+    # the stream is capped (about audit_max_entries: MAXLEN ~)
+    for _ in range(200):
+        app.pause(task="t.z")
+    assert r.xlen("tasks:audit") < 200

@@ -67,6 +67,7 @@ WRONG_TYPES = {
     "durable_enqueue": None,
     "durable_enqueue_timeout_ms": 1.0,
     "partitions": 3,
+    "audit_max_entries": "many",
 }
 
 

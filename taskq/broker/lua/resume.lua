@@ -3,12 +3,17 @@
 -- caller calls again while some are left, so a long pause's jobs do not hold Redis in one
 -- step). Each goes back as a fresh entry of its priority's stream; its record, if any, says
 -- 'waiting' with the new entry.
--- KEYS: paused hash, the pause's set, counts hash, streams high/normal/low, dead letters.
--- ARGV: pause field, most jobs moved by this call.
+-- The first call also writes the resume's audit entry.
+-- KEYS: paused hash, the pause's set, counts hash, streams high/normal/low, dead letters,
+--       audit stream.
+-- ARGV: pause field, most jobs moved by this call, then (first call) the audit stream's cap
+--       and the audit entry's fields.
 -- Returns how many are left in the set.
-local most = tonumber(ARGV[2])
+local most, cap = tonumber(ARGV[2]), tonumber(ARGV[3])
 if not most or most < 1 then return redis.error_reply('ERR resume: bad count') end
+if ARGV[3] and (not cap or cap < 1) then return redis.error_reply('ERR resume: bad cap') end
 redis.call('HDEL', KEYS[1], ARGV[1])
+if cap then redis.call('XADD', KEYS[8], 'MAXLEN', '~', cap, '*', unpack(ARGV, 4)) end
 local moved = 0
 for _, m in ipairs(redis.call('ZRANGE', KEYS[2], 0, most - 1)) do
   local p = tonumber(string.sub(m, 1, 1))
