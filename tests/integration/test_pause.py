@@ -222,12 +222,19 @@ def test_a_paused_periodic_task_keeps_its_ticks_due_and_runs_one_on_resume(
     assert app.link.call("XLEN", "ticks:normal") == 1
 
 
+def _redis_ms(r: redis.Redis) -> int:
+    s, us = r.time()
+    return int(s) * 1000 + int(us) // 1000
+
+
 def test_the_audit_shows_each_action_with_its_user(
     make_app: Callable[..., App], r: redis.Redis, redis_url: str
 ) -> None:
     app = make_app(audit_max_entries=3)
     app.pause(task="t.x")
-    app.resume(task="t.x")
+    paused_ms = _redis_ms(r)
+    wait_until(lambda: _redis_ms(r) > paused_ms, 1, 0.001)
+    app.resume(task="t.x")  # (in a later ms: --since below tells them apart)
     job = app.task(name="t.y")(lambda: None).delay()
     assert job.cancel() == "cancelled"
     # then each shows, in order, with the Redis user and this host
