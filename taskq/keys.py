@@ -195,6 +195,12 @@ class QueueKeys:
         no TTL: a pause lasts until it is resumed."""
         return f"{self.queue}:paused"
 
+    @property
+    def limits(self) -> str:
+        """Hash of the limits set at run time (``taskq limit set``): ``<len(task)>:<task>:<key>``
+        -> JSON ``{"rate", "concurrency"}``; no TTL: they last until cleared."""
+        return f"{self.queue}:limits"
+
     def aside(self, pause_field: str) -> str:
         """The jobs a worker set aside under one pause, out of their stream, oldest first
         (members as in the schedule): a ``held`` set, so a cancel finds them there."""

@@ -1,4 +1,5 @@
-"""Pauses: what ``taskq pause`` and ``app.pause()`` stop, as values. A pause covers a whole
+"""Pauses and limits set at run time, as values. Pauses: what ``taskq pause`` and
+``app.pause()`` stop. A pause covers a whole
 queue, one task of it, one ``limit_key`` value (of every task, or of one task). It lives in
 the queue's hash ``<queue>:paused`` (field :attr:`Pause.field`, value: when it was paused,
 ms) until resumed; the jobs a worker fetched while a pause covers them wait in the pause's
@@ -7,10 +8,12 @@ back (docs/operations.md, "Pause and resume")."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from taskq.errors import ConfigError
+from taskq.limits import Rate
 
 MAX_NAME_CHARS = 1_000
 """Longest task name or key a pause names."""
@@ -61,6 +64,37 @@ class Pause:
         parts = [f"task {self.task}"] if self.task else []
         parts += [f"key {self.key}"] if self.key else []
         return ", ".join(parts) or "the queue"
+
+
+@dataclass(frozen=True)
+class LimitOverride:
+    """A limit set at run time (``taskq limit set``) for ``task`` (all its jobs, or those of
+    limit key ``key``): a rate (``"5/s"``) and/or a concurrency, each None to keep the
+    decorator's."""
+
+    rate: str | None = None
+    concurrency: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.rate is not None:
+            Rate.parse(self.rate)  # a clear error for a bad rate
+        c = self.concurrency
+        if c is not None and (isinstance(c, bool) or not isinstance(c, int) or c < 1):
+            raise ConfigError(f"concurrency must be a whole number >= 1, not {c!r}")
+
+    def to_json(self) -> str:
+        return json.dumps({"rate": self.rate, "concurrency": self.concurrency})
+
+    @classmethod
+    def from_json(cls, raw: str) -> LimitOverride | None:
+        """The override stored in Redis, or None if it is not one (untrusted)."""
+        try:
+            data = json.loads(raw)
+            return (
+                cls(data.get("rate"), data.get("concurrency")) if isinstance(data, dict) else None
+            )
+        except (ValueError, ConfigError, TypeError):
+            return None
 
 
 def covering(pauses: Iterable[Pause], task: str, key: object) -> Pause | None:

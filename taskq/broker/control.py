@@ -4,15 +4,19 @@ and the audit stream ``<queue>:audit`` every control action appends to."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+import json
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from taskq.audit import AuditEntry
 from taskq.broker.link import Link
 from taskq.broker.replies import as_int, entries, flat_pairs, text
+from taskq.broker.resp import Command
 from taskq.errors import BrokerError
 from taskq.keys import QueueKeys
-from taskq.pauses import Pause
+from taskq.pauses import LimitOverride, Pause
+
+T = TypeVar("T")
 
 RESUME_CHUNK = 1_000
 """Jobs one resume call moves back to their streams (it calls again while some are left)."""
@@ -50,15 +54,57 @@ def read_pauses(link: Link, queues: Sequence[str]) -> dict[str, dict[Pause, int]
     """Each queue's pauses and when each began (ms): one HGETALL per queue, pipelined.
     Fields that are not a pause's are passed over (the hash is untrusted)."""
     replies = link.pipeline([("HGETALL", QueueKeys(q).paused) for q in queues])
-    out: dict[str, dict[Pause, int]] = {}
-    for queue, raw in zip(queues, replies, strict=True):
-        pauses = {}
-        for field, value in flat_pairs(raw).items():
-            pause = Pause.from_field(text(field))
-            if pause is not None:
-                pauses[pause] = as_int(value, 0)
-        out[queue] = pauses
+    return {q: _parsed(raw, lambda v: as_int(v, 0)) for q, raw in zip(queues, replies, strict=True)}
+
+
+def read_control(
+    link: Link, queues: Sequence[str]
+) -> tuple[dict[str, dict[Pause, int]], dict[str, dict[Pause, LimitOverride]]]:
+    """Each queue's pauses and its limits set at run time (a limit's task and key are
+    spelled as a pause's): two HGETALL per queue, pipelined. What is not a pause's or a
+    limit's is passed over (the hashes are untrusted)."""
+    commands: list[Command] = []
+    for q in queues:
+        commands += [("HGETALL", QueueKeys(q).paused), ("HGETALL", QueueKeys(q).limits)]
+    replies = link.pipeline(commands)
+    pauses, limits = {}, {}
+    for i, queue in enumerate(queues):
+        pauses[queue] = _parsed(replies[2 * i], lambda v: as_int(v, 0))
+        limits[queue] = _parsed(replies[2 * i + 1], lambda v: LimitOverride.from_json(text(v)))
+    return pauses, limits
+
+
+def _parsed(raw: Any, value: Callable[[Any], T | None]) -> dict[Pause, T]:
+    out = {}
+    for field, v in flat_pairs(raw).items():
+        which, parsed = Pause.from_field(text(field)), value(v)
+        if which is not None and parsed is not None:
+            out[which] = parsed
     return out
+
+
+def set_limit(auditor: Auditor, queue: str, which: Pause, limit: LimitOverride | None) -> str:
+    """Set (``limit``) or clear (None) a limit at run time, audited; returns what is stored
+    now (JSON, '' once cleared)."""
+    k = QueueKeys(queue)
+    action = "limit_set" if limit is not None else "limit_clear"
+    detail = {**_detail(which), **(json.loads(limit.to_json()) if limit else {})}
+    args = [which.field, limit.to_json() if limit else "", *auditor.args(action, detail)]
+    return text(auditor.link.script("limit_set", [k.limits, k.audit], args))
+
+
+def release_held(link: Link, queue: str, held: str) -> int:
+    """Move every job waiting in a concurrency limit's ``held`` set back to its stream
+    (its task has no concurrency limit any more); returns how many went."""
+    k = QueueKeys(queue)
+    keys = [k.limits, held, k.counts, *k.streams, k.deadletter, k.audit]
+    moved = 0
+    while True:
+        before = as_int(link.call("ZCARD", held))
+        left = as_int(link.script("resume", keys, ["", RESUME_CHUNK]))
+        moved += max(0, before - left)
+        if left == 0 or left >= before:
+            return moved
 
 
 def pause(auditor: Auditor, queue: str, p: Pause) -> bool:

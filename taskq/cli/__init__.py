@@ -4,7 +4,7 @@ function (see :mod:`taskq.cli.main` for the group)."""
 from __future__ import annotations
 
 from taskq.cli.acl import acl
-from taskq.cli.control import audit, pause, resume
+from taskq.cli.control import audit, limit, pause, resume
 from taskq.cli.dashboard import dashboard
 from taskq.cli.deadletter import deadletter
 from taskq.cli.inspect import inspect, purge
@@ -16,7 +16,7 @@ from taskq.cli.worker import worker
 
 for command in (worker, server, inspect, purge, deadletter, job, periodic, acl, dashboard):
     main.add_command(command)
-for command in (pause, resume, audit):
+for command in (pause, resume, audit, limit):
     main.add_command(command)
 
 __all__ = ["main"]

@@ -1,5 +1,6 @@
 """``taskq pause`` and ``taskq resume``: stop and restart a queue, a task of it or a limit
-key's jobs, fleet-wide, without a deploy (operator role); ``taskq audit``: who did what."""
+key's jobs, fleet-wide, without a deploy; ``taskq limit set/show/clear``: limits at run
+time (operator role); ``taskq audit``: who did what."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 import click
 
 from taskq.app import App
-from taskq.broker.control import read_audit
+from taskq.broker.control import read_audit, read_control
 from taskq.config import parse_queues
 from taskq.partitions import expand
 from taskq.pauses import Pause
@@ -79,3 +80,72 @@ def _ms(iso: str) -> int:
     if when.tzinfo is None:
         when = when.replace(tzinfo=timezone.utc)
     return int(when.timestamp() * 1000)
+
+
+@click.group("limit")
+def limit() -> None:
+    """Limits set at run time: they override a task's decorator limits, fleet-wide, within
+    2 s and until cleared (operator role)."""
+
+
+_queue = click.option("-Q", "--queue", help="The task's queue (default: as the app says).")
+
+
+@limit.command("set")
+@click.argument("task")
+@click.option("--rate", help="At most this many starts per window, e.g. 5/s, 100/m, 5/10s.")
+@click.option("--concurrency", type=int, help="At most this many running at once.")
+@_key
+@_queue
+@click.pass_obj
+def limit_set(obj: Any, /, task: str, **given: Any) -> None:
+    """Limit TASK (or only its jobs of limit key --key)."""
+    app: App = obj.app()
+    app.set_limit(task, **given)
+    shown = ", ".join(f"{name} {given[name]}" for name in ("rate", "concurrency") if given[name])
+    click.echo(f"limited {_what(task, Pause(None, given['key']))}: {shown}")
+
+
+@limit.command("clear")
+@click.argument("task")
+@_key
+@_queue
+@click.pass_obj
+def limit_clear(obj: Any, task: str, key: str | None, queue: str | None) -> None:
+    """End the limit set at run time for TASK (and --key): its decorator's apply again."""
+    app: App = obj.app()
+    app.clear_limit(task, key=key, queue=queue)
+    click.echo(f"cleared the run-time limit of {_what(task, Pause(None, key))}")
+
+
+@limit.command("show")
+@click.option("-Q", "--queues", help="Comma-separated queues (default: the app's).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_obj
+def limit_show(obj: Any, queues: str | None, as_json: bool) -> None:
+    """Every limit set at run time, and the decorator limits of the app's tasks."""
+    app: App = obj.app()
+    names = expand(app.settings.partitions, parse_queues(queues))[0] if queues else app.queues()
+    _, limits = read_control(app.link, names)
+    rows = [
+        {"queue": q, "task": w.task, "key": w.key, "rate": x.rate, "concurrency": x.concurrency}
+        for q in names
+        for w, x in sorted(limits[q].items(), key=lambda i: i[0].field)
+    ]
+    declared = [
+        {"task": n, "rate": o.rate_limit, "concurrency": o.concurrency_limit}
+        for n in app.registered()
+        for o in [app.get_task(n).options]
+        if o.rate_limit or o.concurrency_limit
+    ]
+    if as_json:
+        click.echo(json.dumps({"runtime": rows, "declared": declared}, indent=2))
+        return
+    for r in rows:
+        what = " ".join(f"{k} {r[k]}" for k in ("rate", "concurrency", "key") if r[k])
+        click.echo(f"{r['queue']}  {r['task']}  {what}  (set at run time)")
+    for d in declared:
+        what = " ".join(f"{k} {d[k]}" for k in ("rate", "concurrency") if d[k])
+        click.echo(f"{d['task']}  {what}  (declared)")
+    if not rows and not declared:
+        click.echo("no limits")

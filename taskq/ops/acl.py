@@ -143,14 +143,16 @@ def _all_keys(k: QueueKeys) -> tuple[str, ...]:
 
 
 def _worker_keys(k: QueueKeys) -> tuple[str, ...]:
-    """Every key of the queue, the pauses only to read (``%R~``): a worker obeys a pause
-    and sets jobs aside under it, but cannot pause or resume."""
+    """Every key of the queue but the audit stream, the pauses and run-time limits only to
+    read (``%R~``): a worker obeys them (and sets jobs aside under a pause), but cannot
+    pause, resume or set a limit."""
     q = k.queue
     kinds: tuple[str, ...] = ("retry", "worker", "series", "job", "done", "chord", "cancel")
     kinds += ("limit", "running", "held", "unique", "flow")
     names: tuple[str, ...] = (k.deadletter, k.schedule, k.due, k.visibility, k.sweeper)
     names += (k.workers, k.counts, k.periodic, k.cancelled, k.ended)
-    return (*k.streams, *names, *(f"{q}:{kind}:*" for kind in kinds), f"%R~{k.paused}")
+    read_only = (f"%R~{k.paused}", f"%R~{k.limits}")
+    return (*k.streams, *names, *(f"{q}:{kind}:*" for kind in kinds), *read_only)
 
 
 def _producer_keys(k: QueueKeys) -> tuple[str, ...]:

@@ -110,6 +110,7 @@ class Consumer:
         """Jobs run to an outcome here (``--max-tasks-per-child`` counts them)."""
         self._outages = OutageWaiter(should_give_up=lambda: self._idle and self.stopping)
         self.starts = StartCheck(broker, self._outages)
+        self.finisher.limits = self.starts.pauses.options_for
         self._fetched_at = time.monotonic()
         self._task_code: CodeType | None = None
         self._pace_ms = BATCH_BUDGET_MS  # until measured: one job per fetch

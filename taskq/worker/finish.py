@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 
 from taskq.broker import Broker, Delivery
 from taskq.broker.records import Records
@@ -49,6 +49,9 @@ class Finisher:
         """What some of them write with their acks: results, next workflow steps."""
         self._options: dict[str, TaskOptions] = {}
         """The options of the tasks seen, by name (looked up once per task, not per job)."""
+        self.limits: Callable[[str, Message, TaskOptions], TaskOptions] | None = None
+        """The options a job runs under with the limits set at run time (its consumer's
+        control view): a slot taken under such a limit is released under it."""
 
     @property
     def _signer(self) -> Signer | None:
@@ -143,6 +146,8 @@ class Finisher:
                 options = self._options[o.msg.task] = self.executor.app.get_task(o.msg.task).options
             except TaskNotFound:
                 return None
+        if self.limits is not None:
+            options = self.limits(o.delivery.queue, o.msg, options)
         return release_ops(o.msg, options, o.delivery.queue)
 
     def _ttl_ms(self, msg: Message | None) -> int:

@@ -19,7 +19,7 @@ import redis
 from click.testing import CliRunner
 
 from taskq import App, BrokerRefused, Job, chain, chord, group
-from taskq.broker.control import read_pauses
+from taskq.broker.control import read_control
 from taskq.cli import main
 from taskq.errors import JobCancelled, JobExpired, TaskFailed
 from tests import acl_tasks, tasks
@@ -462,7 +462,7 @@ def _without_workers_jobs_are_cancelled_and_purged(op: Callable[..., str]) -> No
 
 
 @pytest.mark.parametrize("role", ["producer", "worker"])
-def test_only_the_operator_pauses_and_resumes(
+def test_only_the_operator_pauses_resumes_and_sets_limits(
     server: RedisServer, admin: redis.Redis, role: str
 ) -> None:
     # given the producer's or the worker's user
@@ -473,21 +473,27 @@ def test_only_the_operator_pauses_and_resumes(
             app.pause("tasks", task="t.x")
         with pytest.raises(BrokerRefused, match="no permissions"):
             app.resume("tasks", task="t.x")
-        # but a worker may read the pauses it must obey
+        with pytest.raises(BrokerRefused, match="no permissions"):
+            app.set_limit("t.x", rate="5/s")
+        # but a worker may read the pauses and the limits it must obey
         if role == "worker":
-            assert read_pauses(app.link, ["tasks"]) == {"tasks": {}}
+            assert read_control(app.link, ["tasks"]) == ({"tasks": {}}, {"tasks": {}})
     finally:
         app.close()
     assert {d[0] for d in denials(admin)} == {f"taskq-{role}"}
     # and the operator may do both, on the command line
     assert operator(server, "pause", "tasks", "--task", "t.x").startswith("paused tasks")
     assert operator(server, "resume", "tasks", "--task", "t.x").startswith("resumed tasks")
+    assert operator(server, "limit", "set", "t.x", "--rate", "5/s").startswith("limited t.x")
+    assert operator(server, "limit", "clear", "t.x").startswith("cleared")
     assert not admin.exists("tasks:paused")
     # the audit shows the operator's two, and only the operator reads it
     shown = json.loads(operator(server, "audit", "-Q", "tasks", "--json"))
-    assert [(e["action"], e["user"]) for e in shown[-2:]] == [
+    assert [(e["action"], e["user"]) for e in shown[-4:]] == [
         ("pause", "taskq-operator"),
         ("resume", "taskq-operator"),
+        ("limit_set", "taskq-operator"),
+        ("limit_clear", "taskq-operator"),
     ]
     with (
         redis.Redis.from_url(url(server, role)) as client,

@@ -53,6 +53,7 @@ KEY_KINDS = {
     ("limit", "admit_one", "KEYS[rec]"): "record",
     ("park", MAIN, "KEYS[4]"): "record",
     ("periodic", MAIN, "KEYS[1]"): "periodic",
+    ("limit_set", MAIN, "KEYS[1]"): "limits",
     ("pause", MAIN, "KEYS[1]"): "paused",
     ("promote", "move_due", "rec"): "record",
     ("queue_stats", MAIN, "KEYS[9]"): "counts",
@@ -69,8 +70,8 @@ KEY_KINDS = {
     ("watch", MAIN, "KEYS[1]"): "record",
 }
 """Every key of a hash command in the scripts: a job's record, or another hash (the queue's
-counts, its pauses, the tombstones of cancelled jobs without a record, a chord's state, a workflow's
-record, a worker's heartbeat record, the periodic schedules)."""
+counts, its pauses and run-time limits, the tombstones of cancelled jobs without a record, a
+chord's state, a workflow's record, a worker's heartbeat record, the periodic schedules)."""
 
 DYNAMIC = {
     ("fetch", "unpack(ids)"): "XACK",
