@@ -254,3 +254,20 @@ def test_the_audit_shows_each_action_with_its_user(
     for _ in range(200):
         app.pause(task="t.z")
     assert r.xlen("tasks:audit") < 200
+
+
+def test_a_paused_async_task_is_set_aside_too(make_app: Callable[..., App], r: redis.Redis) -> None:
+    app = make_app()
+    ran: list[int] = []
+
+    @app.task
+    async def fetch(n: int) -> None:
+        ran.append(n)
+
+    app.pause(task=fetch.name)
+    fetch.delay(1)
+    drain(app)
+    assert ran == [] and r.zcard(f"tasks:held:paused:{len(fetch.name)}:{fetch.name}:") == 1
+    app.resume(task=fetch.name)
+    drain(app)
+    assert ran == [1]
