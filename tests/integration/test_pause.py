@@ -271,3 +271,16 @@ def test_a_paused_async_task_is_set_aside_too(make_app: Callable[..., App], r: r
     app.resume(task=fetch.name)
     drain(app)
     assert ran == [1]
+
+
+def test_pausing_a_partitioned_queue_pauses_every_partition(
+    make_app: Callable[..., App],
+) -> None:
+    app = make_app(partitions={"tasks": 3})
+    app.pause("tasks", task="t.x")
+    parts = ["{tasks.0}", "{tasks.1}", "{tasks.2}"]
+    assert {q: list(p) for q, p in read_pauses(app.link, parts).items()} == {
+        q: [Pause("t.x")] for q in parts
+    }
+    app.resume("tasks", task="t.x")
+    assert read_pauses(app.link, parts) == {q: {} for q in parts}
