@@ -17,6 +17,7 @@ from taskq.broker.control import read_control
 from taskq.cli import main
 from taskq.errors import ConfigError
 from taskq.pauses import LimitOverride, Pause
+from taskq.testing import drain
 from tests import tasks
 from tests.conftest import WorkerProcess, runs, wait_until
 
@@ -101,3 +102,24 @@ def test_a_concurrency_lowered_while_five_run_lets_them_finish_then_runs_one(
 
 def _running(r: redis.Redis) -> int:
     return int(r.zcard(f"tasks:running:{tasks.five_at_once.name}"))
+
+
+def test_clearing_a_run_time_concurrency_sends_its_held_jobs_back(
+    make_app: Callable[..., App], r: redis.Redis
+) -> None:
+    # given a task without limits of its own, limited at run time, with a job waiting for
+    # a slot (held, out of its stream) and a slot taken
+    app = make_app()
+    ran: list[int] = []
+    free = app.task(name="t.free")(lambda n: ran.append(n))
+    app.set_limit("t.free", concurrency=1)
+    body = app.encode(free.message((7,), {}))
+    r.zadd("tasks:held:t.free", {b"1\nt.free\n" + body: 1})
+    r.hincrby("tasks:counts", "held", 1)
+    r.zadd("tasks:running:t.free", {"w:1:2|other": 1})
+    # when the limit is cleared, the held job goes back to its stream and runs
+    app.clear_limit("t.free")
+    assert r.xlen("tasks:normal") == 1 and r.hget("tasks:counts", "held") == b"0"
+    assert not r.exists("tasks:running:t.free", "tasks:held:t.free")
+    drain(app)
+    assert ran == [7]
