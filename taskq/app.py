@@ -22,6 +22,7 @@ from taskq.broker.records import Records, find_steps, status_steps
 from taskq.broker.steps import Steps, arun, run
 from taskq.canvas import Workflow
 from taskq.config import Settings, redact
+from taskq.control import ControlPlane
 from taskq.current import current_producer, set_current_app
 from taskq.errors import ConfigError
 from taskq.job import Flow, Job
@@ -46,7 +47,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-class App:
+class App(ControlPlane):
     """A taskq application: settings, registered tasks and a lazily opened Redis link.
 
     Args:

@@ -66,6 +66,7 @@ class SettingsArgs(TypedDict, total=False):
     output_max_chunk_bytes: int
     log_max_bytes: int
     telemetry_ttl_s: int
+    audit_max_entries: int
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,8 @@ class Settings:
             are dropped and counted.
         telemetry_ttl_s: a running job's progress, output and logs expire this long after
             their last write; once it ends, ``result_ttl_s`` after it. See docs/telemetry.md.
+        audit_max_entries: the control plane's audit stream of each queue (pauses,
+            resumes, limit changes, cancels) keeps about this many entries, the newest.
     """
 
     redis_url: str = DEFAULT_REDIS_URL
@@ -160,6 +163,7 @@ class Settings:
     output_max_chunk_bytes: int = 1024 * 1024
     log_max_bytes: int = 64 * 1024
     telemetry_ttl_s: int = 86_400
+    audit_max_entries: int = 10_000
 
     def __repr__(self) -> str:
         # Neither the password in the URL nor the signing keys are shown.
@@ -192,6 +196,7 @@ class Settings:
             "output_max_chunk_bytes",
             "log_max_bytes",
             "telemetry_ttl_s",
+            "audit_max_entries",
         ):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0")

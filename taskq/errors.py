@@ -148,5 +148,32 @@ class Retry(Exception):
         self.countdown = countdown
 
 
+class Snooze(Exception):
+    """Raise inside a task (or return it) to run the job again in ``seconds``, **without**
+    spending an attempt: for polling an external job, or waiting on a rate-limited API.
+
+    The job leaves its stream for the schedule (like a delayed job), its record says
+    ``snoozed`` with the due time, and its attempt number stays where it was. A task's
+    ``max_snoozes`` caps how often a job may snooze; the snooze past the cap dead-letters it.
+    """
+
+    def __init__(self, seconds: float = 0.0) -> None:
+        if (
+            isinstance(seconds, bool)
+            or not isinstance(seconds, int | float)
+            or not math.isfinite(seconds)
+            or not 0 <= seconds <= MAX_SNOOZE_S
+        ):
+            raise ConfigError(
+                f"Snooze({seconds!r}): seconds must be a finite number in [0, {MAX_SNOOZE_S:.0f}]"
+            )
+        super().__init__(f"snoozed for {seconds} s")
+        self.seconds = seconds
+
+
+MAX_SNOOZE_S = 366 * 86_400.0
+"""The longest snooze (a year): its due time is kept in ms on the Redis clock."""
+
+
 class SoftTimeLimitExceeded(Exception):
     """Raised inside a task that ran past its soft time limit."""

@@ -8,7 +8,12 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from taskq.broker.records import entry_status_steps, status_steps, wait_steps
+from taskq.broker.records import (
+    entry_status_steps,
+    status_steps,
+    unrecorded_end_steps,
+    wait_steps,
+)
 from taskq.broker.steps import Steps, arun, run
 from taskq.errors import (
     ConfigError,
@@ -30,8 +35,13 @@ from taskq.telemetry import (
     progress_steps,
 )
 
+UNRECORDED_CANCEL_KEEP_S = 7 * 86_400
+"""How long the cancellation of a job that keeps no record waits for the job, if the cancel
+did not find it waiting in its queue (a worker took it, or it is not there yet): a week."""
+
 if TYPE_CHECKING:
     from taskq.broker.alink import AsyncLink
+    from taskq.broker.control import Auditor
     from taskq.broker.link import Link
     from taskq.broker.records import Records
     from taskq.config import Settings
@@ -54,6 +64,8 @@ class HandleApp(Protocol):
     def records(self) -> Records: ...
 
     def get_task(self, name: str, /) -> Any: ...
+    @property
+    def auditor(self) -> Auditor: ...
 
 
 @dataclass(frozen=True)
@@ -204,9 +216,14 @@ class Job:
     def _status_steps(self) -> Steps[JobStatus]:
         if self.stores_result or self.entry_id is None:
             status = yield from status_steps(self.queue, self.id)
-            if status.state != UNKNOWN or self.entry_id is None:
+            if status.state != UNKNOWN:
                 return status
-        assert self.entry_id is not None
+        if not self.stores_result:  # a job without a record that was cancelled or expired
+            ended = yield from unrecorded_end_steps(self.queue, self.id)
+            if ended is not None:
+                return JobStatus(self.id, ended, task=self.task, queue=self.queue)
+        if self.entry_id is None:
+            return status
         return (yield from entry_status_steps(self.queue, self.priority, self.id, self.entry_id))
 
     def _check_stores(self) -> None:
@@ -250,24 +267,29 @@ class Job:
         Its status becomes ``cancelled``; the cancellation is kept in Redis, so it holds
         across worker restarts.
 
+        A job that keeps no record is looked for by its id where it waits in its queue
+        (stream, schedule, retry sets) and removed; if it is not found there (a worker took
+        it), a tombstone kept for :data:`UNRECORDED_CANCEL_KEEP_S` stops it before it starts,
+        and with ``terminate=True`` interrupts it if it runs.
+
         Returns:
             ``cancelled``; ``terminating`` (its worker will interrupt it); ``running`` (it
-            runs, and ``terminate`` was False); ``unknown`` (no record); or the final state
-            it had already reached.
-
-        Raises:
-            ConfigError: the job keeps no status record (cancellation finds jobs by it).
+            runs, and ``terminate`` was False); ``requested`` (no record, not found waiting:
+            the tombstone stands); or the final state it had already reached.
         """
         if self.eager_value is not None:
             return SUCCEEDED
-        if not self.stores_result:
-            raise ConfigError(
-                f"job {self.id} ({self.task}) keeps no status record, which cancellation needs: "
-                "enqueue it from an App(store_results=True) or a task with store_result=True"
-            )
         app = self._app()
         ttl_ms = app.settings.result_ttl_s * 1000
-        return app.records.cancel(self.queue, self.id, ttl_ms=ttl_ms, terminate=terminate)
+        keep_ms = UNRECORDED_CANCEL_KEEP_S * 1000
+        return app.records.cancel(
+            self.queue,
+            self.id,
+            ttl_ms=ttl_ms,
+            terminate=terminate,
+            keep_ms=keep_ms,
+            auditor=app.auditor,
+        )
 
     def forget(self) -> bool:
         """Delete the job's record and result now instead of at its TTL."""
@@ -347,7 +369,9 @@ class Flow:
         info = app.records.flow_steps(self.queue, self.id)
         ttl_ms = app.settings.result_ttl_s * 1000
         return {
-            job_id: app.records.cancel(queue, job_id, ttl_ms=ttl_ms, terminate=terminate)
+            job_id: app.records.cancel(
+                queue, job_id, ttl_ms=ttl_ms, terminate=terminate, auditor=app.auditor
+            )
             for job_id, queue in info
         }
 

@@ -209,6 +209,41 @@ class QueueKeys:
         return f"{self.queue}:logsize:{job_id}"
 
     @property
+    def audit(self) -> str:
+        """The control plane's audit stream: who paused, resumed, changed a limit or
+        cancelled a job, from where, and what (capped; trimmed by its writers)."""
+        return f"{self.queue}:audit"
+
+    @property
+    def paused(self) -> str:
+        """Hash of the queue's pauses (``taskq.pauses.Pause.field`` -> when it began, ms);
+        no TTL: a pause lasts until it is resumed."""
+        return f"{self.queue}:paused"
+
+    @property
+    def limits(self) -> str:
+        """Hash of the limits set at run time (``taskq limit set``): ``<len(task)>:<task>:<key>``
+        -> JSON ``{"rate", "concurrency"}``; no TTL: they last until cleared."""
+        return f"{self.queue}:limits"
+
+    def aside(self, pause_field: str) -> str:
+        """The jobs a worker set aside under one pause, out of their stream, oldest first
+        (members as in the schedule): a ``held`` set, so a cancel finds them there."""
+        return f"{self.queue}:held:paused:{pause_field}"
+
+    @property
+    def cancelled(self) -> str:
+        """Tombstones of cancelled jobs that keep no record (a hash: job id ->
+        ``<keep until ms>|<terminate 0/1>``); the worker that meets such a job ends it."""
+        return f"{self.queue}:cancelled"
+
+    @property
+    def ended(self) -> str:
+        """Jobs without a record that ended cancelled or expired (a sorted set: member
+        ``<state>:<job id>``, scored by when it is forgotten), for their status."""
+        return f"{self.queue}:ended"
+
+    @property
     def counts(self) -> str:
         """Hash of the queue's ``expired`` and ``cancelled`` job counts (for inspect)."""
         return f"{self.queue}:counts"

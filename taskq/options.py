@@ -28,6 +28,7 @@ class TaskOptionArgs(TypedDict, total=False):
     queue: str
     priority: str
     max_retries: int
+    max_snoozes: int
     time_limit_s: float
     soft_time_limit_s: float
     retry_backoff_ms: int
@@ -66,6 +67,8 @@ class TaskOptions:
     queue: str | None = None
     priority: str = "normal"
     max_retries: int | None = None
+    max_snoozes: int | None = None
+    """How often a job may snooze (``taskq.Snooze``); None: without limit."""
     time_limit_s: float | None = None
     soft_time_limit_s: float | None = None
     retry_backoff_ms: int | None = None
@@ -95,8 +98,7 @@ class TaskOptions:
         check_priority(self.priority)
         if self.queue is not None:
             check_queue_name(self.queue)
-        if self.max_retries is not None and self.max_retries < 0:
-            raise ConfigError("max_retries must be >= 0")
+        self._check_counts()
         for name in ("time_limit_s", "soft_time_limit_s", "max_run_s"):
             check_seconds(name, getattr(self, name))
         if self.rate_limit is not None:
@@ -123,6 +125,13 @@ class TaskOptions:
                 f"result_ttl_s must be a whole number of seconds > 0 and at most "
                 f"{MAX_RESULT_TTL_S} (ten years), not {self.result_ttl_s!r}"
             )
+
+    def _check_counts(self) -> None:
+        if self.max_retries is not None and self.max_retries < 0:
+            raise ConfigError("max_retries must be >= 0")
+        n = self.max_snoozes
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 0):
+            raise ConfigError(f"max_snoozes must be a whole number >= 0, not {n!r}")
 
 
 MAX_TIME_LIMIT_S = 366 * 86_400.0

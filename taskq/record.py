@@ -24,7 +24,7 @@ that dies loses at most one interval of such data; the job's own end is unaffect
 from __future__ import annotations
 
 STATE = "state"
-"""``pending``, ``waiting``, ``scheduled``, ``running``, ``retrying`` or a final state
+"""``pending``, ``waiting``, ``scheduled``, ``running``, ``retrying``, ``snoozed`` or a final state
 (``taskq.results.STATES``)."""
 TASK, QUEUE, PRIORITY = "task", "queue", "priority"
 """As in the body."""
@@ -34,7 +34,7 @@ ENQUEUED_MS = "enqueued_ms"
 ENTRY = "entry"
 """The job's current stream entry id."""
 DUE_MS = "due_ms"
-"""When a ``scheduled`` or ``retrying`` job is due (Redis clock)."""
+"""When a ``scheduled``, ``retrying`` or ``snoozed`` job is due (Redis clock)."""
 WORKER = "worker"
 """The consumer running it (while ``running``)."""
 STARTED_MS = "started_ms"

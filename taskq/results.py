@@ -23,9 +23,12 @@ from taskq.errors import DecodeError, ResultTooLarge, UnserializableResult
 WAITING, SCHEDULED, RUNNING, RETRYING = "waiting", "scheduled", "running", "retrying"
 SUCCEEDED, FAILED, UNKNOWN, PENDING = "succeeded", "failed", "unknown", "pending"
 CANCELLED, EXPIRED = "cancelled", "expired"
+SNOOZED = "snoozed"
+"""The job raised (or returned) ``Snooze``: it waits in the schedule until ``due_ms``, on the
+same attempt."""
 STATES = (
-    PENDING, WAITING, SCHEDULED, RUNNING, RETRYING, SUCCEEDED, FAILED, CANCELLED, EXPIRED,
-    UNKNOWN,
+    PENDING, WAITING, SCHEDULED, RUNNING, RETRYING, SNOOZED, SUCCEEDED, FAILED, CANCELLED,
+    EXPIRED, UNKNOWN,
 )  # fmt: skip
 """What ``job.status().state`` can be."""
 MAX_MS = 2**53
@@ -222,7 +225,7 @@ class JobStatus:
 
         state = text(record.STATE) or UNKNOWN
         due = read_ms(raw.get(record.DUE_MS.encode()))
-        if state in (SCHEDULED, RETRYING) and due is not None and due <= now_ms:
+        if state in (SCHEDULED, RETRYING, SNOOZED) and due is not None and due <= now_ms:
             state = WAITING
         attempts = ms(record.ATTEMPTS) or 0
         args, kwargs = _arguments(raw.get(record.ARGS.encode()))
@@ -240,7 +243,7 @@ class JobStatus:
             enqueued_ms=ms(record.ENQUEUED_MS),
             started_ms=ms(record.STARTED_MS),
             finished_ms=ms(record.FINISHED_MS) if state in FINAL else None,
-            due_ms=due if state in (SCHEDULED, RETRYING) else None,
+            due_ms=due if state in (SCHEDULED, RETRYING, SNOOZED) else None,
             entry_id=text(record.ENTRY) or None,
             errors=_attempt_errors(raw),
             result=raw.get(record.RESULT.encode()) if state == SUCCEEDED else None,

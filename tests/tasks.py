@@ -384,3 +384,17 @@ def reports(n: int) -> int:
         job.progress(i + 1, n)
     logging.getLogger(__name__).warning("reported %d", n)
     return n
+
+
+@app.task(rate_limit="50/s")
+def paced(n: int) -> None:
+    """50 starts a second (until a limit set at run time says otherwise)."""
+    record(tag="paced", n=n)
+
+
+@app.task(concurrency_limit=5)
+def five_at_once(n: int, seconds: float) -> None:
+    """Five at a time across the fleet (until a limit set at run time says otherwise)."""
+    start = time.time()
+    time.sleep(seconds)
+    record(tag="five", n=n, start=start, end=time.time())

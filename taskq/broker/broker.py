@@ -188,6 +188,31 @@ class Broker:
         keys += ops[1] if ops else ()
         return bool(self.link.script("park", keys, args))
 
+    def snooze(
+        self,
+        d: Delivery,
+        *,
+        owner: str,
+        task: str,
+        body: bytes,
+        delay_ms: int,
+        record_ttl_ms: int | None = None,
+        ops: tuple[bytes, Sequence[str]] | None = None,
+    ) -> bool:
+        """Move a snoozed job out of its stream into the schedule for ``delay_ms`` (Redis
+        clock), like a delayed job: ``body`` keeps the attempts it used (a snooze spends
+        none). With ``record_ttl_ms`` its record says ``snoozed`` with the due time;
+        ``ops`` run with the move (a concurrency slot's release)."""
+        k = self.keys[d.queue]
+        member = b"%d\n%s\n%s" % (PRIORITIES.index(d.priority), task.encode(), body)
+        keys = [d.stream, k.schedule, k.due]
+        if d.record_id and record_ttl_ms is not None:
+            keys.append(k.job(d.record_id))
+        ttl = record_ttl_ms if len(keys) > 3 else ""
+        args = [GROUP, d.entry_id, owner, delay_ms, member, ops[0] if ops else "", ttl]
+        keys += ops[1] if ops else ()
+        return bool(self.link.script("snooze", keys, args))
+
     def deadletter(
         self,
         d: Delivery,
@@ -225,9 +250,12 @@ class Broker:
         state: str,
         record_ttl_ms: int | None,
         ops: tuple[bytes, Sequence[str]] | None = None,
+        unrecorded: tuple[str, int] | None = None,
     ) -> bool:
         """End a pending job that will not run (``state``: expired, or cancelled): ack and
-        delete it, count it, end its record, run the workflow ``ops`` its end causes."""
+        delete it, count it, end its record, run the workflow ``ops`` its end causes.
+        ``unrecorded``: the id of a job without a record and how long (ms) its end is kept
+        for its status (its cancellation tombstone goes)."""
         k = self.keys[d.queue]
         keys = [d.stream, k.counts]
         if d.record_id and record_ttl_ms is not None:
@@ -236,6 +264,8 @@ class Broker:
         blob = ops[0] if ops else b""
         keys += ops[1] if ops else ()
         args = [GROUP, d.entry_id, owner, state, ttl, blob]
+        if unrecorded is not None and ttl == "":
+            args += unrecorded
         return as_int(self.link.script("drop", keys, args)) == 1
 
     def requeue(self, d: Delivery, *, task: str, body: bytes, owner: str) -> str | None:
@@ -246,6 +276,18 @@ class Broker:
         args = [GROUP, d.entry_id, owner, task, body, d.first_failure_ms or "", d.record_id or ""]
         reply = self.link.script("requeue", keys, args)
         return reply.decode() if isinstance(reply, bytes) else None
+
+    def set_aside(self, d: Delivery, *, owner: str, task: str, pause_field: str) -> int:
+        """Move a fetched job out of its stream into the set of the pause that covers it
+        (``aside.lua``): 1, or 0 if that pause was resumed meanwhile (run the job), or -1
+        if the entry is no longer pending under ``owner``."""
+        k = self.keys[d.queue]
+        member = b"%d\n%s\n%s" % (PRIORITIES.index(d.priority), task.encode(), d.body or b"")
+        keys = [d.stream, k.aside(pause_field), k.counts]
+        if d.record_id:
+            keys.append(k.job(d.record_id))
+        args = [GROUP, d.entry_id, owner, pause_field, member]
+        return as_int(self.link.script("aside", keys, args))
 
     def pending_of(self, consumer: str) -> list[Delivery]:
         """Every entry pending under ``consumer``, with its body if the entry still exists."""

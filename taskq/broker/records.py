@@ -16,7 +16,7 @@ import dataclasses
 import math
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgpack
 
@@ -27,7 +27,20 @@ from taskq.broker.steps import Pause, Steps, run
 from taskq.checkpoint import views_of
 from taskq.errors import BrokerRefused, BrokerUnavailable
 from taskq.keys import GROUP, PRIORITIES, QueueKeys
-from taskq.results import FINAL, RUNNING, SUCCEEDED, UNKNOWN, WAITING, FlowView, JobStatus
+from taskq.results import (
+    CANCELLED,
+    EXPIRED,
+    FINAL,
+    RUNNING,
+    SUCCEEDED,
+    UNKNOWN,
+    WAITING,
+    FlowView,
+    JobStatus,
+)
+
+if TYPE_CHECKING:
+    from taskq.broker.control import Auditor
 
 WAIT_SLICE_S = 5.0
 
@@ -108,17 +121,51 @@ class Records:
         k = QueueKeys(queue)
         return bool(self.link.call("DEL", k.job(job_id), k.done(job_id)))
 
-    def cancel(self, queue: str, job_id: str, *, ttl_ms: int, terminate: bool) -> str:
-        """Cancel a job that keeps a record (``cancel.lua``): ``cancelled`` if it was removed
-        before it ran, ``terminating`` if its worker will interrupt it, ``running`` if it runs
-        and ``terminate`` is False, else ``unknown`` or the final state it had reached."""
+    def cancel(
+        self,
+        queue: str,
+        job_id: str,
+        *,
+        ttl_ms: int,
+        terminate: bool,
+        keep_ms: int | None = None,
+        auditor: Auditor | None = None,
+    ) -> str:
+        """Cancel a job (``cancel.lua``): ``cancelled`` if it was removed before it ran,
+        ``terminating`` if its worker will interrupt it, ``running`` if it runs and
+        ``terminate`` is False, else ``unknown`` or the final state it had reached. A job
+        without a record, with ``keep_ms``: ``cancelled`` if it was found waiting and
+        removed, else ``requested`` (its tombstone stops it at its worker, for ``keep_ms``)."""
         k = QueueKeys(queue)
         keys = [k.job(job_id), k.done(job_id), *k.streams, k.schedule]
         keys += [*(k.retry(p) for p in PRIORITIES), k.cancel(job_id), k.counts]
         later = later_steps(self.link.call("HGET", k.job(job_id), record.LATER))
         keys += [key for ref in later for key in ref[:2]]
         args = [job_id, GROUP, ttl_ms, int(terminate), *(ref[2] for ref in later)]
-        return text(self.link.script("cancel", keys, args))
+        args.append(keep_ms or "")
+        outcome = text(self.link.script("cancel", keys, args))
+        if auditor is not None:
+            detail = {"job_id": job_id, "terminate": terminate, "outcome": outcome}
+            auditor.append(queue, "cancel", detail)
+        return outcome
+
+    def cancel_marks(self, jobs: Sequence[tuple[str, str]], *, terminate_only: bool) -> set[str]:
+        """Which of these jobs without a record (queue, job id) have a tombstone
+        (``<queue>:cancelled``; with ``terminate_only``, one that asks to interrupt a run)."""
+        if not jobs:
+            return set()
+        replies = self.link.pipeline([("HGET", QueueKeys(q).cancelled, j) for q, j in jobs])
+        out = set()
+        for (_, j), raw in zip(jobs, replies, strict=True):
+            mark = text(raw) if isinstance(raw, bytes) else ""
+            if mark and (not terminate_only or mark.endswith("|1")):
+                out.add(j)
+        return out
+
+    def any_cancel_marks(self, queues: Sequence[str]) -> set[str]:
+        """The queues with tombstones of jobs without a record: one EXISTS per queue."""
+        replies = self.link.pipeline([("EXISTS", QueueKeys(q).cancelled) for q in queues])
+        return {q for q, n in zip(queues, replies, strict=True) if as_int(n)}
 
     def cancel_requested(self, jobs: Sequence[tuple[str, str]]) -> set[str]:
         """Which of these running jobs (queue, job id) were asked to stop."""
@@ -174,6 +221,14 @@ def _taken_steps(status: JobStatus, now_ms: int) -> Steps[JobStatus]:
         attempts=status.attempts + 1,
         started_ms=now_ms - idle_ms,
     )
+
+
+def unrecorded_end_steps(queue: str, job_id: str) -> Steps[str | None]:
+    """``cancelled`` or ``expired`` if a job without a record ended so lately (its queue's
+    ``ended`` set); None otherwise."""
+    key, states = QueueKeys(queue).ended, (CANCELLED, EXPIRED)
+    replies = yield [("ZSCORE", key, f"{state}:{job_id}") for state in states]
+    return next((s for s, r in zip(states, replies, strict=True) if r is not None), None)
 
 
 def find_steps(queues: Sequence[str], job_id: str, *, flow: bool = False) -> Steps[str | None]:

@@ -119,15 +119,14 @@ def _cancel(app: Any, job_id: str, queue: str | None, *, terminate: bool) -> int
         outcomes = {job_id: handle.cancel(terminate=terminate)}
     else:
         flow = app.flow(job_id, queue=queue)
-        if flow is None:
-            click.echo(
-                f"no record of job {job_id}: only jobs that keep one can be cancelled", err=True
-            )
-            return EXIT_FAILED
-        outcomes = flow.cancel(terminate=terminate)
+        if flow is None:  # a job without a record: found by its id, or a tombstone stops it
+            outcomes = {job_id: handle.cancel(terminate=terminate)}
+        else:
+            outcomes = flow.cancel(terminate=terminate)
     for step, outcome in outcomes.items():
         click.echo(f"{step}: {outcome}")
-    return 0 if any(o in ("cancelled", "terminating") for o in outcomes.values()) else EXIT_FAILED
+    good = ("cancelled", "terminating", "requested")
+    return 0 if any(o in good for o in outcomes.values()) else EXIT_FAILED
 
 
 def _show_flow(app: Any, flow: Flow, as_json: bool, wait: bool, timeout: float | None) -> int:

@@ -20,12 +20,16 @@ if TYPE_CHECKING:
 # line here.
 COMMANDS: dict[str, str] = {
     "acl": "taskq.cli.acl:acl",
+    "audit": "taskq.cli.control:audit",
     "dashboard": "taskq.cli.dashboard:dashboard",
     "deadletter": "taskq.cli.deadletter:deadletter",
     "inspect": "taskq.cli.inspect:inspect",
     "job": "taskq.cli.job:job",
+    "limit": "taskq.cli.control:limit",
+    "pause": "taskq.cli.control:pause",
     "periodic": "taskq.cli.periodic:periodic",
     "purge": "taskq.cli.inspect:purge",
+    "resume": "taskq.cli.control:resume",
     "scale": "taskq.cli.scale:scale",
     "server": "taskq.cli.server:server",
     "worker": "taskq.cli.worker:worker",

@@ -18,7 +18,7 @@ from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from taskq.app import App
-from taskq.dashboard import actions, live, pages
+from taskq.dashboard import actions, control, live, pages
 from taskq.dashboard.pages import Settings, render
 from taskq.dashboard.security import LOGIN_COOKIE, Access
 from taskq.dashboard.views import NotFound, Source
@@ -136,6 +136,12 @@ def routes() -> list[BaseRoute]:
         Route("/deadletters/{queue}/purge", actions.purge_deadletters, methods=["POST"]),
         Route("/deadletters/{queue}/{dead_id}", pages.deadletter),
         Route("/periodic", pages.periodic),
+        Route("/control", control.control),
+        Route("/control/pause", control.pause, methods=["POST"]),
+        Route("/control/resume", control.resume, methods=["POST"]),
+        Route("/control/limit", control.set_limit, methods=["POST"]),
+        Route("/control/limit/clear", control.clear_limit, methods=["POST"]),
+        Route("/audit", control.audit),
         Route("/cancel/{job_id:path}", actions.cancel_job, methods=["POST"]),
         Route("/api/overview", pages.overview_json),
         Route("/api/workers", pages.workers_json),

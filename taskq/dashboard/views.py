@@ -185,8 +185,8 @@ class Source:
         if handle.recorded:
             return {job_id: handle.cancel(terminate=terminate)}
         flow = self.app.flow(job_id, queue=queue or None)
-        if flow is None:
-            raise NotFound(f"no record of job {job_id}: only jobs that keep one can be cancelled")
+        if flow is None:  # a job without a record: found by its id, or its tombstone waits
+            return {job_id: handle.cancel(terminate=terminate)}
         return flow.cancel(terminate=terminate)
 
     def schedules(self) -> tuple[list[dict[str, Any]], int]:

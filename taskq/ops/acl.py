@@ -92,6 +92,8 @@ WORKER_COMMANDS = (
     "lpop",  # telemetry_logs.lua: a job's oldest log records past its byte cap
     "multi",  # a stopping worker leaves the registry in one transaction
     "exec",
+    "hexists",  # setting a paused job aside: is its pause still in force?
+    "pttl",  # the end of a cancelled or expired job without a record: how long it is kept
 )
 
 OPERATOR_COMMANDS = (
@@ -136,11 +138,30 @@ OPERATOR_COMMANDS = (
     "zpopmin",  # a cancelled job passes the slot kept for it to the next held job
     "get",
     "set",  # the tombstone of a running job (--terminate)
+    "zadd",  # a job without a record, found and cancelled: its end, kept for its status
+    "zremrangebyscore",  # ... and the ends kept past their time go
+    # taskq pause / resume: the pause, and the jobs set aside under it back to their streams
+    "hsetnx",
+    "acl|whoami",  # the user an audit entry names (pause, resume, limits, cancel)
 )
 
 
 def _all_keys(k: QueueKeys) -> tuple[str, ...]:
     return (f"{k.queue}:*",)
+
+
+def _worker_keys(k: QueueKeys) -> tuple[str, ...]:
+    """Every key of the queue but the audit stream, the pauses and run-time limits only to
+    read (``%R~``): a worker obeys them (and sets jobs aside under a pause), but cannot
+    pause, resume or set a limit."""
+    q = k.queue
+    kinds: tuple[str, ...] = ("retry", "worker", "series", "job", "done", "chord", "cancel")
+    kinds += ("limit", "running", "held", "unique", "flow", "steps")
+    kinds += ("progress", "output", "logs", "logsize")  # a job's telemetry
+    names: tuple[str, ...] = (k.deadletter, k.schedule, k.due, k.visibility, k.sweeper)
+    names += (k.workers, k.counts, k.periodic, k.cancelled, k.ended)
+    read_only = (f"%R~{k.paused}", f"%R~{k.limits}")
+    return (*k.streams, *names, *(f"{q}:{kind}:*" for kind in kinds), *read_only)
 
 
 def _producer_keys(k: QueueKeys) -> tuple[str, ...]:
@@ -165,7 +186,7 @@ ROLES = {
     r.name: r
     for r in (
         Role("producer", PRODUCER_COMMANDS, _producer_keys),
-        Role("worker", WORKER_COMMANDS, _all_keys),
+        Role("worker", WORKER_COMMANDS, _worker_keys),
         Role("operator", OPERATOR_COMMANDS, _all_keys),
     )
 }
@@ -202,7 +223,7 @@ def setuser_args(
     patterns = []
     for queue in dict.fromkeys(queues):
         _check_word("queue name", queue)
-        patterns += [f"~{p}" for p in r.key_patterns(QueueKeys(_glob_escape(queue)))]
+        patterns += [_pattern(p) for p in r.key_patterns(QueueKeys(_glob_escape(queue)))]
     secret = [password_hash(password)] if password else []
     rules = ["reset", "on", *secret, "resetchannels", *patterns, "-@all"]
     return ["ACL", "SETUSER", name, *rules, *(f"+{c}" for c in r.commands)]
@@ -213,6 +234,12 @@ def setuser_line(
 ) -> str:
     """:func:`setuser_args` as one line for ``redis-cli``."""
     return " ".join(setuser_args(role, queues, user=user, password=password))
+
+
+def _pattern(key: str) -> str:
+    """A key pattern as an ACL rule: ``~<pattern>`` (read and write) unless it says its
+    access already (``%R~``)."""
+    return key if key.startswith("%") else f"~{key}"
 
 
 def _glob_escape(name: str) -> str:

@@ -12,11 +12,13 @@ the Redis server's clock, which also made the ids.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from taskq.broker.control import read_pauses
 from taskq.broker.reads import PendingRow, QueueSnapshot, Reader, StreamSnapshot, entry_ms
 from taskq.keys import RECOVER_CONSUMER, QueueKeys, worker_of
+from taskq.pauses import Pause
 from taskq.worker.record import ChildRecord, WorkerRecord
 
 if TYPE_CHECKING:
@@ -79,6 +81,9 @@ class QueueStats:
     held: int = 0
     """Jobs of concurrency-limited tasks waiting for a slot: out of their stream (so not in
     ``waiting``) until a running job's end frees one."""
+    paused: tuple[dict[str, Any], ...] = ()
+    """The queue's pauses (``taskq pause``): each ``{"task", "key", "since_ms"}``, ``None``
+    for "every"; jobs set aside under them count in ``held``."""
 
 
 @dataclass(frozen=True)
@@ -247,7 +252,10 @@ class Inspector:
         with waiting jobs, whatever the streams' lengths."""
         snapshots = [self.reader.queue(q) for q in self.queues]
         oldest = self.reader.oldest_waiting([s for q in snapshots for s in q.streams])
-        return [_queue(q, oldest) for q in snapshots]
+        pauses = read_pauses(self.reader.link, self.queues)
+        return [
+            replace(_queue(q, oldest), paused=_pauses(pauses.get(q.queue, {}))) for q in snapshots
+        ]
 
     # -- workers ---------------------------------------------------------------------------
 
@@ -318,6 +326,10 @@ def _stream_stats(queue: str, s: StreamSnapshot, oldest_waiting: str | None) -> 
         s.oldest_pending,
         age(s.oldest_pending),
     )
+
+
+def _pauses(pauses: dict[Pause, int]) -> tuple[dict[str, Any], ...]:
+    return tuple({"task": p.task, "key": p.key, "since_ms": at} for p, at in pauses.items())
 
 
 def _queue(q: QueueSnapshot, oldest: dict[str, str]) -> QueueStats:

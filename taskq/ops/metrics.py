@@ -164,7 +164,7 @@ class Metrics(Middleware):
 
     def after_job(self, outcome: Outcome) -> None:
         labels = (outcome.delivery.queue, self._task_label(outcome))
-        for name in COUNTED[outcome.kind] or (outcome.kind,):  # expired, cancelled, yielded
+        for name in COUNTED[outcome.kind] or (outcome.kind,):  # ended without a count of its own
             self._jobs[name].labels(*labels).inc()
         if outcome.duration_s > 0:
             self._jobs["duration"].labels(*labels).observe(outcome.duration_s)
@@ -230,6 +230,12 @@ def _job_metrics() -> dict[str, Any]:
             "Resumable runs that gave their job back (warm shutdown, max_run_s).",
             labels,
             registry=None,
+        ),
+        "snoozed": Counter(
+            "taskq_jobs_snoozed", "Runs that snoozed (taskq.Snooze).", labels, registry=None
+        ),
+        "paused": Counter(
+            "taskq_jobs_set_aside", "Jobs set aside by a pause.", labels, registry=None
         ),
         "duration": Histogram(
             "taskq_job_duration_seconds",
@@ -354,6 +360,20 @@ def _depth_families(stats: Sequence[QueueStats]) -> Iterator[Metric]:
     yield dead
     yield held
     yield from ended.values()
+    yield _paused_family(stats)
+
+
+def _paused_family(stats: Sequence[QueueStats]) -> Metric:
+    """``taskq_paused{queue,task,key}`` = 1 per pause (``""``: every task, every key)."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    paused = GaugeMetricFamily(
+        "taskq_paused", "1 per pause (taskq pause) in force.", labels=["queue", "task", "key"]
+    )
+    for q in stats:
+        for p in q.paused:
+            paused.add_metric([q.queue, p["task"] or "", p["key"] or ""], 1)
+    return paused
 
 
 class _Quiet(WSGIRequestHandler):

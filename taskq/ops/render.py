@@ -5,7 +5,9 @@ Kept apart from the click wiring so that the layout can be unit-tested without R
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
+from typing import Any
 
 from taskq.ops.inspect import ChildState, Overview, PendingJob, Ping, QueueStats, WorkerState
 
@@ -72,7 +74,15 @@ def render_queues(queues: Sequence[QueueStats]) -> list[str]:
             f"{q.queue}: {q.scheduled} scheduled{when}{retry}{held}, {q.dead} dead-lettered{ended}"
         )
         lines.append(line)
+        lines += [f"{q.queue}: paused ({_paused(p)})" for p in q.paused]
     return lines
+
+
+def _paused(p: dict[str, Any]) -> str:
+    """One pause as inspect shows it: what it covers, since when."""
+    what = ", ".join(f"{k} {p[k]}" for k in ("task", "key") if p.get(k)) or "the whole queue"
+    since = p.get("since_ms")
+    return f"{what}, since {fmt_ms(int(time.time() * 1000) - since)} ago" if since else what
 
 
 def render_queue_details(queues: Sequence[QueueStats]) -> list[str]:

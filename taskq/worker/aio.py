@@ -189,6 +189,10 @@ class AsyncRunner:
         if not prepared.task.is_async:
             return prepared
         self._after_sync = False
+        prepared = c.starts.pauses.check(prepared)  # a pause, a limit set at run time
+        if isinstance(prepared, Outcome):  # paused: it is set aside
+            c.record(prepared)
+            return None
         if not c.limits_allow(prepared):
             return None  # deferred, or waiting for a running slot
         at = self._free.pop()

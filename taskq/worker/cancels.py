@@ -10,12 +10,14 @@ first), then, if the child still runs the same job ``KILL_AFTER_S`` later, SIGKI
 other running jobs then go back uncounted). Either way the job ends
 as cancelled (the master's recovery of a killed child's job checks the tombstone too): it is
 neither retried nor dead-lettered. One pipelined check every ``CHECK_EVERY_S``, and only while
-some child is busy with a job that keeps a record.
+some child is busy: the tombstones of the jobs that keep a record, and one EXISTS per queue
+that says whether jobs without one have any (only then are theirs looked at).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import signal
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -31,6 +33,7 @@ from taskq.worker.lifeline import CANCEL_SIGNAL, kill
 from taskq.worker.maintenance import Maintenance
 from taskq.worker.outage import OutageWaiter
 from taskq.worker.outcome import Outcome
+from taskq.worker.pausing import PauseGate
 from taskq.worker.scoreboard import LOCK_TIMEOUT_S, Running, Scoreboard, SlotView
 
 logger = logging.getLogger(__name__)
@@ -39,6 +42,10 @@ CHECK_EVERY_S = 0.25
 START_CHECK_HOLDS_S = 0.05
 """A child's read of its batch's tombstones answers for the jobs whose turn comes within
 this long; a cancel later than that finds its job started (and interrupted as it runs)."""
+MARKS_EVERY_S = 0.25
+"""How often a busy child (and a master with busy children) asks whether its queues have
+tombstones of jobs that keep no record: a cancel of such a job that found it delivered
+already stops it at its next turn after that (or, with terminate, interrupts its run)."""
 KILL_AFTER_S = 5.0
 KILLED_FOR = "cancelled while running"
 """The cause a child killed for a cancelled job exits with."""
@@ -113,15 +120,20 @@ class Canceller:
             (i, pid, job)
             for i, pid, view in busy
             for job in view.running
-            if job.recorded and job.job_id and (i, job.seq) not in self._interrupted
+            if job.job_id and (i, job.seq) not in self._interrupted
         ]
         if not tracked:
             return
-        jobs = [(queue_of(job), job.job_id) for _, _, job in tracked]
+        jobs = [(queue_of(job), job.job_id, job.recorded) for _, _, job in tracked]
         found: set[str] = set()
 
         def look(_: object) -> None:
-            found.update(Records(self.maintenance.broker.link).cancel_requested(jobs))
+            records = Records(self.maintenance.broker.link)
+            found.update(records.cancel_requested([(q, j) for q, j, rec in jobs if rec]))
+            bare = [(q, j) for q, j, rec in jobs if not rec]
+            marked = records.any_cancel_marks(sorted({q for q, _ in bare})) if bare else ()
+            hit = [(q, j) for q, j in bare if q in marked]  # (no tombstone is the rule)
+            found.update(records.cancel_marks(hit, terminate_only=True))
 
         if not self.maintenance.step(look) or not found:
             return
@@ -164,9 +176,14 @@ class StartCheck:
     def __init__(self, broker: Broker, outages: OutageWaiter) -> None:
         self.broker = broker
         self.outages = outages
+        self.pauses = PauseGate(broker, outages)
+        """The pauses that also stop a job at its start (set aside: :mod:`.pausing`)."""
         self._read: set[str] = set()
         self._cancelled: set[str] = set()
         self._read_at = -1.0
+        self._marked: set[str] = set()
+        """The queues with tombstones of jobs without a record, as last read."""
+        self._marks_read_at = -math.inf
 
     def fetched(self, batch: Sequence[Delivery], at_s: float) -> None:
         """A batch was delivered at ``at_s`` (monotonic): none of its jobs was cancelled."""
@@ -174,9 +191,15 @@ class StartCheck:
         self._cancelled, self._read_at = set(), at_s
 
     def check(self, p: Prepared | Outcome, rest: Sequence[Delivery]) -> Prepared | Outcome:
-        """``p``, or its CANCELLED outcome if it was cancelled with ``terminate=True``."""
-        if isinstance(p, Outcome) or p.delivery.record_id is None:
+        """``p``; its CANCELLED outcome if it was cancelled with ``terminate=True`` (a job
+        without a record: cancelled at all); its PAUSED outcome if a pause covers it."""
+        return self.pauses.check(self._cancel_check(p, rest))
+
+    def _cancel_check(self, p: Prepared | Outcome, rest: Sequence[Delivery]) -> Prepared | Outcome:
+        if isinstance(p, Outcome):
             return p
+        if p.delivery.record_id is None:
+            return self._check_unrecorded(p)
         job_id, now = p.delivery.record_id, time.monotonic()
         if job_id not in self._read or now - self._read_at > START_CHECK_HOLDS_S:
             jobs = [(p.delivery.queue, job_id)]
@@ -184,6 +207,25 @@ class StartCheck:
             self._cancelled = self._look(jobs)
             self._read, self._read_at = {j for _, j in jobs}, now
         return cancelled_before_start(p) if job_id in self._cancelled else p
+
+    def _check_unrecorded(self, p: Prepared) -> Prepared | Outcome:
+        """A job without a record: while its queue has tombstones of such jobs (one EXISTS
+        per queue every MARKS_EVERY_S says; none is the rule, and costs nothing more), one
+        look at its own."""
+        now = time.monotonic()
+        if now - self._marks_read_at > MARKS_EVERY_S:
+            queues = list(self.broker.keys)
+            self._marked = self.outages.call(
+                lambda: Records(self.broker.link).any_cancel_marks(queues)
+            )
+            self._marks_read_at = now
+        if p.delivery.queue not in self._marked:
+            return p
+        job = [(p.delivery.queue, p.msg.id)]
+        hit = self.outages.call(
+            lambda: Records(self.broker.link).cancel_marks(job, terminate_only=False)
+        )
+        return cancelled_before_start(p) if hit else p
 
     def _look(self, jobs: list[tuple[str, str]]) -> set[str]:
         """The cancelled ones of ``jobs``: one multi-key EXISTS per queue (keys of a queue

@@ -110,6 +110,7 @@ class Consumer:
         """Jobs run to an outcome here (``--max-tasks-per-child`` counts them)."""
         self._outages = OutageWaiter(should_give_up=lambda: self._idle and self.stopping)
         self.starts = StartCheck(broker, self._outages)
+        self.finisher.limits = self.starts.pauses.options_for
         self._fetched_at = time.monotonic()
         self._task_code: CodeType | None = None
         self._pace_ms = BATCH_BUDGET_MS  # until measured: one job per fetch
@@ -190,6 +191,8 @@ class Consumer:
     def next_batch(self, count: int | None = None) -> list[Delivery] | None:
         """The next jobs (``count``, else :attr:`batch_size`), blocking in Redis while none
         is ready; None in burst mode once nothing is left."""
+        if self.starts.pauses.wait_if_all_paused(self.options.burst):
+            return []  # every queue paused: nothing fetched meanwhile
         count = self.batch_size if count is None else count
         fetched = self.poll(count)
         if fetched.deliveries or self.stopping:
@@ -299,7 +302,7 @@ class Consumer:
             return self.slot is None or self.slot.claim_next()
         if prepared is None:
             prepared = self._ahead.pop(where, None) or self.executor.prepare(d)
-        if not isinstance(prepared, Outcome):  # it may have expired, or been cancelled, since
+        if not isinstance(prepared, Outcome):  # it may have expired, been cancelled or paused
             prepared = self.starts.check(self.executor.still_current(prepared), rest)
         if isinstance(prepared, Outcome):
             if self.slot is not None and not self.slot.claim_next():
@@ -410,10 +413,8 @@ class Consumer:
         if o.max_tasks and self.jobs_done >= o.max_tasks:
             logger.info("recycling after %d jobs (--max-tasks-per-child)", self.jobs_done)
             self.stopping = True
-        elif o.max_memory_kb and _peak_rss_kb() > o.max_memory_kb:
+        elif (
+            o.max_memory_kb and resource.getrusage(resource.RUSAGE_SELF).ru_maxrss > o.max_memory_kb
+        ):
             logger.info("recycling: memory above %d KiB (--max-memory-per-child)", o.max_memory_kb)
             self.stopping = True
-
-
-def _peak_rss_kb() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from taskq.broker import Delivery
 from taskq.context import JobContext, reset_current, set_current
-from taskq.errors import DecodeError, JobCancelled, ResultError, Retry, TaskNotFound
+from taskq.errors import DecodeError, JobCancelled, ResultError, Retry, Snooze, TaskNotFound
 from taskq.flow import needs_result
-from taskq.message import Message, now_ms
+from taskq.message import Message, now_ms, snoozes_of
 from taskq.middleware import Hooks, arun_around, run_around
 from taskq.results import encode_result
 from taskq.resumable import HandBack
@@ -29,6 +29,7 @@ from taskq.worker.outcome import (
     EXPIRED,
     OK,
     RETRY,
+    SNOOZED,
     YIELDED,
     Outcome,
     rejected,
@@ -178,6 +179,8 @@ class Executor:
 
     def _success(self, p: Prepared, value: object, duration_s: float) -> Outcome:
         msg = p.msg
+        if isinstance(value, Snooze):  # a snooze returned rather than raised
+            return self._failure(p, value, duration_s)
         if not needs_result(msg):
             return Outcome(OK, p.delivery, msg, p.attempt, duration_s=duration_s)
         try:
@@ -225,6 +228,8 @@ class Executor:
         return outcome
 
     def _failure(self, p: Prepared, exc: Exception, duration_s: float) -> Outcome:
+        if isinstance(exc, Snooze):
+            return self._snooze(p, exc, duration_s)
         kind, delay_ms = self._decide(p, exc)
         return Outcome(
             kind,
@@ -238,6 +243,17 @@ class Executor:
             duration_s=duration_s,
             exception=exc,
         )
+
+    def _snooze(self, p: Prepared, snooze: Snooze, duration_s: float) -> Outcome:
+        """A snooze: the job runs again in ``snooze.seconds`` on the same attempt, unless it
+        has snoozed ``max_snoozes`` times already (then it is dead, and says why)."""
+        cap = p.task.options.max_snoozes
+        if cap is not None and snoozes_of(p.delivery.body or b"") >= cap:
+            error = f"{p.msg.task}: snoozed more than max_snoozes ({cap}) times"
+            return Outcome(DEAD, p.delivery, p.msg, p.attempt, 0, "Snooze", error,
+                           duration_s=duration_s, exception=snooze)  # fmt: skip
+        delay_ms = int(snooze.seconds * 1000)
+        return Outcome(SNOOZED, p.delivery, p.msg, p.attempt, delay_ms, duration_s=duration_s)
 
     def lost(self, p: Prepared, cause: str) -> Outcome:
         """The outcome of a run whose process died under it: a failed attempt."""

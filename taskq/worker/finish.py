@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 
 from taskq import resumable
 from taskq.broker import Broker, Delivery
@@ -20,18 +20,31 @@ from taskq.broker.records import Records
 from taskq.deadletter import Deadletter
 from taskq.errors import BrokerError, TaskNotFound
 from taskq.flow import Ops, ends_with_writes, on_failure, on_success
-from taskq.message import Message, with_retries
+from taskq.message import Message, snoozes_of, with_retries
 from taskq.middleware import emit
 from taskq.options import TaskOptions
 from taskq.results import Completion, FailedRun
 from taskq.signing import Signer
 from taskq.worker.executor import Executor, Prepared
 from taskq.worker.limiter import release_ops
-from taskq.worker.outcome import CANCELLED, DEAD, EXPIRED, OK, RETRY, YIELDED, Outcome
+from taskq.worker.outcome import (
+    CANCELLED,
+    DEAD,
+    EXPIRED,
+    OK,
+    PAUSED,
+    RETRY,
+    SNOOZED,
+    YIELDED,
+    Outcome,
+)
 
 logger = logging.getLogger(__name__)
 
-ARROWS = {OK: "←", RETRY: "↻", DEAD: "✗", EXPIRED: "⌛", CANCELLED: "⊘", YIELDED: "⇥"}
+ARROWS = {
+    OK: "←", RETRY: "↻", DEAD: "✗", EXPIRED: "⌛", CANCELLED: "⊘", SNOOZED: "z", PAUSED: "⏸",
+    YIELDED: "⇥",
+}  # fmt: skip
 
 
 class Finisher:
@@ -49,6 +62,9 @@ class Finisher:
         """What some of them write with their acks: results, next workflow steps."""
         self._options: dict[str, TaskOptions] = {}
         """The options of the tasks seen, by name (looked up once per task, not per job)."""
+        self.limits: Callable[[str, Message, TaskOptions], TaskOptions] | None = None
+        """The options a job runs under with the limits set at run time (its consumer's
+        control view): a slot taken under such a limit is released under it."""
 
     @property
     def _signer(self) -> Signer | None:
@@ -61,52 +77,70 @@ class Finisher:
         if resumable.in_progress and o.msg is not None and resumable.finished(o.msg.id):
             self._end_checkpoints(o)
         if o.kind == OK:
-            self.acks.append(d)
-            msg = o.msg
-            if msg is not None and (o.result is not None or ends_with_writes(msg) or release):
-                ops = on_success(msg, o.result, self._signer) if ends_with_writes(msg) else None
-                if release and ops:
-                    ops.extend(release)
-                elif release:
-                    ops = release
-                self.completions[d] = Completion(
-                    msg.id,
-                    msg.recorded,
-                    self._ttl_ms(msg),
-                    o.result,
-                    o.attempt,
-                    o.duration_s * 1000,
-                    time.monotonic(),
-                    (ops.ops or None) if ops else None,
-                    tuple(ops.keys) if ops else (),
-                )
+            self._succeeded(o, release)
         elif o.kind == RETRY and o.msg is not None:
-            body = with_retries(d.body or b"", o.attempt, self._signer)
-            failed = None
-            if d.record_id:
-                ttl = self._ttl_ms(o.msg)
-                failed = FailedRun(d.record_id, ttl, o.attempt, o.error_type, o.error, o.traceback)
-            frees = (release.packed(), release.keys) if release else None
-            self.broker.park(
-                d,
-                owner=owner,
-                task=o.msg.task,
-                body=body,
-                delay_ms=o.delay_ms,
-                failed=failed,
-                ops=frees,
-            )
+            self._retry(o, release, owner)
         elif o.kind == YIELDED and o.msg is not None:
             self._give_back(o, release, owner)
+        elif o.kind == SNOOZED and o.msg is not None:
+            self._snooze(o, release, owner=owner)
+        elif o.kind == PAUSED and o.msg is not None:
+            self._set_aside(o, owner=owner)
         elif o.kind in (EXPIRED, CANCELLED):
             ttl, writes = self._ttl_ms(o.msg), _failure_ops(o, release, self._signer)
-            self.broker.drop(d, owner=owner, state=o.kind, record_ttl_ms=ttl, ops=writes)
+            unrecorded = (o.msg.id, ttl) if o.msg is not None and not d.record_id else None
+            self.broker.drop(
+                d, owner=owner, state=o.kind, record_ttl_ms=ttl, ops=writes, unrecorded=unrecorded
+            )
         else:
             entry = deadletter_entry(o, worker=owner)
             ttl, writes = self._ttl_ms(o.msg), _failure_ops(o, release, self._signer)
             self.broker.deadletter(d, owner=owner, entry=entry, record_ttl_ms=ttl, ops=writes)
         log_outcome(o)
         emit(self.executor.app.middleware, "after_job", o)
+
+    def _succeeded(self, o: Outcome, release: Ops | None) -> None:
+        """Queue a success's ack, with what it writes at its end (result, next steps, slot)."""
+        d = o.delivery
+        self.acks.append(d)
+        msg = o.msg
+        if msg is not None and (o.result is not None or ends_with_writes(msg) or release):
+            ops = on_success(msg, o.result, self._signer) if ends_with_writes(msg) else None
+            if release and ops:
+                ops.extend(release)
+            elif release:
+                ops = release
+            self.completions[d] = Completion(
+                msg.id,
+                msg.recorded,
+                self._ttl_ms(msg),
+                o.result,
+                o.attempt,
+                o.duration_s * 1000,
+                time.monotonic(),
+                (ops.ops or None) if ops else None,
+                tuple(ops.keys) if ops else (),
+            )
+
+    def _retry(self, o: Outcome, release: Ops | None, owner: str) -> None:
+        """Park a failed run's job in its retry set, its attempt spent."""
+        assert o.msg is not None
+        d = o.delivery
+        body = with_retries(d.body or b"", o.attempt, self._signer)
+        failed = None
+        if d.record_id:
+            ttl = self._ttl_ms(o.msg)
+            failed = FailedRun(d.record_id, ttl, o.attempt, o.error_type, o.error, o.traceback)
+        frees = (release.packed(), release.keys) if release else None
+        self.broker.park(
+            d,
+            owner=owner,
+            task=o.msg.task,
+            body=body,
+            delay_ms=o.delay_ms,
+            failed=failed,
+            ops=frees,
+        )
 
     def _give_back(self, o: Outcome, release: Ops | None, owner: str) -> None:
         """A resumable job gave itself back: to the back of its stream, its attempt unspent
@@ -132,6 +166,28 @@ class Finisher:
         except BrokerError as exc:
             logger.warning("job %s: the TTL of its steps was not set: %s", msg.id, exc)
 
+    def _snooze(self, o: Outcome, release: Ops | None, *, owner: str) -> None:
+        """Move a snoozed job to the schedule: its body keeps the attempts used before this
+        run (the snooze spends none) and counts one more snooze."""
+        d, msg = o.delivery, o.msg
+        assert msg is not None
+        raw = d.body or b""
+        body = with_retries(raw, o.attempt - 1, self._signer, snoozes=snoozes_of(raw) + 1)
+        ttl = self._ttl_ms(msg) if d.record_id else None
+        frees = (release.packed(), release.keys) if release else None
+        self.broker.snooze(
+            d, owner=owner, task=msg.task, body=body, delay_ms=o.delay_ms, record_ttl_ms=ttl,
+            ops=frees,
+        )  # fmt: skip
+
+    def _set_aside(self, o: Outcome, *, owner: str) -> None:
+        """Move a paused job into its pause's set (it never started: no slot to release);
+        if the pause was resumed meanwhile, hand it back to its stream instead."""
+        assert o.msg is not None
+        d, task = o.delivery, o.msg.task
+        if self.broker.set_aside(d, owner=owner, task=task, pause_field=o.pause_field) == 0:
+            self.hand_back(d, owner=owner)
+
     def _release(self, o: Outcome) -> Ops | None:
         """The write that frees the job's concurrency slot, for a task that has the limit."""
         if o.msg is None:
@@ -142,6 +198,8 @@ class Finisher:
                 options = self._options[o.msg.task] = self.executor.app.get_task(o.msg.task).options
             except TaskNotFound:
                 return None
+        if self.limits is not None:
+            options = self.limits(o.delivery.queue, o.msg, options)
         return release_ops(o.msg, options, o.delivery.queue)
 
     def _ttl_ms(self, msg: Message | None) -> int:
@@ -165,7 +223,7 @@ class Finisher:
         prepared = self.executor.prepare(d)
         if isinstance(prepared, Outcome):
             self.record(prepared, owner=owner)
-        elif self._cancel_requested(d):
+        elif self._cancel_requested(d, prepared.msg.id, running=False):
             self.record(cancelled_before_start(prepared), owner=owner)  # it never starts
         else:
             body = with_retries(d.body or b"", prepared.attempt - 1, self._signer)
@@ -199,16 +257,18 @@ class Finisher:
         """A run whose process died under it: a failed attempt, unless the job was asked to
         stop (``cancel(terminate=True)``: its child may have been killed for it)."""
         outcome = self.executor.lost(p, cause)
-        d = p.delivery
-        if self._cancel_requested(d):
+        if self._cancel_requested(p.delivery, p.msg.id, running=True):
             return _cancelled(outcome)
         return outcome
 
-    def _cancel_requested(self, d: Delivery) -> bool:
-        """Whether the job has a tombstone (``cancel(terminate=True)`` after its delivery)."""
+    def _cancel_requested(self, d: Delivery, msg_id: str, *, running: bool) -> bool:
+        """Whether the job has a tombstone: ``cancel(terminate=True)`` after its delivery, or
+        for a job without a record any cancel (one that stops a ``running`` job only with
+        ``terminate``)."""
+        records = Records(self.broker.link)
         if d.record_id is None:
-            return False
-        return bool(Records(self.broker.link).cancel_requested([(d.queue, d.record_id)]))
+            return bool(records.cancel_marks([(d.queue, msg_id)], terminate_only=running))
+        return bool(records.cancel_requested([(d.queue, d.record_id)]))
 
     def recover(self, d: Delivery, *, owner: str) -> str:
         """Settle a job the sweep recovered from a dead worker: its run was lost, a failed

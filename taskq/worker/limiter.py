@@ -77,9 +77,9 @@ class Limiter:
         ``call`` runs the Redis step through the consumer's outage handling."""
         o, d, msg = p.task.options, p.delivery, p.msg
         assert o.rate_limit is not None
-        rate = self._rates.get(msg.task)
+        rate = self._rates.get(o.rate_limit)  # (by its text: a limit set at run time too)
         if rate is None:
-            rate = self._rates[msg.task] = Rate.parse(o.rate_limit)
+            rate = self._rates[o.rate_limit] = Rate.parse(o.rate_limit)
         key = _limit_key(o.limit_key, msg.args, msg.kwargs, msg.task)
         run = [p]
         for q in following:
@@ -158,3 +158,7 @@ def _limit_key(
     except Exception:
         logger.exception("%s: limit_key failed; the job counts against the task's limit", task)
         return "(limit_key failed)"
+
+
+limit_key_of = _limit_key
+"""The limit key of a job (also what a pause by key matches: :mod:`taskq.worker.pausing`)."""

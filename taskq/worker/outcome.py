@@ -21,6 +21,10 @@ cancelled while running. Counted per queue in Redis (``<queue>:counts``), not pe
 YIELDED = "yielded"
 """A resumable job gave itself back (warm shutdown, ``max_run_s``): it goes to the back of
 its queue without spending an attempt (docs/resumable.md). Not counted."""
+SNOOZED = "snoozed"
+"""The job asked to run again later (``taskq.Snooze``) without spending an attempt."""
+PAUSED = "paused"
+"""A pause (``taskq pause``) covers the job: it is set aside, not run, until resumed."""
 
 
 class Outcome(NamedTuple):
@@ -39,6 +43,8 @@ class Outcome(NamedTuple):
     """The encoded return value of a success whose job stores its result."""
     exception: BaseException | None = None
     """The exception the task raised (in the process that ran it; None elsewhere)."""
+    pause_field: str = ""
+    """For a PAUSED outcome: the pause that covers the job (``taskq.pauses.Pause.field``)."""
 
 
 def rejected(d: Delivery, reason: str, msg: Message | None = None, attempt: int = 0) -> Outcome:
@@ -79,6 +85,8 @@ COUNTED: dict[str, tuple[str, ...]] = {
     EXPIRED: (),
     CANCELLED: (),
     YIELDED: (),
+    SNOOZED: (),
+    PAUSED: (),
 }
 """Which counters an outcome bumps (also the metric names exporters use)."""
 COUNTERS = tuple(f.name for f in fields(JobCounts))

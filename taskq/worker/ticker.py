@@ -19,14 +19,19 @@ an offset to the Redis clock refreshed by every read and claim.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import replace
 
 from taskq.app import App
+from taskq.broker.control import read_pauses
 from taskq.broker.schedules import Claim, Schedules, ScheduleState
 from taskq.flow import Ops, enqueue_ops
+from taskq.pauses import Pause, covering
 from taskq.periodic import Periodic, schedule_of_key
+from taskq.worker.limiter import limit_key_of
+from taskq.worker.pausing import READ_EVERY_S
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +49,11 @@ class Ticker:
         self._stale = True
         self._born_ms = 0  # Redis time of this master's first read: its definitions' date
         self._adopted: dict[str, str] = {}
+        self._pauses: dict[str, dict[Pause, int]] = {}
+        self._pauses_at = -math.inf
+        self._held: set[str] = set()
+        """Schedules whose ticks came due while paused: on resume, one job (docs/periodic.md's
+        rule after downtime, whatever their catch_up)."""
 
     def step(self, schedules: Schedules) -> None:
         """Enqueue whatever tick is due (one claim per due schedule)."""
@@ -54,9 +64,27 @@ class Ticker:
         for p in self.periodics:
             now = self._now_ms()
             if now >= self._next_ms[p.name]:
+                if self._paused(p, schedules):
+                    self._held.add(p.name)  # its tick stays due, unclaimed, until the resume
+                    continue
                 self._stale = True  # until the claim's reply says where the schedule is
                 self._learn(p, self._claim(schedules, p, now))
                 self._stale = False
+                self._held.discard(p.name)
+
+    def _paused(self, p: Periodic, schedules: Schedules) -> bool:
+        """Whether a pause covers ``p``'s job (pauses read at most every READ_EVERY_S, and
+        only while some tick is due)."""
+        mono = time.monotonic()
+        if mono - self._pauses_at >= READ_EVERY_S:
+            self._pauses = read_pauses(schedules.link, sorted(set(self._queue.values())))
+            self._pauses_at = mono
+        pauses = self._pauses.get(self._queue[p.name])
+        if not pauses:
+            return False
+        msg = p.message(0)
+        key = limit_key_of(p.task.options.limit_key, msg.args, msg.kwargs, msg.task)
+        return covering(pauses, msg.task, key) is not None
 
     def _read(self, schedules: Schedules) -> None:
         for queue in sorted(set(self._queue.values())):
@@ -80,6 +108,8 @@ class Ticker:
             if claim.claimed:
                 logger.info("periodic %s: %s, first tick after now", p.name, p.schedule.describe())
             return claim
+        if p.name in self._held and ticking.catch_up == "all":
+            ticking = replace(ticking, catch_up="one")
         ticks, last_ms = ticking.due(state.last_ms, now)
         ops = Ops()
         for tick in ticks:

@@ -9,6 +9,7 @@ import json
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,8 @@ import pytest
 import redis
 from click.testing import CliRunner
 
-from taskq import Job, chain, chord, group
+from taskq import App, BrokerRefused, Job, chain, chord, group
+from taskq.broker.control import read_control
 from taskq.cli import main
 from taskq.errors import JobCancelled, JobExpired, TaskFailed
 from tests import acl_tasks, tasks
@@ -434,6 +436,17 @@ def _the_operator_cancels_and_looks(op: Callable[..., str], admin: redis.Redis) 
     assert op("deadletter", "retry", "-Q", "acl", "--all").startswith("re-enqueued")
     op("deadletter", "purge", "-Q", "acl", "--older-than", "1d", "-y")
     op("deadletter", "purge", "-Q", "acl", "-y")
+    # a pause: the worker sets a job of the paused task aside; the resume brings it back
+    op("pause", "acl", "--task", t.add.name)
+    time.sleep(1.0)  # every worker has read it
+    paused = t.add.delay(2, 2)
+    aside = f"acl:held:paused:{len(t.add.name)}:{t.add.name}:"
+    wait_until(lambda: admin.zcard(aside) == 1, message="the job to be set aside")
+    assert _state(paused) == "waiting"
+    assert "1 job(s) set aside went back" in op("resume", "acl", "--task", t.add.name)
+    assert paused.result(timeout=20) == 4
+    # a job that keeps no record, cancelled before any worker meets it: its tombstone
+    assert op("job", "cancel", "0" * 32, "-Q", "acl") == f"{'0' * 32}: requested\n"
 
 
 def _dead_and_stopped_workers_give_their_jobs_back(start: StartWorker, w1: WorkerProcess) -> None:
@@ -487,3 +500,44 @@ def test_a_worker_keeps_steps_and_cursors_and_a_producer_reads_them(
     finally:
         app.close()
         app.settings = saved
+
+
+@pytest.mark.parametrize("role", ["producer", "worker"])
+def test_only_the_operator_pauses_resumes_and_sets_limits(
+    server: RedisServer, admin: redis.Redis, role: str
+) -> None:
+    # given the producer's or the worker's user
+    app = App(url(server, role))
+    try:
+        # when it pauses or resumes, Redis refuses it (NOPERM: no permissions)
+        with pytest.raises(BrokerRefused, match="no permissions"):
+            app.pause("tasks", task="t.x")
+        with pytest.raises(BrokerRefused, match="no permissions"):
+            app.resume("tasks", task="t.x")
+        with pytest.raises(BrokerRefused, match="no permissions"):
+            app.set_limit("t.x", rate="5/s")
+        # but a worker may read the pauses and the limits it must obey
+        if role == "worker":
+            assert read_control(app.link, ["tasks"]) == ({"tasks": {}}, {"tasks": {}})
+    finally:
+        app.close()
+    assert {d[0] for d in denials(admin)} == {f"taskq-{role}"}
+    # and the operator may do both, on the command line
+    assert operator(server, "pause", "tasks", "--task", "t.x").startswith("paused tasks")
+    assert operator(server, "resume", "tasks", "--task", "t.x").startswith("resumed tasks")
+    assert operator(server, "limit", "set", "t.x", "--rate", "5/s").startswith("limited t.x")
+    assert operator(server, "limit", "clear", "t.x").startswith("cleared")
+    assert not admin.exists("tasks:paused")
+    # the audit shows the operator's two, and only the operator reads it
+    shown = json.loads(operator(server, "audit", "-Q", "tasks", "--json"))
+    assert [(e["action"], e["user"]) for e in shown[-4:]] == [
+        ("pause", "taskq-operator"),
+        ("resume", "taskq-operator"),
+        ("limit_set", "taskq-operator"),
+        ("limit_clear", "taskq-operator"),
+    ]
+    with (
+        redis.Redis.from_url(url(server, role)) as client,
+        pytest.raises(redis.exceptions.NoPermissionError),
+    ):
+        client.xrange("tasks:audit")

@@ -29,9 +29,16 @@ def test_the_producer_gets_its_keys_and_commands_only() -> None:
 
 
 def test_queue_names_are_literal_patterns_and_several_queues_add_up() -> None:
-    args = setuser_args("worker", ["a*b", "{c}", "a*b"], user="w")
+    args = setuser_args("operator", ["a*b", "{c}", "a*b"], user="w")
     assert [a for a in args if a.startswith("~")] == ["~a\\*b:*", "~{c}:*"]
     assert args[2] == "w"
+
+
+def test_a_worker_reads_the_pauses_and_writes_every_other_key() -> None:
+    args = setuser_args("worker", ["a*b"])
+    assert "%R~a\\*b:paused" in args and "~a\\*b:paused" not in args
+    assert {"~a\\*b:high", "~a\\*b:held:*", "~a\\*b:cancelled"} <= set(args)
+    assert not any(a.endswith(":*") and a.count(":") == 1 for a in args)  # no "~<queue>:*"
 
 
 def test_only_a_hash_of_the_password_is_written() -> None:
@@ -54,7 +61,7 @@ def test_the_cli_reads_the_password_from_the_environment_only() -> None:
     runner = CliRunner()
     ok = runner.invoke(
         main,
-        ["acl", "print", "-Q", "a,b", "--role", "worker", "--password-env", "PW"],
+        ["acl", "print", "-Q", "a,b", "--role", "operator", "--password-env", "PW"],
         env={"PW": "pw"},
     )
     assert ok.exit_code == 0 and ok.stdout.count("\n") == 1

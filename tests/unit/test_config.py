@@ -86,6 +86,7 @@ WRONG_TYPES = {
     "output_max_chunk_bytes": 1.5,
     "log_max_bytes": None,
     "telemetry_ttl_s": 3600.0,
+    "audit_max_entries": "many",
 }
 
 

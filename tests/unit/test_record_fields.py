@@ -39,20 +39,32 @@ KEY_KINDS = {
     ("_record", "finish_record", "rec"): "record",
     ("cancel", MAIN, "rec"): "record",
     ("checkpoint", MAIN, "KEYS[2]"): "steps",
+    ("aside", MAIN, "paused"): "paused",
+    ("aside", MAIN, "KEYS[3]"): "counts",
+    ("aside", MAIN, "KEYS[4]"): "record",
     ("cancel", MAIN, "KEYS[11]"): "counts",
+    ("cancel", "cancel_unrecorded", "KEYS[11]"): "counts",
+    ("cancel", "cancel_unrecorded", "tombs"): "cancelled",
     ("cancel", "pass_on_slot", "rec"): "record",
     ("deadletter_retry", MAIN, "KEYS[3]"): "record",
     ("drop", MAIN, "KEYS[2]"): "counts",
+    ("drop", MAIN, "prefix .. ':cancelled'"): "cancelled",
     ("enqueue", MAIN, "KEYS[2]"): "record",
     ("heartbeat", MAIN, "rec"): "worker",
     ("limit", "admit_one", "KEYS[rec]"): "record",
     ("park", MAIN, "KEYS[4]"): "record",
     ("periodic", MAIN, "KEYS[1]"): "periodic",
+    ("limit_set", MAIN, "KEYS[1]"): "limits",
+    ("pause", MAIN, "KEYS[1]"): "paused",
     ("promote", "move_due", "rec"): "record",
     ("queue_stats", MAIN, "KEYS[9]"): "counts",
     ("requeue", MAIN, "KEYS[2]"): "record",
+    ("resume", MAIN, "KEYS[1]"): "paused",
+    ("resume", MAIN, "KEYS[3]"): "counts",
+    ("resume", MAIN, "rec"): "record",
     ("schedule", MAIN, "KEYS[3]"): "record",
     ("slot", MAIN, "KEYS[#KEYS]"): "counts",
+    ("snooze", MAIN, "KEYS[4]"): "record",
     ("slot", MAIN, "KEYS[5]"): "record",
     ("start", MAIN, "rec"): "record",
     ("telemetry_logs", MAIN, "KEYS[2]"): "logsize",
@@ -60,8 +72,9 @@ KEY_KINDS = {
     ("watch", MAIN, "KEYS[1]"): "record",
 }
 """Every key of a hash command in the scripts: a job's record, or another hash (the queue's
-counts, a chord's state, a workflow's record, a worker's heartbeat record, the periodic
-schedules, a resumable job's steps, a job's telemetry log counters)."""
+counts, its pauses and run-time limits, the tombstones of cancelled jobs without a record, a
+chord's state, a workflow's record, a worker's heartbeat record, the periodic schedules, a
+resumable job's steps, a job's telemetry log counters)."""
 
 DYNAMIC = {
     ("fetch", "unpack(ids)"): "XACK",

@@ -109,8 +109,12 @@ def test_scripts_declare_their_keys() -> None:
         ("_flow.lua", _CHECKS[2]),
         ("_record.lua", "return string.match(stream, '^(.*):[^:]*$') .. ':job:' .. job_id"),
         ("_record.lua", "return string.match(stream, '^(.*):[^:]*$') .. ':done:' .. job_id"),
+        ("aside.lua", "local paused = string.sub(KEYS[3], 1, #KEYS[3] - 7) .. ':paused'"),
+        ("cancel.lua", "local ended, tombs = prefix .. ':ended', prefix .. ':cancelled'"),
         ("cancel.lua", "local held_head, lock_head = prefix .. ':held:', prefix .. ':unique:'"),
         ("cancel.lua", "local running = prefix .. ':running:' .. string.sub(held, #held_head + 1)"),
+        ("drop.lua", "redis.call('HDEL', prefix .. ':cancelled', ARGV[7])"),
+        ("drop.lua", "local ended_key = prefix .. ':ended'"),
     ]
 
 

@@ -8,11 +8,85 @@
 -- ARGV: job id, group, ttl ms, terminate ('1' or '0'), then each later step's ttl ms.
 -- Keys named in the record ('held', 'slot_for') are used only if they are this queue's held
 -- sets (the record is untrusted); the running set of a held set is derived from it.
--- Returns the outcome: 'cancelled', 'running' (not interrupted), 'terminating', 'unknown',
--- or the final state the job had already reached.
+-- A job without a record (ARGV[5 + later steps] = keep ms, '' to leave such jobs alone) is
+-- looked for by its id in the bodies of its queue's undelivered entries, schedule and retry
+-- sets (up to SCAN_MAX of each) and removed there; else a tombstone '<queue>:cancelled'
+-- (hash: job id -> "<keep until ms>|<terminate 0/1>") stops it at its worker (before it
+-- starts; with terminate, also while it runs), kept `keep ms`. A removed one is noted in
+-- '<queue>:ended' (zset "cancelled:<id>" -> kept until, `ttl ms` on), which its status reads.
+-- Returns the outcome: 'cancelled', 'running' (not interrupted), 'terminating', 'requested'
+-- (a job without a record, not found waiting: its tombstone stands), 'unknown', or the
+-- final state the job had already reached.
+local SCAN_MAX = 100000
+
+-- Whether `body` is the body of job `id`: its first 'id' key names it (where producers
+-- write it; a body with bin fields is read the same way).
+local function body_is(body, id)
+  local at = string.find(body, '\162id', 1, true)
+  if not at then return false end
+  local h, n, from = string.byte(body, at + 3), nil, nil
+  if h and h >= 0xa0 and h <= 0xbf then n, from = h - 0xa0, at + 4
+  elseif h == 0xd9 then n, from = string.byte(body, at + 4), at + 5 end
+  return n == #id and string.sub(body, from, from + n - 1) == id
+end
+
+-- Remove a job without a record from wherever it waits undelivered; its tombstone else.
+-- KEYS[3..5] streams, KEYS[6] schedule, KEYS[7..9] retry sets, KEYS[11] counts.
+local function cancel_unrecorded(id, keep, ttl, terminate, group)
+  local now = now_ms()
+  local prefix = string.sub(KEYS[11], 1, #KEYS[11] - 7)  -- '<queue>:counts'
+  local ended, tombs = prefix .. ':ended', prefix .. ':cancelled'
+  local function removed()
+    redis.call('HINCRBY', KEYS[11], 'cancelled', 1)
+    redis.call('ZREMRANGEBYSCORE', ended, '-inf', now)
+    redis.call('ZADD', ended, now + ttl, 'cancelled:' .. id)
+    if redis.call('PTTL', ended) < ttl then redis.call('PEXPIRE', ended, ttl) end
+    redis.call('HDEL', tombs, id)
+    return 'cancelled'
+  end
+  for k = 3, 5 do
+    local last = last_delivered(KEYS[k], group)
+    local from = last and ('(' .. last) or '-'
+    for _, e in ipairs(redis.call('XRANGE', KEYS[k], from, '+', 'COUNT', SCAN_MAX)) do
+      for f = 1, #e[2], 2 do
+        if e[2][f] == 'body' and body_is(e[2][f + 1], id) then
+          redis.call('XDEL', KEYS[k], e[1])
+          return removed()
+        end
+      end
+    end
+  end
+  for k = 6, 9 do
+    for _, m in ipairs(redis.call('ZRANGE', KEYS[k], 0, SCAN_MAX - 1)) do
+      local body = m
+      if k > 6 then body = string.match(body, '^[^\n]*\n(.*)$') or '' end
+      body = string.match(body, '^%d\n[^\n]*\n(.*)$') or ''
+      if body_is(body, id) then
+        redis.call('ZREM', KEYS[k], m)
+        return removed()
+      end
+    end
+  end
+  -- Delivered already, or not there (yet): the tombstone stops it at its worker. Tombstones
+  -- past their time go first (there are few: one per pending cancel).
+  local all = redis.call('HGETALL', tombs)
+  for i = 1, #all, 2 do
+    local until_ms = tonumber(string.match(all[i + 1], '^(%d+)|'))
+    if not until_ms or until_ms <= now then redis.call('HDEL', tombs, all[i]) end
+  end
+  redis.call('HSET', tombs, id, (now + keep) .. '|' .. (terminate and '1' or '0'))
+  if redis.call('PTTL', tombs) < keep then redis.call('PEXPIRE', tombs, keep) end
+  return 'requested'
+end
+
 local rec, id = KEYS[1], ARGV[1]
 local state = redis.call('HGET', rec, 'state')
-if not state then return 'unknown' end
+if not state then
+  local keep, ttl = tonumber(ARGV[#ARGV]), tonumber(ARGV[3])
+  if #ARGV ~= 5 + (#KEYS - 11) / 2 or not keep or keep <= 0 then return 'unknown' end
+  if not ttl or ttl <= 0 then return redis.error_reply('ERR cancel: bad ttl') end
+  return cancel_unrecorded(id, keep, ttl, ARGV[4] == '1', ARGV[2])
+end
 if FINAL[state] then return state end
 local p = ({high = 1, normal = 2, low = 3})[redis.call('HGET', rec, 'priority')] or 2
 
@@ -85,10 +159,10 @@ elseif state == 'waiting' then
   if entry and undelivered(stream, entry) then
     removed = redis.call('XDEL', stream, entry) == 1
   end
-elseif state == 'scheduled' or state == 'retrying' then
+elseif state == 'scheduled' or state == 'retrying' or state == 'snoozed' then
   local due = redis.call('HGET', rec, 'due_ms')
   if due then
-    if state == 'scheduled' then removed = remove_member(KEYS[6], due, false)
+    if state ~= 'retrying' then removed = remove_member(KEYS[6], due, false)
     else removed = remove_member(KEYS[6 + p], due, true) end
   end
 elseif state == 'pending' then
