@@ -11,11 +11,12 @@ import traceback
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from taskq.bodypatch import snoozes_of
 from taskq.broker import Delivery
 from taskq.context import JobContext, reset_current, set_current
 from taskq.errors import DecodeError, JobCancelled, ResultError, Retry, Snooze, TaskNotFound
 from taskq.flow import needs_result
-from taskq.message import Message, now_ms, snoozes_of
+from taskq.message import Message, now_ms
 from taskq.middleware import Hooks, arun_around, run_around
 from taskq.results import encode_result
 from taskq.resumable import HandBack

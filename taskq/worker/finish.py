@@ -14,13 +14,14 @@ import time
 from collections.abc import Callable, Collection, Mapping
 
 from taskq import resumable
+from taskq.bodypatch import snoozes_of, with_retries
 from taskq.broker import Broker, Delivery
 from taskq.broker.checkpoints import Checkpoints
 from taskq.broker.records import Records
 from taskq.deadletter import Deadletter
 from taskq.errors import BrokerError, TaskNotFound
 from taskq.flow import Ops, ends_with_writes, on_failure, on_success
-from taskq.message import Message, snoozes_of, with_retries
+from taskq.message import Message
 from taskq.middleware import emit
 from taskq.options import TaskOptions
 from taskq.results import Completion, FailedRun

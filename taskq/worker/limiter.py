@@ -14,13 +14,14 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from taskq.bodypatch import with_retries
 from taskq.broker import Broker, Delivery
 from taskq.broker.limits import ADMITTED, admit, take_slot
 from taskq.config import Settings
 from taskq.flow import Ops
 from taskq.keys import QueueKeys, worker_of
 from taskq.limits import Rate
-from taskq.message import Message, with_retries
+from taskq.message import Message
 from taskq.options import TaskOptions
 from taskq.worker.executor import Prepared
 from taskq.worker.outcome import Outcome

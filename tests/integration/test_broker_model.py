@@ -32,10 +32,11 @@ from hypothesis.stateful import (
 )
 
 from taskq import App
+from taskq.bodypatch import with_retries
 from taskq.broker import Broker, Delivery
 from taskq.deadletter import Deadletter
 from taskq.keys import GROUP, PRIORITIES, RECOVER_CONSUMER, QueueKeys
-from taskq.message import Message, with_retries
+from taskq.message import Message
 from taskq.worker.executor import Executor
 from taskq.worker.finish import Finisher
 from tests.redis_server import RedisServer

@@ -300,7 +300,7 @@ def test_asyncio_producers_on_the_cluster(capp: Callable[..., App]) -> None:
 
 def test_queue_depth_metrics(capp: Callable[..., App]) -> None:
     pytest.importorskip("prometheus_client")
-    from taskq.ops.metrics import QueueDepth
+    from taskq.ops.queue_metrics import QueueDepth
 
     app = capp("{tasks}")
     note = app.task(name="m")(lambda: None)

@@ -21,8 +21,9 @@ import redis
 from click.testing import CliRunner, Result
 
 from taskq import App
+from taskq.bodypatch import with_retries
 from taskq.keys import GROUP, PRIORITIES
-from taskq.message import Message, with_retries
+from taskq.message import Message
 from taskq.ops.inspect import Inspector
 from tests import tasks
 from tests.conftest import ROOT, WorkerProcess, wait_until, worker_env

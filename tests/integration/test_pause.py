@@ -19,7 +19,7 @@ from taskq.broker.control import read_pauses
 from taskq.broker.schedules import Schedules, ScheduleState
 from taskq.cli import main
 from taskq.errors import ConfigError
-from taskq.ops.metrics import QueueDepth
+from taskq.ops.queue_metrics import QueueDepth
 from taskq.pauses import Pause
 from taskq.testing import drain
 from taskq.worker import pausing, ticker

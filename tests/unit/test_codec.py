@@ -18,11 +18,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from taskq import codec
+from taskq.bodypatch import with_retries
 from taskq.dashboard.format import value
 from taskq.deadletter import Deadletter
 from taskq.errors import DecodeError, EnqueueError
 from taskq.flow import spawn
-from taskq.message import PLAIN_VERSION, PROTOCOL_VERSION, Message, with_retries
+from taskq.message import PLAIN_VERSION, PROTOCOL_VERSION, Message
 from taskq.ops.jobview import render_job
 from taskq.results import JobStatus, decode_value, encode_args, encode_result
 

@@ -12,7 +12,7 @@ import pytest
 
 from taskq.cli.dashboard import dashboard
 from taskq.cli.worker import worker
-from taskq.ops.metrics import DESIRED_GAUGE
+from taskq.ops.queue_metrics import DESIRED_GAUGE
 from taskq.worker.health import LIVE_PATH, READY_PATH
 from taskq.worker.scaling import document
 from tests.yaml_subset import load_all
