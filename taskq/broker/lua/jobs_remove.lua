@@ -1,0 +1,56 @@
+-- Remove a batch of jobs that no worker has taken from one place of a queue, in one step: a
+-- waiting entry of a stream (only while it is still undelivered: a delivered one is running
+-- and stays), or a member of the schedule or of a retry set. A job that keeps a status record
+-- ends as cancelled (waiters wake), and its uniqueness lock goes with it. Re-running the batch
+-- removes nothing twice (a gone entry or member is skipped).
+-- KEYS: the stream or sorted set, the queue's counts hash.
+-- ARGV: queue name, group, kind ('stream', 'schedule' or 'retry'), record ttl ms, counts
+--       field to add the removed jobs to ('' for none), then entry ids or members.
+-- Returns how many jobs were removed.
+local queue, group, kind, ttl = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+if not ttl or ttl < 1 then return redis.error_reply('ERR jobs_remove: bad ttl') end
+local now, removed = now_ms(), 0
+local cursor = kind == 'stream' and (last_delivered(KEYS[1], group) or '0-0') or nil
+
+-- The job id of a set member ('<p>\n<task>\n<body>', after '<first failure ms>\n' in a retry
+-- set), if the job keeps a record.
+local function member_job(m)
+  if kind == 'retry' then m = string.match(m, '^[^\n]*\n(.*)$') or '' end
+  return body_job_id(string.match(m, '^%d\n[^\n]*\n(.*)$') or '')
+end
+
+-- Remove one entry or member; returns whether it was there, and its job id if recorded.
+local function take(ref)
+  if kind ~= 'stream' then
+    if redis.call('ZREM', KEYS[1], ref) == 0 then return false end
+    return true, member_job(ref)
+  end
+  if not (string.match(ref, '^%d+%-%d+$') and id_before(cursor, ref)) then return false end
+  local row = redis.call('XRANGE', KEYS[1], ref, ref)[1]
+  if not row then return false end
+  local job
+  for i = 1, #row[2], 2 do if row[2][i] == 'job' then job = row[2][i + 1] end end
+  redis.call('XDEL', KEYS[1], ref)
+  return true, job
+end
+
+local lock_head = queue .. ':unique:'
+for i = 6, #ARGV do
+  local found, job = take(ARGV[i])
+  if found then
+    removed = removed + 1
+    if job then
+      local rec = queue .. ':job:' .. job
+      local lock = redis.call('HGET', rec, 'unique')
+      if lock and string.sub(lock, 1, #lock_head) == lock_head and #lock > #lock_head
+          and redis.call('GET', lock) == job then
+        redis.call('DEL', lock)
+      end
+      if redis.call('EXISTS', rec) == 1 then
+        finish_record(rec, queue .. ':done:' .. job, 'cancelled', ttl, now)
+      end
+    end
+  end
+end
+if removed > 0 and ARGV[5] ~= '' then redis.call('HINCRBY', KEYS[2], ARGV[5], removed) end
+return removed
