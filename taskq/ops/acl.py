@@ -128,6 +128,9 @@ OPERATOR_COMMANDS = (
     "zpopmin",  # a cancelled job passes the slot kept for it to the next held job
     "get",
     "set",  # the tombstone of a running job (--terminate)
+    # taskq jobs retry (jobs_retry_now.lua): a delayed job or retry made due now
+    "zadd",
+    "zscore",
 )
 
 

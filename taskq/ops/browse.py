@@ -16,9 +16,10 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from taskq.broker.replies import as_int, entries, pending_rows, text
-from taskq.keys import GROUP, QueueKeys, check_priority
+from taskq.keys import GROUP, PRIORITIES, QueueKeys, check_job_id, check_priority
 from taskq.ops.deadletters import SCAN_LIMIT
 from taskq.ops.jobrows import (
+    ACTIONS,
     RETRYING,
     RUNNING,
     SCHEDULED,
@@ -238,7 +239,7 @@ class Jobs:
             members = [r.member for r in batch]
             done += as_int(
                 self.app.link.script(
-                    "jobs_retry_now", [key, self.keys.due], [self.queue, _kind(state), *members]
+                    "jobs_retry_now", [key, self.keys.due], [_kind(state), *members]
                 )
             )
         self.audit("retry", self.queue, state, done)
@@ -254,7 +255,7 @@ class Jobs:
                 self.app.link.script(
                     "jobs_move",
                     [source, self.keys.stream(priority)],
-                    [self.queue, GROUP, priority, *refs],
+                    [GROUP, priority, *refs],
                 )
             )
         self.audit("move", self.queue, WAITING, done)
@@ -290,6 +291,33 @@ class Jobs:
             ]
         return rows
 
+    def locate(self, job_id: str) -> tuple[str, JobRow] | None:
+        """Where a job that keeps a record is now (its state and row), from its record; None
+        for a job without one, or one no longer in a state that can be browsed."""
+        check_job_id(job_id)
+        state, priority, entry, due = (
+            text(v) if v is not None else ""
+            for v in self.app.link.call(
+                "HMGET", self.keys.job(job_id), "state", "priority", "entry", "due_ms"
+            )
+        )
+        if state not in ACTIONS["cancel"] or priority not in PRIORITIES:
+            return None
+        if state == WAITING and entry:
+            ref = entry
+            running = self.app.link.pipeline(
+                [("XPENDING", self.keys.stream(priority), GROUP, entry, entry, 1)], errors=False
+            )[0]
+            state = RUNNING if pending_rows(running) else WAITING
+        elif state == RUNNING and entry:
+            ref = entry
+        elif state in (RETRYING, SCHEDULED) and due.isdigit():
+            ref = f"{due}/{job_id}"
+        else:
+            return None
+        found = self.find(state, [ref], priority=priority)
+        return (state, found[0]) if found else None
+
     def _remove(self, state: str, rows: Sequence[JobRow], *, counted: str) -> int:
         done = 0
         for key, batch in self._by_key(state, rows):
@@ -298,7 +326,7 @@ class Jobs:
                 self.app.link.script(
                     "jobs_remove",
                     [key, self.keys.counts],
-                    [self.queue, GROUP, _kind(state), RECORD_TTL_MS, counted, *refs],
+                    [GROUP, _kind(state), RECORD_TTL_MS, counted, *refs],
                 )
             )
         return done

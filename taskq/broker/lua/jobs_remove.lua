@@ -4,10 +4,13 @@
 -- ends as cancelled (waiters wake), and its uniqueness lock goes with it. Re-running the batch
 -- removes nothing twice (a gone entry or member is skipped).
 -- KEYS: the stream or sorted set, the queue's counts hash.
--- ARGV: queue name, group, kind ('stream', 'schedule' or 'retry'), record ttl ms, counts
---       field to add the removed jobs to ('' for none), then entry ids or members.
+-- ARGV: group, kind ('stream', 'schedule' or 'retry'), record ttl ms, counts field to add
+--       the removed jobs to ('' for none), then entry ids or members.
+-- A record and lock are named after the counts hash (the queue's prefix, so the same slot).
 -- Returns how many jobs were removed.
-local queue, group, kind, ttl = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+local group, kind, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local prefix = string.match(KEYS[2], '^(.*):counts$')
+if not prefix then return redis.error_reply('ERR jobs_remove: not a counts key') end
 if not ttl or ttl < 1 then return redis.error_reply('ERR jobs_remove: bad ttl') end
 local now, removed = now_ms(), 0
 local cursor = kind == 'stream' and (last_delivered(KEYS[1], group) or '0-0') or nil
@@ -34,23 +37,23 @@ local function take(ref)
   return true, job
 end
 
-local lock_head = queue .. ':unique:'
-for i = 6, #ARGV do
+local lock_head = prefix .. ':unique:'
+for i = 5, #ARGV do
   local found, job = take(ARGV[i])
   if found then
     removed = removed + 1
     if job then
-      local rec = queue .. ':job:' .. job
+      local rec = prefix .. ':job:' .. job
       local lock = redis.call('HGET', rec, 'unique')
       if lock and string.sub(lock, 1, #lock_head) == lock_head and #lock > #lock_head
           and redis.call('GET', lock) == job then
         redis.call('DEL', lock)
       end
       if redis.call('EXISTS', rec) == 1 then
-        finish_record(rec, queue .. ':done:' .. job, 'cancelled', ttl, now)
+        finish_record(rec, prefix .. ':done:' .. job, 'cancelled', ttl, now)
       end
     end
   end
 end
-if removed > 0 and ARGV[5] ~= '' then redis.call('HINCRBY', KEYS[2], ARGV[5], removed) end
+if removed > 0 and ARGV[4] ~= '' then redis.call('HINCRBY', KEYS[2], ARGV[4], removed) end
 return removed
