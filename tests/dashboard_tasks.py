@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import redis
 
 from taskq import App
@@ -33,3 +35,24 @@ def later(n: int) -> None:
 @app.periodic(every=3600)
 def hourly_report() -> None:
     """A schedule for the periodic page."""
+
+
+@app.task(
+    store_result=True,
+    max_retries=5,
+    retry_backoff_ms=3_600_000,
+    retry_backoff_max_ms=3_600_000,
+    retry_jitter=False,
+)
+def flaky(tag: str) -> str:
+    """Like ``fragile``, but a failed run waits an hour in the retry set."""
+    with redis.Redis.from_url(app.settings.redis_url) as r:
+        if r.exists(BROKEN):
+            raise RuntimeError(f"downstream is broken ({tag})")
+    return f"fixed {tag}"
+
+
+@app.task(store_result=True)
+def nap(seconds: float) -> None:
+    """Runs for a while (a running job to look at)."""
+    time.sleep(seconds)

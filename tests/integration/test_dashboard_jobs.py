@@ -5,7 +5,9 @@ Starlette's TestClient against a real Redis: rows are what raw Redis holds, figu
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -13,11 +15,25 @@ from starlette.testclient import TestClient
 
 from taskq import App
 from taskq.dashboard import asgi
-from taskq.keys import QueueKeys
+from taskq.keys import GROUP, QueueKeys
+from taskq.message import Message
 from tests import dashboard_tasks
-from tests.conftest import wait_until
+from tests.conftest import WorkerProcess, wait_until
+from tests.dashboard_support import DashboardProcess, chromium, dashboards
+from tests.integration.test_dashboard import after_navigation
 
 pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    yield from chromium()
+
+
+@pytest.fixture
+def start_dashboard(redis_url: str, tmp_path: Path) -> Iterator[Callable[..., DashboardProcess]]:
+    yield from dashboards(redis_url, tmp_path)
+
 
 XSS = "<script>alert('xss')</script>"
 Q = QueueKeys("backlog")
@@ -129,3 +145,137 @@ def test_read_only_hides_and_refuses(dash_app: App) -> None:
         assert '<form method="post"' not in page and 'name="refs"' not in page
         refused = c.post("/queues/backlog/waiting/act", data={"refs": "1-0", "action": "delete"})
         assert refused.status_code == 403 and "read-only" in refused.text
+
+
+# -- in a real browser -------------------------------------------------------------------------
+
+
+def ids_in_redis(r: redis.Redis, queue: str, state: str) -> list[str]:
+    """The job ids raw Redis holds in a state (priority normal), read without taskq's ops."""
+    k = QueueKeys(queue)
+    if state == "waiting":
+        last = (
+            next((g["last-delivered-id"] for g in r.xinfo_groups(k.stream("normal"))), b"0-0")
+            if r.exists(k.stream("normal")) and r.xinfo_groups(k.stream("normal"))
+            else b"0-0"
+        )
+        bodies = [f[b"body"] for _, f in r.xrange(k.stream("normal"), b"(" + last, "+")]
+    elif state == "running":
+        pending = r.xpending_range(k.stream("normal"), GROUP, "-", "+", 100)
+        bodies = [r.xrange(k.stream("normal"), p["message_id"], p["message_id"])[0][1][b"body"]
+                  for p in pending]  # fmt: skip
+    else:
+        key = k.retry("normal") if state == "retrying" else k.schedule
+        skip = 3 if state == "retrying" else 2
+        bodies = [m.split(b"\n", skip)[skip] for m in r.zrange(key, 0, -1)]
+    return [Message.decode(b).id for b in bodies]
+
+
+def rows_shown(browser: Any) -> list[str]:
+    from selenium.webdriver.common.by import By
+
+    return [
+        e.get_attribute("data-job-id")
+        for e in browser.find_elements(By.CSS_SELECTOR, "tr[data-job-id]")
+    ]
+
+
+def test_browser_each_state_shows_what_redis_holds_as_text(
+    browser: Any,
+    start_dashboard: Callable[..., DashboardProcess],
+    start_worker: Callable[..., WorkerProcess],
+    dash_app: App,
+    r: redis.Redis,
+) -> None:
+    from selenium.common.exceptions import NoAlertPresentException
+    from selenium.webdriver.common.by import By
+
+    # Given: a job retrying (its error carries a <script>), one running, waiting ones with a
+    # <script> in their arguments, a delayed one.
+    start_worker("-A", "tests.dashboard_tasks", "-Q", "tasks", "-c", "2")
+    r.set(dashboard_tasks.BROKEN, 1)
+    failing = dashboard_tasks.flaky.delay(XSS)
+    wait_until(lambda: failing.status().state == "retrying", message="the retry")
+    napping = dashboard_tasks.nap.delay(30)
+    wait_until(lambda: napping.status().state == "running", message="the running job")
+    for _ in range(3):
+        dashboard_tasks.later.delay(XSS)
+    dashboard_tasks.show.apply_async((XSS,), countdown=3600)
+    dash = start_dashboard()
+    # When / then: each state's page lists exactly the jobs raw Redis holds there.
+    for queue, state in (("backlog", "waiting"), ("tasks", "running"), ("tasks", "retrying"),
+                         ("tasks", "scheduled")):  # fmt: skip
+        browser.get(f"{dash.url}/queues/{queue}/{state}")
+        assert rows_shown(browser) == ids_in_redis(r, queue, state), (queue, state)
+        assert rows_shown(browser), (queue, state)
+        if state != "running":
+            assert XSS in browser.find_element(By.CSS_SELECTOR, "tr[data-job-id]").text
+        with pytest.raises(NoAlertPresentException):
+            browser.switch_to.alert.accept()
+        assert browser.find_elements(By.CSS_SELECTOR, "main script") == []
+    browser.get(f"{dash.url}/queues/tasks/running")
+    row = browser.find_element(By.CSS_SELECTOR, f'tr[data-job-id="{napping.id}"]')
+    assert "tests.dashboard_tasks.nap" in row.text and ":" in row.text  # its worker's id
+    browser.get(f"{dash.url}/queues/tasks/retrying")
+    assert "downstream is broken" in browser.find_element(By.CSS_SELECTOR, "td.error").text
+    # and a running job can be cancelled from there (interrupted by its worker).
+    browser.get(f"{dash.url}/queues/tasks/running")
+    browser.find_element(By.CSS_SELECTOR, f'tr[data-job-id="{napping.id}"] input').click()
+    browser.find_element(By.CSS_SELECTOR, 'button[name="action"][value="cancel"]').click()
+    assert "cancel: 1 of 1" in after_navigation(browser, By.ID, "notice").text
+    wait_until(lambda: napping.status().state == "cancelled", message="the interrupted run")
+
+
+def test_browser_three_retrying_jobs_retried_now_run_within_a_second(
+    browser: Any,
+    start_dashboard: Callable[..., DashboardProcess],
+    start_worker: Callable[..., WorkerProcess],
+    dash_app: App,
+    r: redis.Redis,
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    start_worker("-A", "tests.dashboard_tasks", "-Q", "tasks", "-c", "2")
+    r.set(dashboard_tasks.BROKEN, 1)
+    jobs = [dashboard_tasks.flaky.delay(f"r{i}") for i in range(4)]
+    wait_until(lambda: all(j.status().state == "retrying" for j in jobs), message="4 retries")
+    r.delete(dashboard_tasks.BROKEN)
+    dash = start_dashboard()
+    browser.get(f"{dash.url}/queues/tasks/retrying")
+    chosen = rows_shown(browser)[:3]
+    for job_id in chosen:
+        browser.find_element(By.CSS_SELECTOR, f'tr[data-job-id="{job_id}"] input').click()
+    seconds, micros = r.time()
+    clicked_ms = seconds * 1000 + micros // 1000
+    browser.find_element(By.CSS_SELECTOR, 'button[name="action"][value="retry"]').click()
+    assert "retry: 3 of 3" in after_navigation(browser, By.ID, "notice").text
+    by_id = {j.id: j for j in jobs}
+    for job_id in chosen:
+        assert by_id[job_id].result(timeout=10) == f"fixed {by_id[job_id].status().args[0]}"
+        started = by_id[job_id].status().started_ms
+        assert started is not None and started - clicked_ms < 1000, started - clicked_ms
+    [left] = [j for j in jobs if j.id not in chosen]
+    assert left.status().state == "retrying"
+    assert ids_in_redis(r, "tasks", "retrying") == [left.id]
+
+
+def test_browser_cancel_all_matching_over_5000_waiting_jobs(
+    browser: Any,
+    start_dashboard: Callable[..., DashboardProcess],
+    dash_app: App,
+    r: redis.Redis,
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    keep = [dashboard_tasks.later.delay(f"keep{i}") for i in range(100)]
+    for i in range(5000):
+        dashboard_tasks.later.delay(f"drop{i}")
+    high = dashboard_tasks.later.apply_async(("drop-high",), priority="high")
+    dash = start_dashboard()
+    browser.get(f"{dash.url}/queues/backlog/waiting?args=drop")
+    browser.find_element(By.CSS_SELECTOR, 'button[name="bulk"][value="cancel"]').click()
+    browser.switch_to.alert.accept()
+    progress = after_navigation(browser, By.CSS_SELECTOR, '#progress[data-finished="yes"]')
+    assert "5000 of 5000 handled, 5000 done" in progress.text, progress.text
+    assert ids_in_redis(r, "backlog", "waiting") == [j.id for j in keep]
+    assert [Message.decode(f[b"body"]).id for _, f in r.xrange(Q.stream("high"))] == [high.id]
