@@ -53,6 +53,8 @@ def flaky(tag: str) -> str:
 
 
 @app.task(store_result=True)
-def nap(seconds: float) -> None:
-    """Runs for a while (a running job to look at)."""
+def nap(seconds: float) -> float:
+    """Runs for a while (a running job to look at); returns how long it ran (ms)."""
+    started = time.perf_counter()
     time.sleep(seconds)
+    return (time.perf_counter() - started) * 1000

@@ -122,6 +122,13 @@ from taskq.worker.pool import PoolOptions, run_pool
     show_default=True,
     help="Interface the metrics port listens on (0.0.0.0: all, for a scraper on another host).",
 )
+@click.option(
+    "--task-stats/--no-task-stats",
+    default=False,
+    envvar="TASKQ_TASK_STATS",
+    help="Count runs, failures and durations per task for the dashboard's Tasks page (each "
+    "child writes them at most once per second).",
+)
 @click.pass_obj
 def worker(
     obj: Context,
@@ -140,6 +147,7 @@ def worker(
     log_format: str,
     metrics_port: int | None,
     metrics_host: str,
+    task_stats: bool,
 ) -> None:
     """Run a prefork worker pool."""
     if metrics_port is not None:
@@ -156,6 +164,11 @@ def worker(
                 port=metrics_port, host=metrics_host, redis_url=url, tasks=app.registry
             )
             app.add_middleware(metrics)
+        if task_stats:
+            from taskq.worker.taskstats import TaskStats
+
+            stats_app = app
+            app.add_middleware(TaskStats(lambda: stats_app.link))
     except BaseException:
         if metrics_port is not None:
             remove_created_dir()  # nothing else will

@@ -26,6 +26,7 @@ from taskq.errors import ConfigError
 from taskq.keys import PRIORITIES, check_priority
 from taskq.ops.inspect import to_json
 from taskq.ops.jobrows import JobFilter, check_state
+from taskq.ops.taskstats import task_history, task_table
 
 LIVE = frozenset({"overview", "workers", "job", "periodic", "bulk"})
 """The pages with a live block (``<name>_live.html``)."""
@@ -264,6 +265,34 @@ async def bulk(request: Request) -> Response:
     if found is None:
         raise ConfigError("no such bulk action (it ran in another dashboard process, or long ago)")
     return render(request, "bulk", {"bulk": found})
+
+
+async def tasks(request: Request) -> Response:
+    source = _source(request)
+    now, rows = await run_in_threadpool(lambda: task_table(source.app.link, source.queues()))
+    return render(request, "tasks", {"rows": rows, "now_ms": now})
+
+
+async def tasks_json(request: Request) -> Response:
+    source = _source(request)
+    _, rows = await run_in_threadpool(lambda: task_table(source.app.link, source.queues()))
+    return JSONResponse([r.to_json() for r in rows])
+
+
+async def task_chart(request: Request) -> Response:
+    source = _source(request)
+    name = request.path_params["task"][:300]
+    minutes, hours = await run_in_threadpool(
+        lambda: task_history(source.app.link, source.queues(), name)
+    )
+    context = {
+        "task": name,
+        "minutes": throughput_chart(minutes),
+        "hours": throughput_chart(hours),
+        "last_hour": minutes,
+        "last_72h": hours,
+    }
+    return render(request, "task", context)
 
 
 def environment() -> Environment:

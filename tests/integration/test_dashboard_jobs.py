@@ -4,6 +4,7 @@ Starlette's TestClient against a real Redis: rows are what raw Redis holds, figu
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -279,3 +280,47 @@ def test_browser_cancel_all_matching_over_5000_waiting_jobs(
     assert "5000 of 5000 handled, 5000 done" in progress.text, progress.text
     assert ids_in_redis(r, "backlog", "waiting") == [j.id for j in keep]
     assert [Message.decode(f[b"body"]).id for _, f in r.xrange(Q.stream("high"))] == [high.id]
+
+
+def test_browser_tasks_page_counts_failures_and_p95(
+    browser: Any,
+    start_dashboard: Callable[..., DashboardProcess],
+    start_worker: Callable[..., WorkerProcess],
+    dash_app: App,
+    r: redis.Redis,
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    start_worker("-A", "tests.dashboard_tasks", "-Q", "tasks", "-c", "4", "--task-stats")
+    r.set(dashboard_tasks.BROKEN, 1)
+    failing = [dashboard_tasks.fragile.delay(f"t{i}") for i in range(3)]
+    naps = [dashboard_tasks.nap.delay(0.03 + 0.01 * i) for i in range(20)]
+    ran_ms = sorted(j.result(timeout=20) for j in naps)
+    wait_until(lambda: all(j.status().state == "failed" for j in failing), message="failures")
+    measured_p95 = ran_ms[math.ceil(0.95 * len(ran_ms)) - 1]
+    dash = start_dashboard()
+
+    def row(task: str) -> dict[str, str] | None:
+        browser.get(f"{dash.url}/tasks")
+        cells = browser.find_elements(By.CSS_SELECTOR, f'tr[data-task="{task}"] [data-figure]')
+        found = {
+            c.get_attribute("data-figure"): c.get_attribute("data-ms") or c.text for c in cells
+        }
+        return found or None
+
+    fragile = wait_until(
+        lambda: (f := row("tests.dashboard_tasks.fragile")) and f["failures"] == "3" and f,
+        message="the failures on the Tasks page",
+    )
+    assert fragile["runs"] == "3"
+    nap = wait_until(
+        lambda: (n := row("tests.dashboard_tasks.nap")) and n["runs"] == "20" and n,
+        message="the runs on the Tasks page",
+    )
+    shown_p95 = float(nap["p95_ms"])
+    assert abs(shown_p95 - measured_p95) <= 0.1 * measured_p95, (shown_p95, measured_p95)
+    assert nap["failures"] == "0"
+    browser.find_element(By.CSS_SELECTOR, 'tr[data-task="tests.dashboard_tasks.nap"] a').click()
+    name = after_navigation(browser, By.ID, "task-name")
+    assert name.text == "tests.dashboard_tasks.nap"
+    assert "20 succeeded" in browser.find_element(By.CSS_SELECTOR, "figcaption").text

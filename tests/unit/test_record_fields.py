@@ -58,6 +58,7 @@ KEY_KINDS = {
     ("slot", MAIN, "KEYS[#KEYS]"): "counts",
     ("slot", MAIN, "KEYS[5]"): "record",
     ("start", MAIN, "rec"): "record",
+    ("taskstats", MAIN, "KEYS[k]"): "task statistics",
     ("unique", MAIN, "KEYS[rec]"): "record",
     ("watch", MAIN, "KEYS[1]"): "record",
 }
