@@ -26,8 +26,9 @@ _filter = click.option(
     "--filter",
     "filters",
     multiple=True,
-    metavar="task=...|args=...|error=...",
-    help="A substring the job's task, rendered arguments or last error must contain.",
+    metavar="task=...|args=...|error=...|since=...|until=...",
+    help="A substring the job's task, rendered arguments or last error must contain, or the "
+    "earliest / latest due (else enqueue) time: ISO 8601 (UTC) or ms since the epoch.",
 )
 
 
@@ -73,8 +74,7 @@ def list_(
 
     The first column is each job's place (an entry id, or <due ms>/<job id>), which the
     actions accept as an ID with --state."""
-    where = JobFilter.parse(filters)
-    where = JobFilter(task or where.task, where.args, where.error)
+    where = JobFilter.parse([*filters, *([f"task={task}"] if task else [])])
     page = _jobs(obj, queue).page(
         state or "waiting", priority=priority, after=after, limit=limit, where=where
     )

@@ -116,9 +116,9 @@ async def act_on_jobs(request: Request) -> Response:
     queue, state, priority = queue_place(request, _one(fields, "priority"))
     settings: Settings = request.app.state.dashboard
     app = settings.source.app
-    where = job_filter({k: _one(fields, k) for k in ("task", "args", "error")})
+    where = job_filter({k: _one(fields, k) for k in ("task", "args", "error", "since", "until")})
     to = _one(fields, "to")
-    back = {"priority": priority, "task": where.task, "args": where.args, "error": where.error}
+    back = {"priority": priority, **{k: v for k, v in where.__dict__.items() if v}}
     path = f"/queues/{segment(queue)}/{segment(state)}"
     if _one(fields, "bulk"):
         spec = dict(queue=queue, state=state, priority=priority, where=where, to=to)

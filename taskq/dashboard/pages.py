@@ -201,7 +201,8 @@ async def periodic(request: Request) -> Response:
 
 def job_filter(fields: dict[str, str]) -> JobFilter:
     """The filter of a queue page (its query, or an action's form)."""
-    return JobFilter(*(fields.get(k, "").strip()[:200] for k in ("task", "args", "error")))
+    names = ("task", "args", "error", "since", "until")
+    return JobFilter(*(fields.get(k, "").strip()[:200] for k in names))
 
 
 def queue_place(request: Request, priority: str) -> tuple[str, str, str]:

@@ -4,6 +4,7 @@ the cursors of their pages (checked: they come from URLs and command lines)."""
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,14 +36,26 @@ MAX_ARGS_CHARS = 300
 
 @dataclass(frozen=True)
 class JobFilter:
-    """Substrings (case-insensitive) a row must contain; empty matches everything."""
+    """Substrings (case-insensitive) a row must contain, and a time range its due time (else
+    its enqueue time) must fall in (``since``/``until``: ISO 8601, UTC unless it says, or
+    ms since the epoch); empty matches everything.
+
+    Raises:
+        ConfigError: a time that is neither.
+    """
 
     task: str = ""
     args: str = ""
     error: str = ""
+    since: str = ""
+    until: str = ""
+
+    def __post_init__(self) -> None:
+        when_ms(self.since)
+        when_ms(self.until)
 
     def __bool__(self) -> bool:
-        return bool(self.task or self.args or self.error)
+        return bool(self.task or self.args or self.error or self.since or self.until)
 
     @classmethod
     def parse(cls, specs: Sequence[str]) -> JobFilter:
@@ -54,8 +67,10 @@ class JobFilter:
         found: dict[str, str] = {}
         for spec in specs:
             name, sep, value = spec.partition("=")
-            if not sep or name not in ("task", "args", "error"):
-                raise ConfigError(f"bad filter {spec!r}: expected task=..., args=... or error=...")
+            if not sep or name not in ("task", "args", "error", "since", "until"):
+                raise ConfigError(
+                    f"bad filter {spec!r}: expected task=, args=, error=, since= or until="
+                )
             found[name] = value
         return cls(**found)
 
@@ -64,7 +79,35 @@ class JobFilter:
             self.task.lower() in row.task.lower()
             and self.args.lower() in row.args.lower()
             and self.error.lower() in row.error.lower()
+            and self._in_range(row.due_ms if row.due_ms is not None else row.enqueued_ms)
         )
+
+    def _in_range(self, ms: int | None) -> bool:
+        since, until = when_ms(self.since), when_ms(self.until)
+        if since is None and until is None:
+            return True
+        return ms is not None and (since or 0) <= ms and (until is None or ms <= until)
+
+
+def when_ms(value: str) -> int | None:
+    """A filter's time as ms since the epoch (None for ""): digits are ms, anything else is
+    read as ISO 8601 (UTC unless it names its offset).
+
+    Raises:
+        ConfigError: neither.
+    """
+    value = value.strip()
+    if not value:
+        return None
+    if value.isdigit() and len(value) <= 15:
+        return int(value)
+    try:
+        moment = dt.datetime.fromisoformat(value)
+    except ValueError:
+        raise ConfigError(f"bad time {value!r}: expected ISO 8601 or ms since the epoch") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.timezone.utc)
+    return int(moment.timestamp() * 1000)
 
 
 @dataclass(frozen=True)

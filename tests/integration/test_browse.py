@@ -94,6 +94,15 @@ def test_filters_are_bounded(app: App) -> None:
     assert all(row.task == "add" for row in page.rows)
     args = browse.page("waiting", where=JobFilter.parse(["args=27"]))
     assert [row.args for row in args.rows] == ["27, 27"]
+    rows = browse.page("waiting").rows
+    middle = rows[10].enqueued_ms
+    assert middle is not None
+    timed = browse.page("waiting", where=JobFilter(since=str(middle), until=str(middle)))
+    assert {row.job_id for row in timed.rows} == {r.job_id for r in rows if r.enqueued_ms == middle}
+    iso = JobFilter.parse(["since=2000-01-01T00:00", "until=2000-01-02"])
+    assert browse.page("waiting", where=iso).rows == ()
+    with pytest.raises(ConfigError):
+        JobFilter(since="yesterday")
     with pytest.raises(ConfigError):
         JobFilter.parse(["nope=1"])
     with pytest.raises(ConfigError):
