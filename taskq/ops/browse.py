@@ -207,20 +207,20 @@ class Jobs:
     # -- acting ----------------------------------------------------------------------------
 
     def cancel(self, state: str, rows: Sequence[JobRow]) -> int:
-        """Cancel jobs: those that keep a record through ``cancel.lua`` (a running one is
-        interrupted), the others removed from where they wait. Returns how many were."""
+        """Cancel jobs: a running one that keeps a record through ``cancel.lua`` (its worker
+        interrupts it; one without a record cannot be), the others removed from where they
+        wait, a batch per script. Returns how many were."""
         check_action("cancel", state)
-        done = 0
-        plain = []
-        for row in rows:
-            handle = self.app.job(row.job_id, queue=self.queue)
-            if row.job_id and handle.recorded:
-                done += handle.cancel(terminate=True) in ("cancelled", "terminating")
-            elif state != RUNNING:
-                plain.append(row)
-        done += self._remove(state, plain, counted="cancelled")
+        if state == RUNNING:
+            done = sum(self._cancel_one(row) for row in rows if row.recorded and row.job_id)
+        else:
+            done = self._remove(state, rows, counted="cancelled")
         self.audit("cancel", self.queue, state, done)
         return done
+
+    def _cancel_one(self, row: JobRow) -> bool:
+        outcome = self.app.job(row.job_id, queue=self.queue).cancel(terminate=True)
+        return outcome in ("cancelled", "terminating")
 
     def delete(self, state: str, rows: Sequence[JobRow]) -> int:
         """Remove jobs that no worker has taken from the queue (a recorded one ends as
@@ -319,16 +319,18 @@ class Jobs:
         return (state, found[0]) if found else None
 
     def _remove(self, state: str, rows: Sequence[JobRow], *, counted: str) -> int:
+        """``jobs_remove`` a batch at a time; the jobs it hands back (later workflow steps,
+        a slot kept for them) are cancelled one by one with ``cancel.lua``."""
         done = 0
         for key, batch in self._by_key(state, rows):
-            refs = [r.ref if state == WAITING else r.member for r in batch]
-            done += as_int(
-                self.app.link.script(
-                    "jobs_remove",
-                    [key, self.keys.counts],
-                    [GROUP, _kind(state), RECORD_TTL_MS, counted, *refs],
-                )
+            by_ref = {(r.ref if state == WAITING else r.member): r for r in batch}
+            removed, *handed = self.app.link.script(
+                "jobs_remove",
+                [key, self.keys.counts],
+                [GROUP, _kind(state), RECORD_TTL_MS, counted, *by_ref],
             )
+            done += as_int(removed)
+            done += sum(self._cancel_one(by_ref[_ref(state, h)]) for h in handed)
         return done
 
     def _by_key(self, state: str, rows: Sequence[JobRow]) -> Iterator[tuple[str, list[JobRow]]]:
@@ -346,6 +348,11 @@ class Jobs:
         priority = row.priority or "normal"
         check_priority(priority)
         return self.keys.retry(priority) if state == RETRYING else self.keys.stream(priority)
+
+
+def _ref(state: str, reply: bytes) -> str | bytes:
+    """A ref the script handed back, as the batch named it (entry ids as text)."""
+    return reply.decode() if state == WAITING else reply
 
 
 def _kind(state: str) -> str:

@@ -136,6 +136,7 @@ class JobRow:
     worker: str = ""
     child: int | None = None
     error: str = ""
+    recorded: bool = False
     member: bytes = field(default=b"", repr=False, compare=False)
 
     def to_json(self) -> dict[str, Any]:
@@ -231,6 +232,7 @@ def entry_row(entry_id: str, fields: dict[bytes, Any], state: str, priority: str
         args=_call_text(msg),
         attempts=msg.retries if msg else 0,
         enqueued_ms=int(entry_id.split("-", 1)[0]),
+        recorded=b"job" in fields or bool(msg and msg.recorded),
     )
 
 
@@ -252,6 +254,7 @@ def member_row(member: bytes, score: int, state: str) -> JobRow:
         attempts=msg.retries if msg else 0,
         enqueued_ms=msg.created_ms if msg else None,
         due_ms=score,
+        recorded=bool(msg and msg.recorded),
         member=member,
     )
 

@@ -152,3 +152,20 @@ def test_cancel_by_reference_and_all_matching(app: App, r: redis.Redis) -> None:
     assert row.job_id == keep[0].id
     assert browse.cancel("waiting", [row]) == 1
     assert in_redis(r, keep[0].id) == 0
+
+
+def test_cancel_in_a_batch_ends_a_chains_later_steps(task_app: App) -> None:
+    """A chain's first step is handed back by the batch script and cancelled by cancel.lua,
+    which ends its later step too; the plain jobs go in the batch."""
+    from taskq.canvas import chain
+    from tests import tasks
+
+    flow = chain(tasks.add.s(1, 2), tasks.add.s(10)).apply_async()
+    others = [tasks.add.delay(5, 5) for _ in range(2)]
+    browse = Jobs(task_app, task_app.settings.queue)
+    rows = list(browse.page("waiting").rows)
+    assert len(rows) == 3
+    assert browse.cancel("waiting", rows) == 3
+    assert [j.status().state for j in others] == ["cancelled", "cancelled"]
+    steps = task_app.records.flow_view(flow.queue, flow.id).steps
+    assert [s.state for s in steps] == ["cancelled", "cancelled"]

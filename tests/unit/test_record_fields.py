@@ -46,6 +46,7 @@ KEY_KINDS = {
     ("heartbeat", MAIN, "rec"): "worker",
     ("jobs_move", MAIN, "rec"): "record",
     ("jobs_remove", MAIN, "rec"): "record",
+    ("jobs_remove", "needs_cancel", "rec"): "record",
     ("jobs_remove", MAIN, "KEYS[2]"): "counts",
     ("jobs_retry_now", MAIN, "rec"): "record",
     ("limit", "admit_one", "KEYS[rec]"): "record",

@@ -111,6 +111,7 @@ def test_scripts_declare_their_keys() -> None:
         ("_record.lua", "return string.match(stream, '^(.*):[^:]*$') .. ':done:' .. job_id"),
         ("cancel.lua", "local held_head, lock_head = prefix .. ':held:', prefix .. ':unique:'"),
         ("cancel.lua", "local running = prefix .. ':running:' .. string.sub(held, #held_head + 1)"),
+        ("jobs_remove.lua", "local rec = prefix .. ':job:' .. job"),
         ("jobs_remove.lua", "local lock_head = prefix .. ':unique:'"),
         ("jobs_remove.lua", "local rec = prefix .. ':job:' .. job"),
         ("jobs_remove.lua", "finish_record(rec, prefix .. ':done:' .. job, 'cancelled', ttl, now)"),
