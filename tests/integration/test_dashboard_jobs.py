@@ -324,3 +324,32 @@ def test_browser_tasks_page_counts_failures_and_p95(
     name = after_navigation(browser, By.ID, "task-name")
     assert name.text == "tests.dashboard_tasks.nap"
     assert "20 succeeded" in browser.find_element(By.CSS_SELECTOR, "figcaption").text
+
+
+def test_figures_are_inspects_and_the_pages_are_guarded(
+    client: TestClient, dash_app: App, r: redis.Redis, redis_url: str
+) -> None:
+    from tests.integration.test_dashboard import inspect_json
+
+    for i in range(4):
+        dashboard_tasks.later.apply_async((i,), priority="high" if i % 2 else "normal")
+    dashboard_tasks.later.apply_async((9,), countdown=3600)
+    truth = {q["queue"]: q for q in inspect_json(redis_url)["queues"]}["backlog"]
+    html = client.get("/queues/backlog/waiting").text
+    shown = dict(re.findall(r'data-figure="([a-z:]+)">(\d+)<', html))
+    assert int(shown["waiting"]) == truth["waiting"] == 4
+    assert int(shown["running"]) == truth["pending"]
+    assert int(shown["retrying"]) == truth["retrying"]
+    assert int(shown["scheduled"]) == truth["scheduled"] == 1
+    by_priority = {s["priority"]: s["waiting"] for s in truth["streams"]}
+    assert {p: int(shown[f"waiting:{p}"]) for p in by_priority} == by_priority
+    for path in ("/queues/backlog/waiting", "/tasks", "/tasks/x", "/api/tasks"):
+        response = client.get(path)
+        assert response.status_code == 200, path
+        assert "script-src 'self'" in response.headers["content-security-policy"]
+    with TestClient(asgi(dash_app, token="s3cret")) as locked:
+        for path in ("/queues/backlog/waiting", "/tasks", "/api/queues/backlog/waiting"):
+            assert locked.get(path).status_code == 401, path
+        assert locked.post("/queues/backlog/waiting/act", data={}).status_code == 401
+        ok = locked.get("/queues/backlog/waiting", headers={"authorization": "Bearer s3cret"})
+        assert ok.status_code == 200
