@@ -118,17 +118,20 @@ async def act_on_jobs(request: Request) -> Response:
     app = settings.source.app
     where = job_filter({k: _one(fields, k) for k in ("task", "args", "error", "since", "until")})
     to = _one(fields, "to")
-    back = {"priority": priority, **{k: v for k, v in where.__dict__.items() if v}}
+    back = {"priority": priority, "of": _one(fields, "of")}
+    back.update({k: v for k, v in where.__dict__.items() if v})
     path = f"/queues/{segment(queue)}/{segment(state)}"
+    held_task = _one(fields, "of")
     if _one(fields, "bulk"):
         spec = dict(queue=queue, state=state, priority=priority, where=where, to=to)
+        spec["held_task"] = held_task
         started = settings.bulks.start(app, action=_one(fields, "bulk"), **spec)
         return _back(request, f"/bulk/{started.id}", f"{started.action} started")
     action = _one(fields, "action")
     refs = [r for r in fields.get("refs", []) if r][:MAX_SELECTED]
     if not refs:
         raise HTTPException(400, "no job chosen")
-    jobs = Jobs(app, queue)
+    jobs = Jobs(app, queue, held_task=held_task)
 
     def run() -> tuple[int, int]:
         rows = jobs.find(state, refs, priority=priority)

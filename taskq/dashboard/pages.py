@@ -226,9 +226,10 @@ async def queue_jobs(request: Request) -> Response:
     app = _source(request).app
     view = await run_in_threadpool(
         lambda: queue_page(
-            app, queue, state, priority=priority, after=q.get("after") or None, where=where
+            app, queue, state, priority=priority, after=q.get("after") or None, where=where,
+            held_task=q.get("of", "")[:300],
         )
-    )
+    )  # fmt: skip
     context = {
         "view": view,
         "states": STATES,
@@ -245,7 +246,7 @@ async def queue_jobs_json(request: Request) -> Response:
     view = await run_in_threadpool(
         lambda: queue_page(
             app, queue, state, priority=priority, after=q.get("after") or None,
-            where=job_filter(dict(q)),
+            where=job_filter(dict(q)), held_task=q.get("of", "")[:300],
         )
     )  # fmt: skip
     doc = {

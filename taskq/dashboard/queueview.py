@@ -36,6 +36,9 @@ class QueuePage:
     where: JobFilter
     actions: tuple[str, ...]
     """The actions that apply to this state."""
+    held_task: str = ""
+    """The task whose held jobs a ``held`` page lists (``?of=``)."""
+    held_tasks: tuple[str, ...] = ()
 
 
 def figures(app: App, queue: str) -> dict[str, int]:
@@ -52,12 +55,20 @@ def figures(app: App, queue: str) -> dict[str, int]:
 
 
 def queue_page(
-    app: App, queue: str, state: str, *, priority: str, after: str | None, where: JobFilter
+    app: App,
+    queue: str,
+    state: str,
+    *,
+    priority: str,
+    after: str | None,
+    where: JobFilter,
+    held_task: str = "",
 ) -> QueuePage:
-    jobs = Jobs(app, queue)
+    jobs = Jobs(app, queue, held_task=held_task)
     page = jobs.page(state, priority=priority, after=after, limit=PAGE_SIZE, where=where)
     applies = tuple(a for a in ("retry", "cancel", "delete", "move") if _applies(a, state))
-    return QueuePage(queue, state, priority, figures(app, queue), page, where, applies)
+    held = (jobs.held_task, tuple(jobs.held_tasks()))
+    return QueuePage(queue, state, priority, figures(app, queue), page, where, applies, *held)
 
 
 def _applies(action: str, state: str) -> bool:
@@ -79,6 +90,7 @@ class Bulk:
     priority: str
     where: JobFilter
     to: str = ""
+    held_task: str = ""
     found: int = 0
     done: int = 0
     handled: int = 0
@@ -91,7 +103,7 @@ class Bulk:
         """Find every matching job, then act on them a batch at a time (the figures move as
         it goes). Errors end it and are shown, never raised."""
         try:
-            jobs = Jobs(app, self.queue)
+            jobs = Jobs(app, self.queue, held_task=self.held_task)
             rows = []
             for batch in jobs.each(self.state, priority=self.priority, where=self.where):
                 rows += batch

@@ -20,6 +20,7 @@ from taskq.keys import GROUP, PRIORITIES, QueueKeys, check_job_id, check_priorit
 from taskq.ops.deadletters import SCAN_LIMIT
 from taskq.ops.jobrows import (
     ACTIONS,
+    HELD,
     RETRYING,
     RUNNING,
     SCHEDULED,
@@ -61,11 +62,31 @@ class Jobs:
         audit: called once per action with what it did (see :data:`Audit`).
     """
 
-    def __init__(self, app: App, queue: str, *, audit: Audit = no_audit) -> None:
+    def __init__(
+        self, app: App, queue: str, *, audit: Audit = no_audit, held_task: str = ""
+    ) -> None:
         self.app = app
         self.queue = queue
         self.keys = QueueKeys(queue)
         self.audit = audit
+        self.held_task = held_task or next(iter(self.held_tasks()), "")
+
+    def held_tasks(self) -> list[str]:
+        """The app's tasks whose jobs can wait for a concurrency slot in one held set (those
+        with a ``concurrency_limit`` and no ``limit_key``), by name."""
+        registry = self.app.registry
+        return sorted(
+            name
+            for name in registry.names()
+            if registry.get(name).options.concurrency_limit is not None
+            and registry.get(name).options.limit_key is None
+        )
+
+    def _set_key(self, state: str, priority: str) -> str:
+        """The sorted set a state's jobs sit in."""
+        if state == HELD:
+            return self.keys.held(self.held_task)
+        return self.keys.retry(priority) if state == RETRYING else self.keys.schedule
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -123,8 +144,7 @@ class Jobs:
             return self._waiting(priority, after, count)
         if state == RUNNING:
             return self._running(priority, after, count)
-        key = self.keys.retry(priority) if state == RETRYING else self.keys.schedule
-        return self._members(state, key, after, count)
+        return self._members(state, self._set_key(state, priority), after, count)
 
     def _waiting(
         self, priority: str, after: str | None, count: int
@@ -211,7 +231,7 @@ class Jobs:
         interrupts it; one without a record cannot be), the others removed from where they
         wait, a batch per script. Returns how many were."""
         check_action("cancel", state)
-        if state == RUNNING:
+        if state in (RUNNING, HELD):  # a held job's slot accounting is cancel.lua's
             done = sum(self._cancel_one(row) for row in rows if row.recorded and row.job_id)
         else:
             done = self._remove(state, rows, counted="cancelled")
@@ -280,7 +300,7 @@ class Jobs:
             found = self.app.link.pipeline([("XRANGE", stream, i, i) for i in ids]) if ids else []
             rows = [entry_row(eid, f, state, priority) for rep in found for eid, f in entries(rep)]
             return rows
-        key = self.keys.retry(priority) if state == RETRYING else self.keys.schedule
+        key = self._set_key(state, priority)
         wanted = [member_ref(r) for r in refs]
         commands = [("ZRANGE", key, score, score, "BYSCORE") for score, _ in wanted]
         found = self.app.link.pipeline(commands) if commands else []

@@ -17,13 +17,15 @@ from taskq.keys import PRIORITIES
 from taskq.message import Message
 
 WAITING, RUNNING, RETRYING, SCHEDULED = "waiting", "running", "retrying", "scheduled"
-STATES: tuple[str, ...] = (WAITING, RUNNING, RETRYING, SCHEDULED)
+HELD = "held"
+"""Jobs of a concurrency-limited task waiting for a slot, out of their stream."""
+STATES: tuple[str, ...] = (WAITING, RUNNING, RETRYING, SCHEDULED, HELD)
 """The states a queue's jobs can be browsed in."""
 PER_PRIORITY = frozenset({WAITING, RUNNING, RETRYING})
 """The states kept apart per priority (``?priority=``)."""
 
 ACTIONS: dict[str, frozenset[str]] = {
-    "cancel": frozenset({WAITING, RUNNING, RETRYING, SCHEDULED}),
+    "cancel": frozenset({WAITING, RUNNING, RETRYING, SCHEDULED, HELD}),
     "delete": frozenset({WAITING, RETRYING, SCHEDULED}),
     "retry": frozenset({RETRYING, SCHEDULED}),
     "move": frozenset({WAITING}),
@@ -253,7 +255,7 @@ def member_row(member: bytes, score: int, state: str) -> JobRow:
         args=_call_text(msg),
         attempts=msg.retries if msg else 0,
         enqueued_ms=msg.created_ms if msg else None,
-        due_ms=score,
+        due_ms=None if state == HELD else score,
         recorded=bool(msg and msg.recorded),
         member=member,
     )

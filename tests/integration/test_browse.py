@@ -169,3 +169,19 @@ def test_cancel_in_a_batch_ends_a_chains_later_steps(task_app: App) -> None:
     assert [j.status().state for j in others] == ["cancelled", "cancelled"]
     steps = task_app.records.flow_view(flow.queue, flow.id).steps
     assert [s.state for s in steps] == ["cancelled", "cancelled"]
+
+
+def test_held_jobs_of_a_limited_task(app: App, r: redis.Redis) -> None:
+    @app.task(name="limited", concurrency_limit=1)
+    def limited(n: int) -> None:
+        """At most one runs at a time."""
+
+    msgs = [Message("limited", (i,), queue="tasks") for i in range(3)]
+    for i, msg in enumerate(msgs):  # as slot.lua parks them: "<p>\n<task>\n<body>"
+        r.zadd(Q.held("limited"), {b"1\nlimited\n" + app.encode(msg): i})
+    browse = Jobs(app, "tasks")
+    assert browse.held_tasks() == ["limited"]
+    page = browse.page("held", limit=2)
+    rest = browse.page("held", after=page.after)
+    assert [row.job_id for row in page.rows + rest.rows] == [m.id for m in msgs]
+    assert all(row.due_ms is None for row in page.rows)

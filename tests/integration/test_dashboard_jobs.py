@@ -77,7 +77,7 @@ def test_each_state_lists_what_redis_holds(client: TestClient, dash_app: App) ->
     later = dashboard_tasks.show.apply_async((XSS,), countdown=3600)
     scheduled = client.get(f"/queues/{dash_app.settings.queue}/scheduled").text
     assert shown(scheduled) == [later.id]
-    for state in ("running", "retrying"):
+    for state in ("running", "retrying", "held"):
         assert client.get(f"/queues/backlog/{state}").status_code == 200
     doc = client.get("/api/queues/backlog/waiting?args=5").json()
     assert [row["args"] for row in doc["rows"]] == [str(n) for n in range(60) if "5" in str(n)]
