@@ -37,9 +37,9 @@ def jobs() -> None:
     """A queue's jobs per state: list them, act on them."""
 
 
-def _jobs(obj: Any, queue: str) -> Jobs:
+def _jobs(obj: Any, queue: str, held_task: str = "") -> Jobs:
     check_queue_name(queue)
-    return Jobs(obj.app(), queue)
+    return Jobs(obj.app(), queue, held_task=held_task)
 
 
 def _line(row: JobRow) -> str:
@@ -57,6 +57,7 @@ def _line(row: JobRow) -> str:
 @_filter
 @click.option("-n", "--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
 @click.option("--after", help="The cursor a previous page printed.")
+@click.option("--of", "held_task", default="", help="--state held: the limited task's jobs.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_obj
 def list_(
@@ -68,6 +69,7 @@ def list_(
     filters: Sequence[str],
     limit: int,
     after: str | None,
+    held_task: str,
     as_json: bool,
 ) -> None:
     """List the jobs of QUEUE in one state, oldest (or soonest due) first.
@@ -75,7 +77,7 @@ def list_(
     The first column is each job's place (an entry id, or <due ms>/<job id>), which the
     actions accept as an ID with --state."""
     where = JobFilter.parse([*filters, *([f"task={task}"] if task else [])])
-    page = _jobs(obj, queue).page(
+    page = _jobs(obj, queue, held_task).page(
         state or "waiting", priority=priority, after=after, limit=limit, where=where
     )
     if as_json:

@@ -40,6 +40,7 @@ def test_list_json_and_text(dash_app: App, redis_url: str) -> None:
     text = taskq(redis_url, "list", "backlog", "--state", "waiting", "-n", "2")
     assert text.count("tests.dashboard_tasks.later") == 2 and "more: --after" in text
     assert "no jobs" in taskq(redis_url, "list", "backlog", "--state", "retrying")
+    assert "no jobs" in taskq(redis_url, "list", "backlog", "--state", "held", "--of", "x")
 
 
 def test_cancel_by_filter_and_delete_by_id(dash_app: App, redis_url: str, r: redis.Redis) -> None:
