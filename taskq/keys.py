@@ -261,6 +261,12 @@ class QueueKeys:
         in that minute), written by worker masters for the dashboard's charts; it expires."""
         return f"{self.queue}:series:{minute_ms}"
 
+    def task_stats(self, span: str, start_ms: int) -> str:
+        """Per-task run summaries of one minute (``span`` ``m``) or hour (``h``): a hash task
+        name -> msgpack summary (runs, failures, retries, durations), merged by
+        ``taskstats.lua`` from what workers write at most once per second; it expires."""
+        return f"{self.queue}:taskstats:{span}:{start_ms}"
+
     def worker(self, worker_id: str) -> str:
         """Heartbeat record of one worker (expires when the worker stops beating)."""
         return f"{self.queue}:worker:{worker_id}"

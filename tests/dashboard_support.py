@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
+import pytest
 import redis
 
 from taskq import App
@@ -115,3 +119,45 @@ def add_deadletter(
     fields.update(first_failure_ms=now, last_failure_ms=now)
     dead_id = r.xadd(QueueKeys(msg.queue).deadletter, fields)  # type: ignore[arg-type]
     return dead_id.decode(), msg.id
+
+
+# headless Chromium (Debian's chromium + chromium-driver, which .ci/run installs) through
+# Selenium, against `taskq dashboard` and `taskq worker` subprocesses.
+
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+
+
+def chromium() -> Iterator[Any]:
+    """Headless Chromium through Selenium (the ``browser`` fixtures); skips without it."""
+    if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
+        pytest.skip(
+            f"no browser: {CHROMIUM} and {CHROMEDRIVER} (apt-get install chromium "
+            "chromium-driver) are needed for the end-to-end tests"
+        )
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+
+    options = Options()
+    options.binary_location = CHROMIUM  # a given browser and driver: Selenium downloads nothing
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
+        options.add_argument(arg)
+    options.add_argument("--window-size=1280,1000")
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    yield driver
+    driver.quit()
+
+
+def dashboards(redis_url: str, tmp_path: Path) -> Iterator[Callable[..., DashboardProcess]]:
+    """Starts dashboard processes (the ``start_dashboard`` fixtures); stops them after."""
+    started: list[DashboardProcess] = []
+
+    def start(*args: str, **options: Any) -> DashboardProcess:
+        log_path = tmp_path / f"dash-{len(started)}.log"
+        d = DashboardProcess(redis_url, *args, log_path=log_path, **options)
+        started.append(d)
+        return d
+
+    yield start
+    for d in started:
+        d.stop()

@@ -50,3 +50,26 @@ def narrates(n: int, gap_s: float) -> int:
         logging.getLogger(__name__).warning("did <i>%d</i>", i)
         time.sleep(gap_s)
     return n
+
+
+@app.task(
+    store_result=True,
+    max_retries=5,
+    retry_backoff_ms=3_600_000,
+    retry_backoff_max_ms=3_600_000,
+    retry_jitter=False,
+)
+def flaky(tag: str) -> str:
+    """Like ``fragile``, but a failed run waits an hour in the retry set."""
+    with redis.Redis.from_url(app.settings.redis_url) as r:
+        if r.exists(BROKEN):
+            raise RuntimeError(f"downstream is broken ({tag})")
+    return f"fixed {tag}"
+
+
+@app.task(store_result=True)
+def nap(seconds: float) -> float:
+    """Runs for a while (a running job to look at); returns how long it ran (ms)."""
+    started = time.perf_counter()
+    time.sleep(seconds)
+    return (time.perf_counter() - started) * 1000

@@ -1,5 +1,5 @@
 """Dashboard benchmark: how long each page takes to answer (budget: p95 under 200 ms) with
-1,000,000 waiting jobs and 10,000 dead letters.
+1,000,000 waiting jobs, 1,000,000 retrying, 1,000,000 scheduled and 10,000 dead letters.
 
 Fills a private ``redis-server`` in seconds (a Lua loop of XADDs per batch, no round trip per
 job), adds a worker's heartbeat record with busy children, one job with a status record and
@@ -56,6 +56,25 @@ return n
 """
 """XADD the same fields ``n`` times (one script per batch: Redis stays responsive)."""
 
+ZFILL = """
+local from, n = tonumber(ARGV[1]), tonumber(ARGV[2])
+for i = from, from + n - 1 do
+  redis.call('ZADD', KEYS[1], ARGV[3] + i, string.format(ARGV[4], i))
+end
+return n
+"""
+"""ZADD ``n`` members made from a format with the member's number (scores from a base)."""
+
+
+def zfill(r: Any, key: str, total: int, base_ms: int, member: bytes, batch: int = 50_000) -> None:
+    """``total`` members ``member % i`` (a ``%d`` in it keeps them apart) due from ``base_ms``."""
+    sha = r.script_load(ZFILL)
+    done = 0
+    while done < total:
+        n = min(batch, total - done)
+        r.evalsha(sha, 1, key, done, n, base_ms, member)
+        done += n
+
 
 def fill(r: Any, key: str, total: int, fields: list[Any], batch: int = 50_000) -> None:
     sha = r.script_load(FILL)
@@ -97,7 +116,13 @@ def seed(app: App, r: Any, waiting: int, dead: int) -> dict[str, str]:
     minute = minute_of(Series(app.link).link_ms())
     Series(app.link).write([QUEUE], "bench:1:abcdef", minute, (1200, 30, 25, 5))
     middle = r.xrange(k.deadletter, count=dead // 2)[-1][0].decode()
-    return {"job": tracked_job.id, "dead": middle, "before": middle}
+    body = app.encode(msg).replace(b"%", b"%%")
+    zfill(r, k.retry("normal"), waiting, now + 3_600_000, b"%d\n1\nreports.build\n" + body)
+    zfill(r, k.schedule, waiting, now + 3_600_000, b"1\nreports.build.%d\n" + body)
+    r.xreadgroup(GROUP, "bench:1:abcdef:1:1001", {k.stream("normal"): ">"}, count=8)
+    after = r.xrange(k.stream("normal"), count=waiting // 2)[-1][0].decode()
+    ids = {"job": tracked_job.id, "dead": middle, "before": middle, "after": after}
+    return {**ids, "rank": str(waiting // 2)}
 
 
 def _worker(app: App) -> None:
@@ -146,6 +171,18 @@ def pages(ids: dict[str, str]) -> list[tuple[str, str]]:
         (f"dead letters, search, no match ({SCAN_LIMIT:,} read)", "/deadletters?error=nothing"),
         ("dead letter", f"/deadletters/{QUEUE}/{ids['dead']}"),
         ("periodic", "/periodic"),
+        ("queue: waiting, first page", f"/queues/{QUEUE}/waiting"),
+        ("queue: waiting, a middle page", f"/queues/{QUEUE}/waiting?after={ids['after']}"),
+        (
+            f"queue: waiting, search, no match ({SCAN_LIMIT:,} read)",
+            f"/queues/{QUEUE}/waiting?args=nothing",
+        ),
+        ("queue: running", f"/queues/{QUEUE}/running"),
+        ("queue: retrying, first page", f"/queues/{QUEUE}/retrying"),
+        ("queue: retrying, a middle page", f"/queues/{QUEUE}/retrying?after={ids['rank']}"),
+        ("queue: scheduled, a middle page", f"/queues/{QUEUE}/scheduled?after={ids['rank']}"),
+        ("queue: waiting JSON", f"/api/queues/{QUEUE}/waiting"),
+        ("tasks", "/tasks"),
     ]
 
 

@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "deadletter": "taskq.cli.deadletter:deadletter",
     "inspect": "taskq.cli.inspect:inspect",
     "job": "taskq.cli.job:job",
+    "jobs": "taskq.cli.jobs:jobs",
     "limit": "taskq.cli.control:limit",
     "pause": "taskq.cli.control:pause",
     "periodic": "taskq.cli.periodic:periodic",

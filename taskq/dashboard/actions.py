@@ -1,4 +1,5 @@
-"""The dashboard's actions (POST): retry and purge dead letters, cancel a job.
+"""The dashboard's actions (POST): retry and purge dead letters, cancel a job, act on a
+queue's jobs (a selection, or all that match, with a progress page).
 
 Each is refused with 403 in read-only mode, from another origin, or without a CSRF token
 made for the request's session (:mod:`taskq.dashboard.security`), then runs the same operator
@@ -15,8 +16,16 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from taskq.dashboard.pages import Settings, base_path, notice_query, segment
+from taskq.dashboard.pages import (
+    Settings,
+    base_path,
+    job_filter,
+    notice_query,
+    queue_place,
+    segment,
+)
 from taskq.dashboard.security import CSRF_FIELD, csrf_ok, same_origin
+from taskq.ops.browse import Jobs
 
 MAX_FORM_BYTES = 1_000_000
 
@@ -94,3 +103,39 @@ async def cancel_job(request: Request) -> Response:
     outcomes = await run_in_threadpool(lambda: source.cancel(job_id, queue, terminate=terminate))
     notice = "; ".join(f"{step}: {outcome}" for step, outcome in outcomes.items())
     return _back(request, f"/jobs/{segment(job_id)}", notice, queue=queue or "")
+
+
+MAX_SELECTED = 1_000
+"""Jobs one selection may name (more: use "all that match")."""
+
+
+async def act_on_jobs(request: Request) -> Response:
+    """``action`` on the selected ``refs``, or ``bulk`` on every job of the queue, state and
+    priority that matches the form's filter (in a thread: the answer is its progress page)."""
+    fields = await _form(request)
+    queue, state, priority = queue_place(request, _one(fields, "priority"))
+    settings: Settings = request.app.state.dashboard
+    app = settings.source.app
+    where = job_filter({k: _one(fields, k) for k in ("task", "args", "error", "since", "until")})
+    to = _one(fields, "to")
+    back = {"priority": priority, "of": _one(fields, "of")}
+    back.update({k: v for k, v in where.__dict__.items() if v})
+    path = f"/queues/{segment(queue)}/{segment(state)}"
+    held_task = _one(fields, "of")
+    if _one(fields, "bulk"):
+        spec = dict(queue=queue, state=state, priority=priority, where=where, to=to)
+        spec["held_task"] = held_task
+        started = settings.bulks.start(app, action=_one(fields, "bulk"), **spec)
+        return _back(request, f"/bulk/{started.id}", f"{started.action} started")
+    action = _one(fields, "action")
+    refs = [r for r in fields.get("refs", []) if r][:MAX_SELECTED]
+    if not refs:
+        raise HTTPException(400, "no job chosen")
+    jobs = Jobs(app, queue, held_task=held_task)
+
+    def run() -> tuple[int, int]:
+        rows = jobs.find(state, refs, priority=priority)
+        return jobs.act(action, state, rows, to=to), len(refs)
+
+    done, chosen = await run_in_threadpool(run)
+    return _back(request, path, f"{action}: {done} of {chosen} job(s)", **back)

@@ -7,7 +7,7 @@ that every two seconds and swaps it in (no reload, no client-side templating).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
@@ -19,11 +19,16 @@ from starlette.templating import Jinja2Templates
 
 from taskq.dashboard.charts import failure_chart, throughput_chart
 from taskq.dashboard.format import FILTERS
+from taskq.dashboard.queueview import PER_PRIORITY, STATES, Bulks, queue_page
 from taskq.dashboard.security import SESSION_COOKIE, Access, csrf_token, session_of
 from taskq.dashboard.views import Source, queue_rows, timeline
+from taskq.errors import ConfigError
+from taskq.keys import PRIORITIES, check_priority
 from taskq.ops.inspect import to_json
+from taskq.ops.jobrows import JobFilter, check_state
+from taskq.ops.taskstats import task_history, task_table
 
-LIVE = frozenset({"overview", "workers", "job", "periodic"})
+LIVE = frozenset({"overview", "workers", "job", "periodic", "bulk"})
 """The pages with a live block (``<name>_live.html``)."""
 
 
@@ -37,6 +42,7 @@ class Settings:
     templates: Jinja2Templates
     read_only: bool
     access: Access
+    bulks: Bulks = field(default_factory=Bulks)
 
 
 def base_path(request: Request) -> str:
@@ -197,6 +203,104 @@ async def deadletter(request: Request) -> Response:
 async def periodic(request: Request) -> Response:
     rows, now = await run_in_threadpool(_source(request).schedules)
     return render(request, "periodic", {"rows": rows, "now_ms": now})
+
+
+def job_filter(fields: dict[str, str]) -> JobFilter:
+    """The filter of a queue page (its query, or an action's form)."""
+    names = ("task", "args", "error", "since", "until")
+    return JobFilter(*(fields.get(k, "").strip()[:200] for k in names))
+
+
+def queue_place(request: Request, priority: str) -> tuple[str, str, str]:
+    """The queue, state and priority a queue page or action names, checked.
+
+    Raises:
+        ConfigError: an unknown state or priority; NotFound: a queue not of this app.
+    """
+    source = _source(request)
+    queue = source.queue(request.path_params["queue"])
+    state = request.path_params["state"]
+    check_state(state)
+    check_priority(priority or "normal")
+    return queue, state, priority or "normal"
+
+
+async def queue_jobs(request: Request) -> Response:
+    q = request.query_params
+    queue, state, priority = queue_place(request, q.get("priority", ""))
+    where = job_filter(dict(q))
+    app = _source(request).app
+    view = await run_in_threadpool(
+        lambda: queue_page(
+            app, queue, state, priority=priority, after=q.get("after") or None, where=where,
+            held_task=q.get("of", "")[:300],
+        )
+    )  # fmt: skip
+    context = {
+        "view": view,
+        "states": STATES,
+        "priorities": PRIORITIES,
+        "per_priority": state in PER_PRIORITY,
+    }
+    return render(request, "jobs", context)
+
+
+async def queue_jobs_json(request: Request) -> Response:
+    q = request.query_params
+    queue, state, priority = queue_place(request, q.get("priority", ""))
+    app = _source(request).app
+    view = await run_in_threadpool(
+        lambda: queue_page(
+            app, queue, state, priority=priority, after=q.get("after") or None,
+            where=job_filter(dict(q)), held_task=q.get("of", "")[:300],
+        )
+    )  # fmt: skip
+    doc = {
+        "queue": queue,
+        "state": state,
+        "priority": priority,
+        "figures": view.figures,
+        "rows": [r.to_json() for r in view.page.rows],
+        "after": view.page.after,
+        "scanned": view.page.scanned,
+    }
+    return JSONResponse(doc)
+
+
+async def bulk(request: Request) -> Response:
+    settings: Settings = request.app.state.dashboard
+    found = settings.bulks.get(request.path_params["bulk_id"])
+    if found is None:
+        raise ConfigError("no such bulk action (it ran in another dashboard process, or long ago)")
+    return render(request, "bulk", {"bulk": found})
+
+
+async def tasks(request: Request) -> Response:
+    source = _source(request)
+    now, rows = await run_in_threadpool(lambda: task_table(source.app.link, source.queues()))
+    return render(request, "tasks", {"rows": rows, "now_ms": now})
+
+
+async def tasks_json(request: Request) -> Response:
+    source = _source(request)
+    _, rows = await run_in_threadpool(lambda: task_table(source.app.link, source.queues()))
+    return JSONResponse([r.to_json() for r in rows])
+
+
+async def task_chart(request: Request) -> Response:
+    source = _source(request)
+    name = request.path_params["task"][:300]
+    minutes, hours = await run_in_threadpool(
+        lambda: task_history(source.app.link, source.queues(), name)
+    )
+    context = {
+        "task": name,
+        "minutes": throughput_chart(minutes),
+        "hours": throughput_chart(hours),
+        "last_hour": minutes,
+        "last_72h": hours,
+    }
+    return render(request, "task", context)
 
 
 def environment() -> Environment:

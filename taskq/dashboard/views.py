@@ -145,6 +145,14 @@ class Source:
     def queues(self) -> tuple[str, ...]:
         return self.inspector().queues
 
+    def queue(self, queue: str) -> str:
+        """``queue``, checked: one of the app's or its workers' queues.
+
+        Raises:
+            ConfigError: a malformed name; NotFound: another queue.
+        """
+        return self._queue(queue or "-", self.queues())
+
     def deadletters(
         self, queue: str | None, *, before: str | None, task: str, error: str
     ) -> DeadlettersPage:

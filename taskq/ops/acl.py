@@ -138,7 +138,9 @@ OPERATOR_COMMANDS = (
     "zpopmin",  # a cancelled job passes the slot kept for it to the next held job
     "get",
     "set",  # the tombstone of a running job (--terminate)
-    "zadd",  # a job without a record, found and cancelled: its end, kept for its status
+    "zadd",  # a job without a record, found and cancelled: its end, kept for its status;
+    # taskq jobs retry (jobs_retry_now.lua): a delayed job or retry made due now
+    "zscore",
     "zremrangebyscore",  # ... and the ends kept past their time go
     # taskq pause / resume: the pause, and the jobs set aside under it back to their streams
     "hsetnx",
@@ -156,7 +158,7 @@ def _worker_keys(k: QueueKeys) -> tuple[str, ...]:
     pause, resume or set a limit."""
     q = k.queue
     kinds: tuple[str, ...] = ("retry", "worker", "series", "job", "done", "chord", "cancel")
-    kinds += ("limit", "running", "held", "unique", "flow", "steps")
+    kinds += ("limit", "running", "held", "unique", "flow", "steps", "taskstats")
     kinds += ("progress", "output", "logs", "logsize")  # a job's telemetry
     names: tuple[str, ...] = (k.deadletter, k.schedule, k.due, k.visibility, k.sweeper)
     names += (k.workers, k.counts, k.periodic, k.cancelled, k.ended)

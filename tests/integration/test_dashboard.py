@@ -28,7 +28,13 @@ from taskq.worker.outcome import JobCounts
 from taskq.worker.throughput import ThroughputWriter
 from tests import dashboard_tasks
 from tests.conftest import WorkerProcess, wait_until
-from tests.dashboard_support import DashboardProcess, add_deadletter, post
+from tests.dashboard_support import (
+    DashboardProcess,
+    add_deadletter,
+    chromium,
+    dashboards,
+    post,
+)
 from tests.redis_server import free_port
 
 pytestmark = pytest.mark.integration
@@ -429,28 +435,10 @@ def test_prefix(dash_app: App) -> None:
 # headless Chromium (Debian's chromium + chromium-driver, which .ci/run installs) through
 # Selenium, against `taskq dashboard` and `taskq worker` subprocesses.
 
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
-
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
-        pytest.skip(
-            f"no browser: {CHROMIUM} and {CHROMEDRIVER} (apt-get install chromium "
-            "chromium-driver) are needed for the end-to-end tests"
-        )
-    from selenium import webdriver
-    from selenium.webdriver.chrome.options import Options
-    from selenium.webdriver.chrome.service import Service
-
-    options = Options()
-    options.binary_location = CHROMIUM  # a given browser and driver: Selenium downloads nothing
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
-        options.add_argument(arg)
-    options.add_argument("--window-size=1280,1000")
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    yield driver
-    driver.quit()
+    yield from chromium()
 
 
 def after_navigation(browser: Any, by: str, selector: str) -> Any:
@@ -464,17 +452,7 @@ def after_navigation(browser: Any, by: str, selector: str) -> Any:
 
 @pytest.fixture
 def start_dashboard(redis_url: str, tmp_path: Path) -> Iterator[Callable[..., DashboardProcess]]:
-    started: list[DashboardProcess] = []
-
-    def start(*args: str, **options: Any) -> DashboardProcess:
-        log_path = tmp_path / f"dash-{len(started)}.log"
-        d = DashboardProcess(redis_url, *args, log_path=log_path, **options)
-        started.append(d)
-        return d
-
-    yield start
-    for d in started:
-        d.stop()
+    yield from dashboards(redis_url, tmp_path)
 
 
 FIGURES_JS = """

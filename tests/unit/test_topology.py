@@ -115,6 +115,11 @@ def test_scripts_declare_their_keys() -> None:
         ("cancel.lua", "local running = prefix .. ':running:' .. string.sub(held, #held_head + 1)"),
         ("drop.lua", "redis.call('HDEL', prefix .. ':cancelled', ARGV[7])"),
         ("drop.lua", "local ended_key = prefix .. ':ended'"),
+        ("jobs_remove.lua", "local rec = prefix .. ':job:' .. job"),
+        ("jobs_remove.lua", "local lock_head = prefix .. ':unique:'"),
+        ("jobs_remove.lua", "local rec = prefix .. ':job:' .. job"),
+        ("jobs_remove.lua", "finish_record(rec, prefix .. ':done:' .. job, 'cancelled', ttl, now)"),
+        ("jobs_retry_now.lua", "local rec = prefix .. ':job:' .. job"),
     ]
 
 
