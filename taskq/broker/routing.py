@@ -16,7 +16,19 @@ from taskq.broker.resp import Command, Connection, pack, read_replies
 from taskq.errors import ConfigError
 
 _KEYLESS = frozenset(
-    {"TIME", "PING", "WAIT", "SCRIPT", "INFO", "ECHO", "FLUSHDB", "FLUSHALL", "DBSIZE", "MULTI"}
+    {
+        "TIME",
+        "PING",
+        "WAIT",
+        "SCRIPT",
+        "INFO",
+        "ECHO",
+        "FLUSHDB",
+        "FLUSHALL",
+        "DBSIZE",
+        "MULTI",
+        "ACL",
+    }
 )
 _ALL_ARGS = frozenset({"DEL", "EXISTS", "UNLINK", "MGET", "TOUCH", "BLMOVE", "LMOVE"})
 _BROADCAST = frozenset({"FLUSHDB", "FLUSHALL"})

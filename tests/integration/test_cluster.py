@@ -400,6 +400,49 @@ def test_job_telemetry_in_the_queues_slot(capp: Callable[..., App]) -> None:
     assert [r.message for r in job.logs().records] == ["reported 50"]
 
 
+def test_the_control_plane_and_job_browsing_in_the_queues_slot(capp: Callable[..., App]) -> None:
+    """Pause (a fetched job set aside), resume, a run-time limit, a snooze, the audit, and
+    the dashboard's actions on jobs and its task statistics, on a cluster."""
+    from taskq import Snooze
+    from taskq.broker import taskstats
+    from taskq.broker.control import read_audit
+    from taskq.ops.browse import Jobs
+
+    app = capp("{tasks}", store_results=True)
+    runs: list[int] = []
+
+    @app.task(name="c.work")
+    def work(n: int) -> int:
+        runs.append(n)
+        if n == 1 and runs.count(1) == 1:
+            raise Snooze(0)
+        return n
+
+    app.pause("{tasks}", task="c.work")
+    paused = work.delay(0)
+    drain(app, timeout_s=5)  # fetched, then set aside under the pause
+    assert runs == [] and paused.status().state == "waiting"
+    assert app.resume("{tasks}", task="c.work") == 1
+    app.set_limit("c.work", rate="100/s", queue="{tasks}")
+    snoozing = work.delay(1)
+    drain(app, wait_for_retries=True, timeout_s=20)
+    assert sorted(runs) == [0, 1, 1] and snoozing.result(timeout=2) == 1
+    app.clear_limit("c.work", queue="{tasks}")
+    actions = [e.action for e in read_audit(app.broker.link, ["{tasks}"])]
+    assert actions[:2] == ["pause", "resume"] and len(actions) == 4
+
+    browse = Jobs(app, "{tasks}")
+    waiting = [work.delay(i) for i in range(10, 14)]
+    rows = list(browse.page("waiting").rows)
+    assert browse.move(rows[:1], "high") == 1
+    assert browse.delete("waiting", rows[1:2]) == 1
+    assert waiting[1].status().state == "cancelled"
+    later = work.apply_async((20,), countdown=3600)
+    [row] = browse.page("scheduled").rows
+    assert row.job_id == later.id and browse.retry_now("scheduled", [row]) == 1
+    taskstats.write(app.broker.link, ["{tasks}"], 60_000, {"c.work": taskstats.Summary(runs=2)})
+
+
 def test_every_script_ran_on_the_cluster(
     redis_cluster: RedisCluster, capp: Callable[..., App]
 ) -> None:
