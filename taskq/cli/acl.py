@@ -32,7 +32,21 @@ def acl() -> None:
     help="Environment variable holding the password; the line carries only its SHA-256. "
     "Without it, nobody can log in as the user until a password is added.",
 )
-def print_(queues: tuple[str, ...], role: str, user: str | None, password_env: str | None) -> None:
+@click.option(
+    "--redis-version",
+    type=click.Choice(["7", "6.2"]),
+    default="7",
+    show_default=True,
+    help="The server the line is for: 6.2 has no read-only key rules (%R~), so there the "
+    "worker may also write the pauses and run-time limits it only reads on 7.",
+)
+def print_(
+    queues: tuple[str, ...],
+    role: str,
+    user: str | None,
+    password_env: str | None,
+    redis_version: str,
+) -> None:
     """Print the ACL SETUSER line for ROLE on the queues (pipe it to redis-cli).
 
     The password is read from the environment, never from the command line, where other
@@ -45,7 +59,10 @@ def print_(queues: tuple[str, ...], role: str, user: str | None, password_env: s
             raise click.UsageError(f"--password-env: ${password_env} is unset or empty")
     names = [q for value in queues for q in parse_queues(value)]
     user = user or default_user(role)
-    click.echo(setuser_line(role, names, user=user, password=password))
+    read_only_rules = redis_version != "6.2"
+    click.echo(
+        setuser_line(role, names, user=user, password=password, read_only_rules=read_only_rules)
+    )
     if password is None:
         click.echo(
             f"# nobody can log in as {user} until you add a password (--password-env)", err=True

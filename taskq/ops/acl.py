@@ -204,13 +204,21 @@ def password_hash(password: str) -> str:
 
 
 def setuser_args(
-    role: str, queues: Sequence[str], *, user: str | None = None, password: str | None = None
+    role: str,
+    queues: Sequence[str],
+    *,
+    user: str | None = None,
+    password: str | None = None,
+    read_only_rules: bool = True,
 ) -> list[str]:
     """``ACL SETUSER`` and its arguments for a ``role`` on ``queues``.
 
     ``reset`` first, so running the line again replaces the user whole; ``resetchannels``
     again after it because Redis 6.2's ``reset`` grants every channel (acl-pubsub-default).
     Without ``password`` the user is on but nobody can log in as it until one is added.
+    ``read_only_rules=False`` (Redis 6.2, which has no ``%R~`` key rules) grants the keys a
+    role may only read as plain ``~`` patterns: the worker can then also write the pauses
+    and run-time limits (docs/security.md).
 
     Raises:
         ConfigError: an unknown role, no queue, or a user or queue name that cannot be
@@ -225,23 +233,32 @@ def setuser_args(
     patterns = []
     for queue in dict.fromkeys(queues):
         _check_word("queue name", queue)
-        patterns += [_pattern(p) for p in r.key_patterns(QueueKeys(_glob_escape(queue)))]
+        keys = r.key_patterns(QueueKeys(_glob_escape(queue)))
+        patterns += [_pattern(p, read_only_rules) for p in keys]
     secret = [password_hash(password)] if password else []
     rules = ["reset", "on", *secret, "resetchannels", *patterns, "-@all"]
     return ["ACL", "SETUSER", name, *rules, *(f"+{c}" for c in r.commands)]
 
 
 def setuser_line(
-    role: str, queues: Sequence[str], *, user: str | None = None, password: str | None = None
+    role: str,
+    queues: Sequence[str],
+    *,
+    user: str | None = None,
+    password: str | None = None,
+    read_only_rules: bool = True,
 ) -> str:
     """:func:`setuser_args` as one line for ``redis-cli``."""
-    return " ".join(setuser_args(role, queues, user=user, password=password))
+    args = setuser_args(role, queues, user=user, password=password, read_only_rules=read_only_rules)
+    return " ".join(args)
 
 
-def _pattern(key: str) -> str:
+def _pattern(key: str, read_only_rules: bool) -> str:
     """A key pattern as an ACL rule: ``~<pattern>`` (read and write) unless it says its
-    access already (``%R~``)."""
-    return key if key.startswith("%") else f"~{key}"
+    access already (``%R~``, kept where the server knows it)."""
+    if key.startswith("%"):
+        return key if read_only_rules else "~" + key.split("~", 1)[1]
+    return f"~{key}"
 
 
 def _glob_escape(name: str) -> str:
