@@ -178,6 +178,18 @@ class QueueKeys:
         """Uniqueness lock of one key: the id of the job holding it (``SET NX PX``)."""
         return f"{self.queue}:unique:{key}"
 
+    def debounce(self, key: str) -> str:
+        """A debounce burst of one key: a hash {job, member, first} naming the burst's job
+        waiting in the schedule (as ``member``) and when the burst began (ms); it expires
+        after the job is due."""
+        return f"{self.queue}:debounce:{key}"
+
+    def follow_up(self, key: str) -> str:
+        """The one follow-up job of a ``keep_last`` unique key whose job runs:
+        ``<job id>\n<hold ms>\n<priority index>\n<task>\n<body>``; it expires with the
+        lock."""
+        return f"{self.queue}:keeplast:{key}"
+
     def cancel(self, job_id: str) -> str:
         """Tombstone of a delivered job asked to stop (``job.cancel(terminate=True)``); its
         worker's master interrupts the run. Expires with the job's record."""

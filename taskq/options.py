@@ -42,6 +42,9 @@ class TaskOptionArgs(TypedDict, total=False):
     rate_limit: str
     concurrency_limit: int
     limit_key: Callable[..., Any]
+    debounce_key: Callable[..., str]
+    debounce_s: float
+    debounce_max_wait_s: float
     time_limit: float
     soft_time_limit: float
     retry_backoff: int
@@ -83,6 +86,11 @@ class TaskOptions:
     """At most this many of the task's jobs run at once across the fleet."""
     limit_key: Callable[..., Any] | None = None
     """Called with the job's arguments: one limit (rate, concurrency) per value it returns."""
+    debounce_key: Callable[..., str] | None = None
+    """Called with the job's arguments: the ``debounce_key`` of a call that names none
+    (:mod:`taskq.debounce`); ``debounce_s`` and ``debounce_max_wait_s`` are the defaults."""
+    debounce_s: float | None = None
+    debounce_max_wait_s: float | None = None
 
     def __post_init__(self) -> None:
         check_priority(self.priority)
@@ -99,9 +107,10 @@ class TaskOptions:
             raise ConfigError(f"concurrency_limit must be a whole number >= 1, not {c!r}")
         if self.limit_key is not None and self.rate_limit is None and c is None:
             raise ConfigError("limit_key needs a rate_limit or a concurrency_limit")
-        if self.unique_mode not in ("until_done", "throttle"):
+        self._check_flow_control()
+        if self.unique_mode not in ("until_done", "throttle", "keep_last"):
             raise ConfigError(
-                f"unique_mode must be until_done or throttle, not {self.unique_mode!r}"
+                f"unique_mode must be until_done, throttle or keep_last, not {self.unique_mode!r}"
             )
         if isinstance(self.unique_for_s, bool) or not (
             isinstance(self.unique_for_s, int | float) and self.unique_for_s > 0
@@ -116,6 +125,19 @@ class TaskOptions:
                 f"result_ttl_s must be a whole number of seconds > 0 and at most "
                 f"{MAX_RESULT_TTL_S} (ten years), not {self.result_ttl_s!r}"
             )
+
+    def _check_flow_control(self) -> None:
+        """The debounce options (:mod:`taskq.debounce`).
+
+        Raises:
+            ConfigError: a key that is not a function, or a bad or missing time.
+        """
+        if self.debounce_key is not None and not callable(self.debounce_key):
+            raise ConfigError("debounce_key must be a function of the job's arguments")
+        if self.debounce_key is not None and self.debounce_s is None:
+            raise ConfigError("debounce_key needs debounce_s")
+        if self.debounce_s is not None or self.debounce_max_wait_s is not None:
+            check_debounce_times(self.debounce_s, self.debounce_max_wait_s)
 
 
 MAX_TIME_LIMIT_S = 366 * 86_400.0
@@ -134,6 +156,33 @@ def check_seconds(name: str, value: float | None) -> None:
         raise ConfigError(f"{name} must be a number of seconds, not {value!r}")
     if not 0 < value <= MAX_TIME_LIMIT_S:  # False for NaN too
         raise ConfigError(f"{name} must be > 0 and at most {MAX_TIME_LIMIT_S:.0f}, not {value!r}")
+
+
+DEBOUNCE_MAX_WAIT_FACTOR = 10
+"""``debounce_max_wait_s`` when neither the call nor the task says: ten debounce periods."""
+
+
+def check_debounce_times(debounce_s: float | None, max_wait_s: float | None) -> tuple[float, float]:
+    """The checked (debounce, max wait) in seconds (:mod:`taskq.debounce`); max wait
+    defaults to :data:`DEBOUNCE_MAX_WAIT_FACTOR` debounces, at most a year.
+
+    Raises:
+        ConfigError: a time that is not seconds > 0 (at most a year), or a max wait below
+            the debounce.
+    """
+    if debounce_s is None:
+        raise ConfigError("debounce_max_wait_s needs debounce_s")
+    check_seconds("debounce_s", debounce_s)
+    debounce = float(debounce_s)
+    if max_wait_s is None:
+        return debounce, min(MAX_TIME_LIMIT_S, debounce * DEBOUNCE_MAX_WAIT_FACTOR)
+    check_seconds("debounce_max_wait_s", max_wait_s)
+    max_wait = float(max_wait_s)
+    if max_wait < debounce:
+        raise ConfigError(
+            f"debounce_max_wait_s ({max_wait!r}) must be at least debounce_s ({debounce!r})"
+        )
+    return debounce, max_wait
 
 
 def renamed_options(options: Mapping[str, Any]) -> dict[str, Any]:

@@ -371,3 +371,23 @@ def exclusive_stored(n: int, seconds: float) -> int:
     time.sleep(seconds)
     record(tag="exclusive_stored", n=n)
     return n
+
+
+@app.task(
+    store_result=True,
+    debounce_key=lambda doc, value: f"doc:{doc}",
+    debounce_s=0.4,
+    debounce_max_wait_s=2.0,
+)
+def reindex(doc: str, value: int) -> int:
+    """Debounced per document by default: a burst of edits runs once, with the last."""
+    record(tag="reindex", doc=doc, value=value)
+    return value
+
+
+@app.task(store_result=True)
+def recompute(value: int, seconds: float = 0.0) -> int:
+    """Records its start and sleeps (a keep_last job that runs while more enqueues come)."""
+    record(tag="recompute", value=value)
+    time.sleep(seconds)
+    return value

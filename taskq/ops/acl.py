@@ -32,6 +32,10 @@ PRODUCER_COMMANDS = (
     "zadd",  # ... a delayed job joins the schedule
     "get",  # ... the schedule's due key, a unique job's lock
     "set",  # ... lowered due key, the lock taken (NX PX)
+    "hmget",  # ... a debounce burst's job and member
+    "zscore",  # ... whether that member still waits in the schedule
+    "zrem",  # ... which the burst's next enqueue replaces
+    "xinfo|groups",  # ... whether a keep_last key's job was taken (runs)
     "time",  # the Redis clock: scripts and job.status()
     "hgetall",  # job.status(), job.result(): the record
     "xpending",  # job.status(): a job taken, not yet marked running by its master
@@ -138,7 +142,7 @@ def _all_keys(k: QueueKeys) -> tuple[str, ...]:
 def _producer_keys(k: QueueKeys) -> tuple[str, ...]:
     """The keys an enqueue and a result read touch: never the dead letters, retry sets,
     limits, periodic schedules or the worker registry."""
-    ids = ("job", "done", "unique", "chord", "flow")
+    ids = ("job", "done", "unique", "chord", "flow", "debounce", "keeplast")
     return (*k.streams, k.schedule, k.due, *(f"{k.queue}:{kind}:*" for kind in ids))
 
 

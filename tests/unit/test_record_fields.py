@@ -41,6 +41,11 @@ KEY_KINDS = {
     ("cancel", MAIN, "KEYS[11]"): "counts",
     ("cancel", "pass_on_slot", "rec"): "record",
     ("deadletter_retry", MAIN, "KEYS[3]"): "record",
+    ("debounce", MAIN, "KEYS[1]"): "debounce",
+    ("debounce", MAIN, "KEYS[4]"): "record",
+    ("keeplast", MAIN, "KEYS[rec]"): "record",
+    ("keeplast", MAIN, "queue .. ':job:' .. held"): "record",
+    ("_flow", "enqueue_follow_up", "rec"): "record",
     ("drop", MAIN, "KEYS[2]"): "counts",
     ("enqueue", MAIN, "KEYS[2]"): "record",
     ("heartbeat", MAIN, "rec"): "worker",
@@ -59,7 +64,7 @@ KEY_KINDS = {
 }
 """Every key of a hash command in the scripts: a job's record, or another hash (the queue's
 counts, a chord's state, a workflow's record, a worker's heartbeat record, the periodic
-schedules)."""
+schedules, a debounce burst)."""
 
 DYNAMIC = {
     ("fetch", "unpack(ids)"): "XACK",

@@ -80,6 +80,13 @@ _CHECKS = (
     "if record ~= '' and (record ~= queue .. ':job:' .. id or not whole(job[7])) then",
 )
 
+_FOLLOW_UP_XADD = (
+    "local entry = redis.call('XADD', queue .. ':' .. PRIORITY_NAMES[tonumber(p) + 1], '*',"
+)
+_HOLDER_RECORD = (
+    "local h = redis.call('HMGET', queue .. ':job:' .. held, 'state', 'entry', 'priority')"
+)
+
 
 def test_scripts_declare_their_keys() -> None:
     """Every script names its KEYS in its header, and the only key names built inside Lua are
@@ -104,6 +111,11 @@ def test_scripts_declare_their_keys() -> None:
         ("_flow.lua", "redis.call('HINCRBY', prefix .. ':counts', 'held', -1)"),
         ("_flow.lua", "local stream = prefix .. ':' .. PRIORITY_NAMES[p + 1]"),
         ("_flow.lua", "local rec = prefix .. ':job:' .. job"),
+        # (a keep_last follow-up: `queue` is the declared lock's own prefix)
+        ("_flow.lua", "local stored = redis.call('GET', queue .. ':keeplast:' .. key)"),
+        ("_flow.lua", "redis.call('DEL', queue .. ':keeplast:' .. key)"),
+        ("_flow.lua", _FOLLOW_UP_XADD),
+        ("_flow.lua", "local rec = queue .. ':job:' .. id"),
         ("_flow.lua", _CHECKS[0]),
         ("_flow.lua", _CHECKS[1]),
         ("_flow.lua", _CHECKS[2]),
@@ -111,6 +123,8 @@ def test_scripts_declare_their_keys() -> None:
         ("_record.lua", "return string.match(stream, '^(.*):[^:]*$') .. ':done:' .. job_id"),
         ("cancel.lua", "local held_head, lock_head = prefix .. ':held:', prefix .. ':unique:'"),
         ("cancel.lua", "local running = prefix .. ':running:' .. string.sub(held, #held_head + 1)"),
+        ("keeplast.lua", _HOLDER_RECORD),
+        ("keeplast.lua", "local last = last_delivered(queue .. ':' .. h[3], 'taskq')"),
     ]
 
 

@@ -44,6 +44,28 @@ local function refill(running, held, n, prefix, taken, now)
   end
 end
 
+-- The follow-up of a keep_last lock ("<queue>:unique:<key>") whose job `ended` just ended,
+-- if one is stored for it at "<queue>:keeplast:<key>" ("<job it follows>\n<id>\n<hold ms>\n
+-- <p>\n<task>\n<body>", written by keeplast.lua): it takes the lock and enters its stream,
+-- its record waiting. (A follow-up of another job is stale: the next store replaces it.)
+local function enqueue_follow_up(lock, ended, now)
+  local queue, key = string.match(lock, '^([^:]+):unique:(.+)$')
+  if not queue then return end
+  local stored = redis.call('GET', queue .. ':keeplast:' .. key)
+  if not stored then return end
+  local follows, id, hold, p, task, body =
+    string.match(stored, '^([^\n]*)\n([^\n]+)\n(%d+)\n([012])\n([^\n]+)\n(.*)$')
+  if follows ~= ended then return end
+  redis.call('DEL', queue .. ':keeplast:' .. key)
+  redis.call('SET', lock, id, 'PX', hold)
+  local entry = redis.call('XADD', queue .. ':' .. PRIORITY_NAMES[tonumber(p) + 1], '*',
+    'task', task, 'body', body, 'job', id)
+  local rec = queue .. ':job:' .. id
+  if redis.call('HSET', rec, 'state', 'waiting', 'entry', entry, 'enqueued_ms', now) == 3 then
+    redis.call('DEL', rec)  -- the record had expired
+  end
+end
+
 -- A step cancelled before its turn (its record says so) does not start, and the steps after
 -- it (`later`: {record, done, ttl ms} each) end as cancelled with it. Returns true if so.
 local function cancelled_step(record, later, now)
@@ -209,9 +231,13 @@ local OPS = {
   chord_fail = function(op, now)
     if redis.call('DEL', op[2]) == 1 then run_ops(op[3], now) end
   end,
-  -- ["unlock", lock key, job id]: a unique job ended: its lock goes, if it still holds it.
+  -- ["unlock", lock key, job id]: a unique job ended: its lock goes, if it still holds it,
+  -- and a keep_last follow-up stored while it ran takes the lock and enters its stream.
   unlock = function(op, now)
-    if redis.call('GET', op[2]) == op[3] then redis.call('DEL', op[2]) end
+    if redis.call('GET', op[2]) == op[3] then
+      redis.call('DEL', op[2])
+      enqueue_follow_up(op[2], op[3], now)
+    end
   end,
   -- ["release", running, held, job id, n, queue]: a job of a concurrency-limited task left
   -- its slot (it ended, or waits for a retry); a job waiting for a slot takes it.
