@@ -8,6 +8,7 @@ from collections.abc import Iterable, Iterator
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, TypedDict
 
+from taskq.batching import batch_steps, batching, eager_call
 from taskq.broker.steps import Steps
 from taskq.canvas import Signature, Workflow
 from taskq.debounce import Debounce, debounce_steps, debouncing
@@ -47,6 +48,8 @@ def apply_plan(
 ) -> Job | Steps[Job] | Signature:
     """What an enqueue with options sends: a job's steps, or a one-step workflow (with
     callbacks); in eager mode, the job that already ran."""
+    if task.options.batch_size is not None:
+        return _batched(task, args, kwargs, o)
     link, link_error = o.get("link"), o.get("link_error")
     expires, unique_key, job_id = o.get("expires"), o.get("unique_key"), o.get("job_id")
     debounced = _debounce_asked(task, o)
@@ -82,6 +85,17 @@ def apply_plan(
     if task.app.settings.eager:
         return task.app.enqueue(msg, in_ms=in_ms)
     return send_steps(task.app, msg, task.app.encode(msg), in_ms)
+
+
+def _batched(
+    task: TaskLike, args: tuple[Any, ...], kwargs: dict[str, Any], o: ApplyOptions
+) -> Job | Steps[Job]:
+    """A call of a batching task joins its batch (in eager mode it runs, a batch of one)."""
+    msg = task.message(args, kwargs, queue=o.get("queue"))
+    b = batching(task, msg, dict(o))
+    if task.app.settings.eager:
+        return task.app.enqueue(eager_call(msg))
+    return batch_steps(task.app, msg, b)
 
 
 def _debounce_asked(task: TaskLike, o: ApplyOptions) -> bool:

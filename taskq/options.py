@@ -45,6 +45,9 @@ class TaskOptionArgs(TypedDict, total=False):
     debounce_key: Callable[..., str]
     debounce_s: float
     debounce_max_wait_s: float
+    batch_size: int
+    batch_wait_s: float
+    batch_key: Callable[..., str]
     time_limit: float
     soft_time_limit: float
     retry_backoff: int
@@ -91,6 +94,12 @@ class TaskOptions:
     (:mod:`taskq.debounce`); ``debounce_s`` and ``debounce_max_wait_s`` are the defaults."""
     debounce_s: float | None = None
     debounce_max_wait_s: float | None = None
+    batch_size: int | None = None
+    """Calls of the task accumulate per ``batch_key`` and run as one job (its one argument:
+    the list of calls) when this many are there, or ``batch_wait_s`` after the first
+    (:mod:`taskq.batching`)."""
+    batch_wait_s: float | None = None
+    batch_key: Callable[..., str] | None = None
 
     def __post_init__(self) -> None:
         check_priority(self.priority)
@@ -138,6 +147,27 @@ class TaskOptions:
             raise ConfigError("debounce_key needs debounce_s")
         if self.debounce_s is not None or self.debounce_max_wait_s is not None:
             check_debounce_times(self.debounce_s, self.debounce_max_wait_s)
+        self._check_batching()
+
+    def _check_batching(self) -> None:
+        """The batching options (:mod:`taskq.batching`).
+
+        Raises:
+            ConfigError: a bad size, wait or key function, one without the others, or
+                batching with debounce or uniqueness by arguments.
+        """
+        n, wait, key = self.batch_size, self.batch_wait_s, self.batch_key
+        if n is None and wait is None and key is None:
+            return
+        if n is None or wait is None:
+            raise ConfigError("batching needs batch_size and batch_wait_s")
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_BATCH_SIZE:
+            raise ConfigError(f"batch_size must be a whole number 1 to {MAX_BATCH_SIZE}, not {n!r}")
+        check_seconds("batch_wait_s", wait)
+        if key is not None and not callable(key):
+            raise ConfigError("batch_key must be a function of the job's arguments")
+        if self.debounce_key is not None or self.unique:
+            raise ConfigError("a batching task cannot also be debounced or unique")
 
 
 MAX_TIME_LIMIT_S = 366 * 86_400.0
@@ -158,6 +188,8 @@ def check_seconds(name: str, value: float | None) -> None:
         raise ConfigError(f"{name} must be > 0 and at most {MAX_TIME_LIMIT_S:.0f}, not {value!r}")
 
 
+MAX_BATCH_SIZE = 10_000
+"""The most calls one batch job holds."""
 DEBOUNCE_MAX_WAIT_FACTOR = 10
 """``debounce_max_wait_s`` when neither the call nor the task says: ten debounce periods."""
 

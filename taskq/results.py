@@ -151,6 +151,8 @@ class JobStatus:
         errors: every failed attempt, oldest first; the last one is why a failed job failed.
         result: the stored return value (msgpack), for a succeeded job.
         cause: for a workflow step that failed because an earlier step did, that step.
+        batch: for a batch job (``taskq.batching``), how many calls it holds (so far, while
+            it is ``scheduled``, filling); None for any other job.
     """
 
     job_id: str
@@ -171,6 +173,7 @@ class JobStatus:
     errors: tuple[AttemptError, ...] = ()
     result: bytes | None = None
     cause: Cause | None = None
+    batch: int | None = None
 
     @property
     def recorded(self) -> bool:
@@ -224,6 +227,7 @@ class JobStatus:
             errors=_attempt_errors(raw),
             result=raw.get(record.RESULT.encode()) if state == SUCCEEDED else None,
             cause=_cause(raw),
+            batch=ms(record.BATCH),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -248,6 +252,7 @@ class JobStatus:
             "errors": [vars(e) for e in self.errors],
             "result": _jsonable(self.value),
             "cause": vars(self.cause) if self.cause else None,
+            "batch": {"job_id": self.job_id, "calls": self.batch} if self.batch else None,
         }
 
 

@@ -101,13 +101,13 @@ class Task(Generic[P, R]):
 
     def delay(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         """Enqueue with the task's default options."""
-        if self.options.unique or self.options.debounce_key is not None:
+        if self.options.unique or self.options.debounce_key or self.options.batch_size:
             return self.apply_async(args, kwargs)
         return self.app.enqueue(self.message(args, kwargs))
 
     async def adelay(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         """:meth:`delay` for asyncio code: the same, without blocking the event loop."""
-        if self.options.unique or self.options.debounce_key is not None:
+        if self.options.unique or self.options.debounce_key or self.options.batch_size:
             return await self.aapply_async(args, kwargs)
         return await self.app.aenqueue(self.message(args, kwargs))
 
@@ -182,7 +182,7 @@ class Task(Generic[P, R]):
     def starmap(self, items: Iterable[Iterable[Any]]) -> list[Job]:
         """Enqueue one job per argument tuple, pipelined in batches (one round trip each for
         a ``unique`` or debounced task, whose every enqueue is its own script)."""
-        if self.options.unique or self.options.debounce_key is not None:
+        if self.options.unique or self.options.debounce_key or self.options.batch_size:
             return [self.apply_async(tuple(item)) for item in items]
         first = self.message((), {})  # queue and priority are checked once, not per job
         name, queue, priority, ttl = self.name, first.queue, first.priority, first.result_ttl_s

@@ -85,3 +85,16 @@ def keep_last_command(
     args = [msg.id, hold_ms, ops, record_at, int(adopted), member]
     args += [(msg.result_ttl_s or 0) * 1000, msg.task, msg.queue, msg.priority]
     return script_command("keeplast", keys, [*args, encode_args(msg.args, msg.kwargs)])
+
+
+def batch_command(
+    batch: str, msg: Message, body: bytes, size: int, times_ms: tuple[int, int]
+) -> Command:
+    """``batch.lua``: the call joins its batch (``batch``, the list), which runs as one job
+    when ``size`` calls are there (at once) or when due. ``times_ms``: (the batch's wait
+    from its first call, how long the list lives after its last call)."""
+    k = QueueKeys(msg.queue)
+    wait_ms, ttl_ms = times_ms
+    args = [msg.id, body, size, wait_ms, PRIORITIES.index(msg.priority), msg.task, msg.queue]
+    args += [msg.priority, (msg.result_ttl_s or 0) * 1000, ttl_ms]
+    return script_command("batch", [batch, k.schedule, k.due], args)

@@ -36,6 +36,11 @@ PRODUCER_COMMANDS = (
     "zscore",  # ... whether that member still waits in the schedule
     "zrem",  # ... which the burst's next enqueue replaces
     "xinfo|groups",  # ... whether a keep_last key's job was taken (runs)
+    "rpush",  # ... a batched call joins its batch's list
+    "lindex",  # ... whose first call names the batch job
+    "llen",  # ... a full batch
+    "lpop",  # ... leaves the list for its stream
+    "zremrangebyscore",  # ... the gathering index (inspect) drops members stale for a day
     "time",  # the Redis clock: scripts and job.status()
     "hgetall",  # job.status(), job.result(): the record
     "xpending",  # job.status(): a job taken, not yet marked running by its master
@@ -92,6 +97,8 @@ WORKER_COMMANDS = (
     "rpush",  # a job's done list: wakes job.result() waiters
     "multi",  # a stopping worker leaves the registry in one transaction
     "exec",
+    "llen",  # a due batch (promote.lua)
+    "lpop",  # ... leaves its list for its stream
 )
 
 OPERATOR_COMMANDS = (
@@ -132,6 +139,10 @@ OPERATOR_COMMANDS = (
     "zpopmin",  # a cancelled job passes the slot kept for it to the next held job
     "get",
     "set",  # the tombstone of a running job (--terminate)
+    # taskq inspect gathering (and the overview): the bursts and batches waiting
+    "zscore",
+    "llen",
+    "lindex",
 )
 
 
@@ -142,8 +153,14 @@ def _all_keys(k: QueueKeys) -> tuple[str, ...]:
 def _producer_keys(k: QueueKeys) -> tuple[str, ...]:
     """The keys an enqueue and a result read touch: never the dead letters, retry sets,
     limits, periodic schedules or the worker registry."""
-    ids = ("job", "done", "unique", "chord", "flow", "debounce", "keeplast")
-    return (*k.streams, k.schedule, k.due, *(f"{k.queue}:{kind}:*" for kind in ids))
+    ids = ("job", "done", "unique", "chord", "flow", "debounce", "keeplast", "batch")
+    return (
+        *k.streams,
+        k.schedule,
+        k.due,
+        k.gathering,
+        *(f"{k.queue}:{kind}:*" for kind in ids),
+    )
 
 
 @dataclass(frozen=True)

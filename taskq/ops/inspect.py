@@ -15,7 +15,15 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from taskq.broker.reads import PendingRow, QueueSnapshot, Reader, StreamSnapshot, entry_ms
+from taskq.broker.reads import (
+    GatheringRow,
+    PendingRow,
+    QueueSnapshot,
+    Reader,
+    StreamSnapshot,
+    entry_ms,
+    gathering_rows,
+)
 from taskq.keys import RECOVER_CONSUMER, QueueKeys, worker_of
 from taskq.worker.record import ChildRecord, WorkerRecord
 
@@ -164,6 +172,10 @@ class WorkerState:
     children: tuple[ChildState, ...]
 
 
+GATHERING_ROWS = 20
+"""Debounce bursts and batches per queue that the overview shows."""
+
+
 @dataclass(frozen=True)
 class Overview:
     """What ``taskq inspect`` prints: every queue, then every live worker."""
@@ -171,6 +183,9 @@ class Overview:
     now_ms: int
     queues: tuple[QueueStats, ...]
     workers: tuple[WorkerState, ...]
+    gathering: tuple[GatheringRow, ...] = ()
+    """Debounce bursts and batches waiting to run, the first :data:`GATHERING_ROWS` of each
+    queue (all of them: ``taskq inspect gathering``)."""
 
 
 @dataclass(frozen=True)
@@ -288,13 +303,22 @@ class Inspector:
         now, rows = self.reader.pending(self.queues, min_idle_ms=min_idle_ms, limit=limit)
         return [_pending(row, now, live, running) for row in rows]
 
+    # -- debounce bursts and filling batches -----------------------------------------------
+
+    def gathering(self, *, limit: int = 100) -> list[GatheringRow]:
+        """Per queue, the debounce bursts and batches waiting to run (key, job, calls
+        gathered, due), soonest first: the first ``limit`` of each queue's gathering index
+        (two pipelined round trips per queue)."""
+        return [row for q in self.queues for row in gathering_rows(self.reader.link, q, limit)]
+
     # -- everything ------------------------------------------------------------------------
 
     def overview(self) -> Overview:
         """Queues, then workers: what ``taskq inspect`` shows."""
         queues = self.queue_stats()
         workers = self.workers()
-        return Overview(self.reader.now_ms(), tuple(queues), tuple(workers))
+        gathering = tuple(self.gathering(limit=GATHERING_ROWS))
+        return Overview(self.reader.now_ms(), tuple(queues), tuple(workers), gathering)
 
 
 def _stream_stats(queue: str, s: StreamSnapshot, oldest_waiting: str | None) -> StreamStats:

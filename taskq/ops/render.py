@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from taskq.broker.reads import GatheringRow
 from taskq.ops.inspect import ChildState, Overview, PendingJob, Ping, QueueStats, WorkerState
 
 
@@ -133,7 +134,10 @@ def render_worker_table(workers: Sequence[WorkerState]) -> list[str]:
 
 
 def render_overview(o: Overview) -> list[str]:
-    return [*render_queues(o.queues), "", *render_worker_table(o.workers)]
+    lines = [*render_queues(o.queues), "", *render_worker_table(o.workers)]
+    if o.gathering:
+        lines += ["", *render_gathering(o.gathering, o.now_ms)]
+    return lines
 
 
 def render_workers(workers: Sequence[WorkerState]) -> list[str]:
@@ -186,6 +190,15 @@ def render_pending(jobs: Sequence[PendingJob]) -> list[str]:
     ]
     headers = ("STREAM", "ENTRY", "TASK", "STATE", "CONSUMER", "IDLE", "DELIVERIES", "AGE")
     return table(headers, rows)
+
+
+def render_gathering(rows: Sequence[GatheringRow], now_ms: int) -> list[str]:
+    if not rows:
+        return ["no debounce bursts or batches waiting"]
+    cells = [
+        (r.queue, r.kind, r.key, r.job_id, r.count, fmt_ms(max(0, r.due_ms - now_ms))) for r in rows
+    ]
+    return table(("QUEUE", "KIND", "KEY", "JOB", "CALLS", "DUE IN"), cells)
 
 
 def render_registered(workers: Sequence[WorkerState]) -> list[str]:

@@ -131,6 +131,9 @@ def test_a_producer_enqueues_and_reads_its_results(
     again = tasks.add.apply_async((5, 6), unique_key="kl", unique_mode="keep_last")
     assert kept.result(timeout=10) == 10  # (again: the same job, or one after it)
     assert again.result(timeout=10) == (10 if again.id == kept.id else 11)
+    full = [tasks.tally.delay(n) for n in (1, 2, 3)]  # a full batch: enqueued at once
+    assert full[0].result(timeout=10) == 6
+    assert tasks.tally.delay(4).result(timeout=10) == 4  # a batch due after its wait
     # queue= : without it app.job() also looks in ptick and pall (tests.tasks names them)
     assert tasks.app.job(now.id, queue="tasks").status().state == "succeeded"
     wait_until(lambda: plain.id in marked(mark_dir), message="the plain job to run")

@@ -1,8 +1,13 @@
-"""Flow control at enqueue (debounce, keep-last-while-running), against a real Redis and
-real workers."""
+"""Flow control at enqueue (debounce, keep-last-while-running, batching by key), against a
+real Redis and real workers."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -15,7 +20,7 @@ from taskq import App
 from taskq.errors import ConfigError
 from taskq.job import Job
 from tests import tasks
-from tests.conftest import WorkerProcess, runs, wait_until
+from tests.conftest import WorkerProcess, runs, wait_until, worker_env
 
 StartWorker = Callable[..., WorkerProcess]
 TOLERANCE_S = 0.15
@@ -163,19 +168,22 @@ def test_bad_debounce_options_are_refused_before_anything_is_written(
     assert r.dbsize() == 0
 
 
-def test_bad_task_level_debounce_options_fail_at_decoration(task_app: App, r: redis.Redis) -> None:
+def test_bad_task_level_debounce_options_fail_at_decoration(
+    make_app: Callable[..., App], r: redis.Redis
+) -> None:
+    app = make_app()  # (not tests.tasks.app: the tasks declared here stay here)
     with pytest.raises(ConfigError, match="needs debounce_s"):
-        task_app.task(name="t1", debounce_key=lambda x: "k")(lambda x: x)
+        app.task(name="t1", debounce_key=lambda x: "k")(lambda x: x)
     with pytest.raises(ConfigError, match="must be a function"):
-        task_app.task(name="t2", debounce_key="k", debounce_s=1)(lambda x: x)  # type: ignore[arg-type]
+        app.task(name="t2", debounce_key="k", debounce_s=1)(lambda x: x)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="at least debounce_s"):
-        task_app.task(name="t3", debounce_s=2, debounce_max_wait_s=1)(lambda x: x)
+        app.task(name="t3", debounce_s=2, debounce_max_wait_s=1)(lambda x: x)
 
     def raises(x: int) -> str:
         raise KeyError(x)
 
-    bad_key = task_app.task(name="t4", debounce_key=raises, debounce_s=1)(lambda x: x)
-    returns_int = task_app.task(name="t5", debounce_key=lambda x: x, debounce_s=1)(lambda x: x)
+    bad_key = app.task(name="t4", debounce_key=raises, debounce_s=1)(lambda x: x)
+    returns_int = app.task(name="t5", debounce_key=lambda x: x, debounce_s=1)(lambda x: x)
     with pytest.raises(ConfigError, match="debounce_key function raised"):
         bad_key.delay(1)
     with pytest.raises(ConfigError, match="invalid debounce_key"):
@@ -213,3 +221,168 @@ def test_a_signed_follow_up_runs(
     follow_up = [tasks.recompute.apply_async((i, 0.0), **opts) for i in (1, 2)][-1]
     assert follow_up.result(timeout=10) == 2
     assert r.xlen("tasks:deadletter") == 0
+
+
+PRODUCER = """
+import sys, threading
+from tests import tasks
+tasks.app.settings = tasks.app.settings.replace(redis_url=sys.argv[1])
+base = int(sys.argv[2])
+def send(t):
+    for i in range(50):
+        tasks.digest.delay(7, base + t * 50 + i)
+threads = [threading.Thread(target=send, args=(t,)) for t in range(10)]
+for t in threads: t.start()
+for t in threads: t.join()
+"""
+
+
+def _digests(r: redis.Redis) -> list[dict[str, Any]]:
+    return _tagged(r, "digest")
+
+
+@pytest.mark.slow
+def test_a_thousand_calls_from_twenty_threads_in_two_processes_each_run_in_exactly_one_batch(
+    task_app: App, r: redis.Redis, redis_url: str, start_worker: StartWorker
+) -> None:
+    _worker(start_worker, r)
+    env = worker_env(redis_url)
+    producers = [
+        subprocess.Popen([sys.executable, "-c", PRODUCER, redis_url, str(base)], env=env)
+        for base in (0, 500)
+    ]
+    assert [p.wait(60) for p in producers] == [0, 0]
+    wait_until(lambda: sum(len(x["ns"]) for x in _digests(r)) >= 1000, 20, message="all runs")
+    ns = [n for x in _digests(r) for n in x["ns"]]
+    assert sorted(ns) == list(range(1000))
+    assert max(len(x["ns"]) for x in _digests(r)) <= 100
+    assert not r.exists("tasks:batch:tests.tasks.digest:user:7")
+
+
+def test_seven_calls_then_silence_run_as_one_batch_after_the_wait(
+    task_app: App, r: redis.Redis, start_worker: StartWorker
+) -> None:
+    _worker(start_worker, r)
+    first_s = time.time()
+    handles = [tasks.digest.delay(1, n) for n in range(7)]
+    other = tasks.digest.delay(2, 100)  # another key, another batch
+    assert len({h.id for h in handles}) == 1 and other.id != handles[0].id
+    status = handles[3].status()
+    assert status.state == "scheduled" and status.due_ms == handles[0].eta_ms
+    assert status.batch == 8 - 1
+    assert [h.result(timeout=10) for h in handles] == [7] * 7
+    [run] = [x for x in _digests(r) if 100 not in x["ns"]]
+    assert run["ns"] == list(range(7)) and run["job"] == handles[0].id
+    assert run["ids"][0] == handles[0].id
+    assert 0.6 - TOLERANCE_S <= run["t"] - first_s <= 0.6 + 2 * TOLERANCE_S
+    out = subprocess.run(
+        [sys.executable, "-m", "taskq", "job", handles[5].id, "--json"],
+        env=worker_env(task_app.settings.redis_url, TASKQ_QUEUE="tasks"),
+        capture_output=True, text=True, check=True, timeout=30,
+    )  # fmt: skip
+    view = json.loads(out.stdout)
+    assert view["job_id"] == handles[0].id
+    assert view["batch"] == {"job_id": handles[0].id, "calls": 7}
+
+
+@pytest.mark.slow
+def test_a_batch_whose_child_is_killed_runs_again_whole_and_retries_whole(
+    task_app: App, r: redis.Redis, start_worker: StartWorker
+) -> None:
+    _worker(start_worker, r)
+    handles = [tasks.hard_digest.delay(n) for n in range(5)]  # full: runs at once
+    [hung] = wait_until(lambda: _tagged(r, "hard_digest"), 10, message="the first attempt")
+    os.kill(hung["pid"], signal.SIGKILL)
+    assert handles[0].result(timeout=30) == 5
+    attempts = _tagged(r, "hard_digest")
+    assert [x["attempt"] for x in attempts] == [1, 2, 3]
+    assert all(x["ns"] == list(range(5)) for x in attempts)
+
+
+def test_signed_batches_run_and_a_forged_call_is_refused(
+    signed: None, task_app: App, r: redis.Redis, start_worker: StartWorker
+) -> None:
+    _worker(start_worker, r, TASKQ_SIGNING_KEYS=SIGNING_KEY)
+    assert tasks.digest.delay(3, 1).result(timeout=10) == 1
+    forged = msgpack.packb({"v": 1, "id": "f", "task": "tests.tasks.digest", "args": [4, 9]})
+    r.rpush("tasks:batch:tests.tasks.digest:user:4", b"f\n" + forged)
+    r.zadd(
+        "tasks:schedule",
+        {b"1\ntests.tasks.digest\n\xc1batch\ntasks:batch:tests.tasks.digest:user:4": 0},
+    )
+    r.set("tasks:due", 0)
+    wait_until(lambda: r.xlen("tasks:deadletter") == 1, 10, message="the forged batch refused")
+    assert [x["ns"] for x in _digests(r)] == [[1]]
+
+
+BAD_BATCH: list[tuple[dict[str, Any], str]] = [
+    ({"batch_size": 10}, "needs batch_size and batch_wait_s"),
+    ({"batch_wait_s": 1}, "needs batch_size and batch_wait_s"),
+    ({"batch_size": 0, "batch_wait_s": 1}, "batch_size must be"),
+    ({"batch_size": 1.5, "batch_wait_s": 1}, "batch_size must be"),
+    ({"batch_size": 10, "batch_wait_s": -1}, "batch_wait_s must be"),
+    ({"batch_size": 10, "batch_wait_s": "1"}, "batch_wait_s must be"),
+    ({"batch_size": 10, "batch_wait_s": 1, "batch_key": "k"}, "must be a function"),
+    ({"batch_size": 10, "batch_wait_s": 1, "unique": True}, "cannot also be"),
+]
+
+
+@pytest.mark.parametrize(("options", "error"), BAD_BATCH)
+def test_bad_batching_options_fail_at_decoration(
+    make_app: Callable[..., App], options: dict[str, Any], error: str
+) -> None:
+    with pytest.raises(ConfigError, match=error):
+        make_app().task(name="bad_batch", **options)(lambda calls: None)
+
+
+def test_bad_batched_calls_are_refused_before_anything_is_written(
+    task_app: App, make_app: Callable[..., App], r: redis.Redis
+) -> None:
+    app = make_app()
+
+    def raises(x: int) -> str:
+        raise KeyError(x)
+
+    opts: dict[str, Any] = {"batch_size": 5, "batch_wait_s": 1}
+    bad_key = app.task(name="b1", batch_key=raises, **opts)(lambda x: x)
+    returns_int = app.task(name="b2", batch_key=lambda x: x, **opts)(lambda x: x)
+    with pytest.raises(ConfigError, match="batch_key function raised"):
+        bad_key.delay(1)
+    with pytest.raises(ConfigError, match="invalid batch_key"):
+        returns_int.delay(1)
+    with pytest.raises(ConfigError, match="takes no countdown"):
+        tasks.digest.apply_async((1, 2), countdown=1)
+    with pytest.raises(ConfigError, match="takes no debounce_key, debounce_s, unique_key"):
+        tasks.digest.apply_async((1, 2), unique_key="u", debounce_key="d", debounce_s=1)
+    assert r.dbsize() == 0
+
+
+def test_inspect_and_the_dashboard_show_the_bursts_and_batches_waiting(
+    task_app: App, r: redis.Redis
+) -> None:
+    from starlette.testclient import TestClient
+
+    from taskq.dashboard import asgi
+    from taskq.ops.inspect import Inspector
+
+    burst = [tasks.echo.apply_async((i,), debounce_key="ui", debounce_s=30) for i in range(3)]
+    batch = [tasks.digest.delay(5, n) for n in range(4)]
+    rows = {(row.kind, row.key): row for row in Inspector.for_app(task_app).gathering()}
+    assert set(rows) == {("debounce", "ui"), ("batch", "tests.tasks.digest:user:5")}
+    assert (rows["debounce", "ui"].job_id, rows["debounce", "ui"].count) == (burst[0].id, 3)
+    assert rows["debounce", "ui"].due_ms == burst[-1].eta_ms
+    assert (rows["batch", "tests.tasks.digest:user:5"].count, batch[0].id) == (4, batch[3].id)
+    out = subprocess.run(
+        [sys.executable, "-m", "taskq", "inspect", "gathering", "-Q", "tasks"],
+        env=worker_env(task_app.settings.redis_url),
+        capture_output=True, text=True, check=True, timeout=30,
+    )  # fmt: skip
+    assert "tests.tasks.digest:user:5" in out.stdout and burst[0].id in out.stdout
+    overview = Inspector.for_app(task_app).overview()
+    assert {(g.kind, g.count) for g in overview.gathering} == {("debounce", 3), ("batch", 4)}
+    with TestClient(asgi(task_app)) as client:
+        table = client.get("/").text.split('data-table="gathering"')[1].split("</table>")[0]
+    assert '<tr data-kind="debounce">' in table and burst[0].id in table
+    assert "<code>tests.tasks.digest:user:5</code>" in table
+    r.zrem("tasks:schedule", *r.zrange("tasks:schedule", 0, -1))  # the burst "started"
+    assert [row.kind for row in Inspector.for_app(task_app).gathering()] == ["batch"]

@@ -46,6 +46,8 @@ KEY_KINDS = {
     ("keeplast", MAIN, "KEYS[rec]"): "record",
     ("keeplast", MAIN, "queue .. ':job:' .. held"): "record",
     ("_flow", "enqueue_follow_up", "rec"): "record",
+    ("_flow", "flush_batch", "rec"): "record",
+    ("batch", MAIN, "rec"): "record",
     ("drop", MAIN, "KEYS[2]"): "counts",
     ("enqueue", MAIN, "KEYS[2]"): "record",
     ("heartbeat", MAIN, "rec"): "worker",

@@ -87,6 +87,8 @@ _HOLDER_RECORD = (
     "local h = redis.call('HMGET', queue .. ':job:' .. held, 'state', 'entry', 'priority')"
 )
 
+_BATCH_STREAM = "flush_batch(KEYS[1], queue .. ':' .. ({'high', 'normal', 'low'})[p + 1], ARGV[6])"
+
 
 def test_scripts_declare_their_keys() -> None:
     """Every script names its KEYS in its header, and the only key names built inside Lua are
@@ -116,13 +118,19 @@ def test_scripts_declare_their_keys() -> None:
         ("_flow.lua", "redis.call('DEL', queue .. ':keeplast:' .. key)"),
         ("_flow.lua", _FOLLOW_UP_XADD),
         ("_flow.lua", "local rec = queue .. ':job:' .. id"),
+        ("_flow.lua", "local index, member = queue .. ':gathering', string.sub(key, #queue + 2)"),
+        ("_flow.lua", "local rec = queue .. ':job:' .. first"),  # (of a batch's declared list)
         ("_flow.lua", _CHECKS[0]),
         ("_flow.lua", _CHECKS[1]),
         ("_flow.lua", _CHECKS[2]),
         ("_record.lua", "return string.match(stream, '^(.*):[^:]*$') .. ':job:' .. job_id"),
         ("_record.lua", "return string.match(stream, '^(.*):[^:]*$') .. ':done:' .. job_id"),
+        ("batch.lua", "if not queue or KEYS[2] ~= queue .. ':schedule' then"),
+        ("batch.lua", "local rec = queue .. ':job:' .. first"),
+        ("batch.lua", _BATCH_STREAM),
         ("cancel.lua", "local held_head, lock_head = prefix .. ':held:', prefix .. ':unique:'"),
         ("cancel.lua", "local running = prefix .. ':running:' .. string.sub(held, #held_head + 1)"),
+        ("debounce.lua", "if not queue or KEYS[2] ~= queue .. ':schedule' then"),
         ("keeplast.lua", _HOLDER_RECORD),
         ("keeplast.lua", "local last = last_delivered(queue .. ':' .. h[3], 'taskq')"),
     ]

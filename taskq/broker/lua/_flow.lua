@@ -66,6 +66,56 @@ local function enqueue_follow_up(lock, ended, now)
   end
 end
 
+-- Batches of a batching task (batch.lua): a list "<queue>:batch:<task>:<key>" of
+-- "<call id>\n<body>", waiting as a marker member in the schedule until it is due.
+local BATCH_HEAD = '\193batch\n'
+local function batch_marker(list, p, task)
+  return p .. '\n' .. task .. '\n' .. BATCH_HEAD .. list
+end
+
+-- Note a debounce burst or a filling batch (`key`, of queue `queue`) in the queue's
+-- gathering index (inspect, the dashboard), due at `due`; or drop it (`due` nil). Members
+-- stale for a day go.
+local GATHERING_TTL_MS = 8 * 86400000
+local function note_gathering(queue, key, due, now)
+  local index, member = queue .. ':gathering', string.sub(key, #queue + 2)
+  if not due then
+    redis.call('ZREM', index, member)
+    return
+  end
+  redis.call('ZADD', index, due, member)
+  redis.call('ZREMRANGEBYSCORE', index, '-inf', now - 86400000)
+  redis.call('PEXPIRE', index, GATHERING_TTL_MS)
+end
+
+-- Run a batch as one job: every call of `list` leaves it, and one entry enters `stream`
+-- whose body is 0xc1 and a msgpack array of the calls' bodies, each as its producer wrote
+-- (and signed) it; its id is the first call's (its record, if it keeps one, says waiting).
+-- Returns the entry id, or nil for an empty list.
+local function flush_batch(list, stream, task)
+  local n = redis.call('LLEN', list)
+  if n == 0 then return nil end
+  local items = redis.call('LPOP', list, n)
+  local bodies, first = {}, nil
+  for _, item in ipairs(items) do
+    local nl = string.find(item, '\n', 1, true)
+    if nl then
+      first = first or string.sub(item, 1, nl - 1)
+      bodies[#bodies + 1] = string.sub(item, nl + 1)
+    end
+  end
+  if not first then return nil end
+  local queue = string.match(list, '^([^:]+):batch:')
+  note_gathering(queue, list, nil)
+  local rec = queue .. ':job:' .. first
+  local recorded = redis.call('EXISTS', rec) == 1
+  local fields = {'task', task, 'body', '\193' .. cmsgpack.pack(bodies)}
+  if recorded then fields[5], fields[6] = 'job', first end
+  local id = redis.call('XADD', stream, '*', unpack(fields))
+  if recorded then redis.call('HSET', rec, 'state', 'waiting', 'entry', id, 'batch', #bodies) end
+  return id
+end
+
 -- A step cancelled before its turn (its record says so) does not start, and the steps after
 -- it (`later`: {record, done, ttl ms} each) end as cancelled with it. Returns true if so.
 local function cancelled_step(record, later, now)

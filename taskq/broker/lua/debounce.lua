@@ -1,6 +1,6 @@
 -- Enqueue a debounced job: the burst's one delayed job, its arguments replaced by the latest
 -- and its start moved to min(now + debounce, first enqueue + max wait), in one step.
--- A burst is "<queue>:debounce:<key>", a hash {job, member, first}; its job waits in the
+-- A burst is "<queue>:debounce:<key>", a hash {job, member, first, count}; its job waits in the
 -- schedule as `member`. Once the member has left the schedule (the job was moved to its
 -- stream, i.e. started), the next enqueue begins a new burst. The body is the producer's,
 -- swapped whole (a signed body stays signed); its id must be the burst's job id, so a call
@@ -19,7 +19,11 @@ if not debounce or not max_wait or debounce < 1 or max_wait < debounce then
   return redis.error_reply('ERR debounce: bad times')
 end
 local recorded = ARGV[6] == '1'
-local b = redis.call('HMGET', KEYS[1], 'job', 'member', 'first')
+local queue = string.match(KEYS[1], '^([^:]+):debounce:.')
+if not queue or KEYS[2] ~= queue .. ':schedule' then
+  return redis.error_reply('ERR debounce: keys of another queue')
+end
+local b = redis.call('HMGET', KEYS[1], 'job', 'member', 'first', 'count')
 local waiting = b[1] and b[2] and redis.call('ZSCORE', KEYS[2], b[2])
 local first = tonumber(b[3])
 if waiting and first then
@@ -28,8 +32,9 @@ if waiting and first then
   redis.call('ZREM', KEYS[2], b[2])
   redis.call('ZADD', KEYS[2], due, member)
   lower_due(KEYS[3], due)
-  redis.call('HSET', KEYS[1], 'member', member)
+  redis.call('HSET', KEYS[1], 'member', member, 'count', (tonumber(b[4]) or 1) + 1)
   redis.call('PEXPIRE', KEYS[1], due - now + max_wait)
+  note_gathering(queue, KEYS[1], due, now)
   if recorded then
     redis.call('HSET', KEYS[4], 'args', ARGV[11], 'priority', ARGV[10], 'due_ms', due)
     redis.call('PEXPIRE', KEYS[4], due - now + tonumber(ARGV[7]))
@@ -45,8 +50,9 @@ end
 local due = now + debounce
 redis.call('ZADD', KEYS[2], due, member)
 lower_due(KEYS[3], due)
-redis.call('HSET', KEYS[1], 'job', id, 'member', member, 'first', now)
+redis.call('HSET', KEYS[1], 'job', id, 'member', member, 'first', now, 'count', 1)
 redis.call('PEXPIRE', KEYS[1], debounce + max_wait)
+note_gathering(queue, KEYS[1], due, now)
 if recorded then
   fresh_record(KEYS[4], KEYS[5])
   redis.call('HSET', KEYS[4], 'state', 'scheduled', 'task', ARGV[8], 'queue', ARGV[9],
