@@ -25,15 +25,16 @@ from taskq.broker.steps import Steps
 from taskq.errors import ConfigError
 from taskq.job import Job
 from taskq.keys import QueueKeys
-from taskq.message import Message
+from taskq.message import Message, now_ms
 from taskq.options import check_debounce_times
 from taskq.unique import Uniqueness, adopting_steps, check_key
 
 if TYPE_CHECKING:
     from taskq.protocols import Producer, TaskLike
 
-_KNOWN_IDS: dict[str, str] = {}
-"""The last job id this process saw per burst key (a guess that saves a round trip)."""
+_KNOWN_IDS: dict[str, tuple[str, int]] = {}
+"""Per burst key, the last job id this process saw and when that job was due (ms): while
+it waits, the id is a guess that saves a round trip (a wrong guess costs one)."""
 _KNOWN_IDS_MAX = 4096
 
 
@@ -96,16 +97,17 @@ def debounce_steps(app: Producer, msg: Message, d: Debounce, u: Uniqueness | Non
     def command_of(m: Message, body: bytes, adopted: bool) -> Command:
         return debounce_command(d.burst, m, body, times, adopted, lock)
 
-    known = _KNOWN_IDS.get(d.burst)
-    status, job_id, reply, msg = yield from adopting_steps(app, msg, command_of, known)
+    known, known_due_ms = _KNOWN_IDS.get(d.burst, (None, 0))
+    guess = known if now_ms() < known_due_ms else None  # (a job that is due has started)
+    status, job_id, reply, msg = yield from adopting_steps(app, msg, command_of, guess)
     if status == "held":
         return Job(job_id, msg.task, msg.queue, msg.priority, stores_result=msg.recorded, app=app)
-    _remember(d.burst, job_id)
     due_ms = as_int(reply[2]) if len(reply) > 2 else 0
+    _remember(d.burst, job_id, due_ms)
     return Job(job_id, msg.task, msg.queue, msg.priority, None, due_ms or None, msg.recorded, app)
 
 
-def _remember(burst: str, job_id: str) -> None:
+def _remember(burst: str, job_id: str, due_ms: int) -> None:
     if len(_KNOWN_IDS) >= _KNOWN_IDS_MAX:
         _KNOWN_IDS.clear()
-    _KNOWN_IDS[burst] = job_id
+    _KNOWN_IDS[burst] = (job_id, due_ms)

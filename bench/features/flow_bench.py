@@ -68,7 +68,9 @@ def gathered(calls):
 )
 
 
-def _modes(tasks: object, n: int) -> dict[str, Callable[[], None]]:
+def _modes(tasks: object, n: int, run: int) -> dict[str, Callable[[], None]]:
+    """Each mode's loop; keys are new in every run (a burst id a process remembers from an
+    earlier run would name a job that a FLUSHALL removed)."""
     noop, keep, gathered = (getattr(tasks, name) for name in ("noop", "keep", "gathered"))
 
     def loop(call: Callable[[int], object]) -> Callable[[], None]:
@@ -77,13 +79,13 @@ def _modes(tasks: object, n: int) -> dict[str, Callable[[], None]]:
     return {
         "delay": loop(noop.delay),
         "debounce, a key per call": loop(
-            lambda i: noop.apply_async((i,), debounce_key=f"k{i}", debounce_s=60)
+            lambda i: noop.apply_async((i,), debounce_key=f"k{run}:{i}", debounce_s=60)
         ),
         "debounce, one key": loop(
-            lambda i: noop.apply_async((i,), debounce_key="one", debounce_s=60)
+            lambda i: noop.apply_async((i,), debounce_key=f"one:{run}", debounce_s=60)
         ),
         "keep_last, a key per call": loop(
-            lambda i: keep.apply_async((i,), unique_key=f"k{i}", unique_mode="keep_last")
+            lambda i: keep.apply_async((i,), unique_key=f"k{run}:{i}", unique_mode="keep_last")
         ),
         "batch (100 per batch)": loop(gathered.delay),
     }
@@ -91,7 +93,7 @@ def _modes(tasks: object, n: int) -> dict[str, Callable[[], None]]:
 
 def enqueue_round(server: PrivateRedis, tasks: object, n: int, order: int) -> dict[str, float]:
     rates: dict[str, float] = {}
-    modes = list(_modes(tasks, n).items())
+    modes = list(_modes(tasks, n, order).items())
     for name, run in modes if order % 2 == 0 else modes[::-1]:
         server.flush()
         started = time.perf_counter()
