@@ -8,12 +8,14 @@ from collections.abc import Iterable, Iterator
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, TypedDict
 
+from taskq.batching import batch_steps, batching, eager_call
 from taskq.broker.steps import Steps
 from taskq.canvas import Signature, Workflow
+from taskq.debounce import Debounce, debounce_steps, debouncing
 from taskq.errors import ConfigError
 from taskq.job import Job
 from taskq.keys import check_job_id
-from taskq.message import now_ms
+from taskq.message import Message, now_ms
 from taskq.sending import send_steps
 from taskq.unique import unique_steps, uniqueness
 
@@ -36,6 +38,9 @@ class ApplyOptions(TypedDict, total=False):
     unique_mode: str | None
     job_id: str | None
     partition_key: str | None
+    debounce_key: str | None
+    debounce_s: float | None
+    debounce_max_wait_s: float | None
 
 
 def apply_plan(
@@ -43,11 +48,16 @@ def apply_plan(
 ) -> Job | Steps[Job] | Signature:
     """What an enqueue with options sends: a job's steps, or a one-step workflow (with
     callbacks); in eager mode, the job that already ran."""
+    if task.options.batch_size is not None:
+        return _batched(task, args, kwargs, o)
     link, link_error = o.get("link"), o.get("link_error")
     expires, unique_key, job_id = o.get("expires"), o.get("unique_key"), o.get("job_id")
+    debounced = _debounce_asked(task, o)
     if link is not None or link_error is not None:
         if expires is not None or unique_key is not None or job_id is not None:
             raise ConfigError("expires, unique_key and job_id do not go with link yet")
+        if debounced:
+            raise ConfigError("debounce_key does not go with link or link_error")
         return _linked(task, args, kwargs, o)
     eta_ms, in_ms = due_time(o.get("countdown"), o.get("eta"))
     msg = task.message(
@@ -67,11 +77,48 @@ def apply_plan(
         task, msg, unique_key=unique_key, unique_for=o.get("unique_for"),
         unique_mode=o.get("unique_mode"), job_id=job_id,
     )  # fmt: skip
+    d = _debounce(task, msg, o) if debounced else None
+    if d is not None and not task.app.settings.eager:
+        return debounce_steps(task.app, msg, d, u)
     if u is not None and not task.app.settings.eager:
         return unique_steps(task.app, msg, u, in_ms)
     if task.app.settings.eager:
         return task.app.enqueue(msg, in_ms=in_ms)
     return send_steps(task.app, msg, task.app.encode(msg), in_ms)
+
+
+def _batched(
+    task: TaskLike, args: tuple[Any, ...], kwargs: dict[str, Any], o: ApplyOptions
+) -> Job | Steps[Job]:
+    """A call of a batching task joins its batch (in eager mode it runs, a batch of one)."""
+    msg = task.message(args, kwargs, queue=o.get("queue"))
+    b = batching(task, msg, dict(o))
+    if task.app.settings.eager:
+        return task.app.enqueue(eager_call(msg))
+    return batch_steps(task.app, msg, b)
+
+
+def _debounce_asked(task: TaskLike, o: ApplyOptions) -> bool:
+    """Whether the call is debounced, or names a debounce time (checked by ``debouncing``)."""
+    return task.options.debounce_key is not None or any(
+        o.get(name) is not None for name in ("debounce_key", "debounce_s", "debounce_max_wait_s")
+    )
+
+
+def _debounce(task: TaskLike, msg: Message, o: ApplyOptions) -> Debounce | None:
+    """The burst of a call that asks for one (see :func:`debouncing`).
+
+    Raises:
+        ConfigError: with a countdown, an eta or a job id (a burst sets its own start and id).
+    """
+    if o.get("countdown") is not None or o.get("eta") is not None:
+        raise ConfigError("debounce_key sets when the job starts: give no countdown or eta")
+    if o.get("job_id") is not None:
+        raise ConfigError("debounce_key and job_id do not go together (a burst has one id)")
+    return debouncing(
+        task, msg, key=o.get("debounce_key"), debounce_s=o.get("debounce_s"),
+        max_wait_s=o.get("debounce_max_wait_s"),
+    )  # fmt: skip
 
 
 def _linked(

@@ -1,6 +1,7 @@
-"""A worker's edits of an encoded body: the attempts it used (``retries``) and how often it
-snoozed (``snoozes``), signed again when signing is on. Every other field, known or not, is
-kept as the producer wrote it (a body of a newer producer keeps its newer fields).
+"""Encoded bodies as bytes: whether one is signed, and a worker's edits of one (the attempts
+it used, ``retries``, and how often it snoozed, ``snoozes``), signed again when signing is
+on. Every other field, known or not, is kept as the producer wrote it (a body of a newer
+producer keeps its newer fields).
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import msgpack
 
 from taskq.config import MAX_RETRIES
+from taskq.message import BATCH_MARK, Message
 from taskq.signing import Signer
 
 
@@ -16,7 +18,11 @@ def with_retries(
 ) -> bytes:
     """The same body with ``retries`` (and ``snoozes``, if given) set, signed again by
     ``signer`` (a worker's retry stays signed); every other field, known or not, is kept as
-    is."""
+    is. A batch job's body becomes its message's (the calls as one argument, as its run had
+    them), signed so."""
+    if body.startswith(BATCH_MARK):
+        one = Message.decode(body)._replace(retries=retries).encode(signer=signer)
+        return one if snoozes is None else with_retries(one, retries, signer, snoozes=snoozes)
     try:
         data = msgpack.unpackb(body, raw=False, strict_map_key=False)
     except msgpack.ExtraData as extra:  # its old signature no longer holds
@@ -39,3 +45,15 @@ def snoozes_of(body: bytes) -> int:
         return 0
     n = data.get("snoozes", 0) if isinstance(data, dict) else 0
     return n if type(n) is int and 0 <= n <= MAX_RETRIES else 0
+
+
+def is_signed(body: bytes) -> bool:
+    """Whether ``body`` carries a signature trailer (whether it verifies is the signer's
+    question)."""
+    try:
+        msgpack.unpackb(body, raw=False, strict_map_key=False)
+    except msgpack.ExtraData:
+        return True
+    except Exception:  # not a body at all
+        return False
+    return False

@@ -183,6 +183,32 @@ class QueueKeys:
         """Uniqueness lock of one key: the id of the job holding it (``SET NX PX``)."""
         return f"{self.queue}:unique:{key}"
 
+    def debounce(self, key: str) -> str:
+        """A debounce burst of one key: a hash {job, member, first} naming the burst's job
+        waiting in the schedule (as ``member``) and when the burst began (ms); it expires
+        after the job is due."""
+        return f"{self.queue}:debounce:{key}"
+
+    def follow_up(self, key: str) -> str:
+        """The one follow-up job of a ``keep_last`` unique key whose job runs:
+        ``<job id>\n<hold ms>\n<priority index>\n<task>\n<body>``; it expires with the
+        lock."""
+        return f"{self.queue}:keeplast:{key}"
+
+    @property
+    def gathering(self) -> str:
+        """Sorted set of the queue's debounce bursts and filling batches, for inspect and the
+        dashboard: members ``debounce:<key>`` and ``batch:<task>:<key>`` (their keys without
+        the queue's prefix), scored by when each is due (ms); a member whose burst or batch
+        has gone is stale (readers skip it; a day later the scripts drop it)."""
+        return f"{self.queue}:gathering"
+
+    def batch(self, task: str, key: str) -> str:
+        """The calls of a batching task waiting for their batch, per ``batch_key``: a list of
+        ``<call id>\n<body>`` in enqueue order, emptied into one job when full or due; it
+        expires a week after its last call if no worker runs it."""
+        return f"{self.queue}:batch:{task}:{key}"
+
     def cancel(self, job_id: str) -> str:
         """Tombstone of a delivered job asked to stop (``job.cancel(terminate=True)``); its
         worker's master interrupts the run. Expires with the job's record."""

@@ -164,6 +164,8 @@ class Message(_MessageFields):
             DecodeError: not msgpack, not a map, a newer major version, or a mistyped field.
             SignatureError: (with ``signer``) unsigned, unknown key, or changed since signed.
         """
+        if body.startswith(BATCH_MARK):
+            return decode_batch(body, signer)
         data, trailer = _unpack(body, signer)
         if signer is not None:
             signer.verify(body, trailer)
@@ -372,16 +374,29 @@ def _unpack(body: bytes, signer: Signer | None) -> tuple[Any, bytes | None]:
         raise DecodeError(f"body is not valid msgpack ({type(exc).__name__})", body) from None
 
 
-def is_signed(body: bytes) -> bool:
-    """Whether ``body`` carries a signature trailer (whether it verifies is the signer's
-    question)."""
+BATCH_MARK = b"\xc1"
+"""The first byte of a batch job's body (a byte msgpack never uses): then a msgpack array of
+the batched calls' bodies, each as its producer wrote (and signed) it (``batch.lua``)."""
+
+
+def decode_batch(body: bytes, signer: Signer | None = None) -> Message:
+    """A batch job: its first call's message, its one argument the calls in enqueue order
+    (``{"args", "kwargs", "id"}`` each), every call's body decoded (and, with ``signer``,
+    verified) on its own. Raises DecodeError for anything else (one task and queue only)."""
     try:
-        msgpack.unpackb(body, raw=False, strict_map_key=False)
-    except msgpack.ExtraData:
-        return True
-    except Exception:  # not a body at all
-        return False
-    return False
+        bodies = msgpack.unpackb(body[1:], raw=True)
+    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
+        raise DecodeError(f"batch body is not a msgpack array: {exc}", body) from None
+    if not isinstance(bodies, list) or not bodies or not all(type(b) is bytes for b in bodies):
+        raise DecodeError("batch body must be a non-empty array of job bodies", body)
+    if any(b.startswith(BATCH_MARK) for b in bodies):
+        raise DecodeError("a batch may not hold a batch", body)
+    calls = [Message.decode(b, signer) for b in bodies]
+    first = calls[0]
+    if any(c.task != first.task or c.queue != first.queue for c in calls):
+        raise DecodeError("a batch holds calls of one task and queue", body)
+    batch = [{"args": list(c.args), "kwargs": c.kwargs, "id": c.id} for c in calls]
+    return first._replace(args=(batch,), kwargs={})
 
 
 def _offending_argument(msg: Message) -> str:

@@ -45,6 +45,12 @@ class TaskOptionArgs(TypedDict, total=False):
     limit_key: Callable[..., Any]
     validate: bool
     max_run_s: float
+    debounce_key: Callable[..., str]
+    debounce_s: float
+    debounce_max_wait_s: float
+    batch_size: int
+    batch_wait_s: float
+    batch_key: Callable[..., str]
     time_limit: float
     soft_time_limit: float
     retry_backoff: int
@@ -93,6 +99,17 @@ class TaskOptions:
     max_run_s: float | None = None
     """An iterating job (``taskq.iterate``) that ran this long saves its cursor and goes to
     the back of its queue, without spending an attempt (docs/resumable.md)."""
+    debounce_key: Callable[..., str] | None = None
+    """Called with the job's arguments: the ``debounce_key`` of a call that names none
+    (:mod:`taskq.debounce`); ``debounce_s`` and ``debounce_max_wait_s`` are the defaults."""
+    debounce_s: float | None = None
+    debounce_max_wait_s: float | None = None
+    batch_size: int | None = None
+    """Calls of the task accumulate per ``batch_key`` and run as one job (its one argument:
+    the list of calls) when this many are there, or ``batch_wait_s`` after the first
+    (:mod:`taskq.batching`)."""
+    batch_wait_s: float | None = None
+    batch_key: Callable[..., str] | None = None
 
     def __post_init__(self) -> None:
         check_priority(self.priority)
@@ -108,9 +125,10 @@ class TaskOptions:
             raise ConfigError(f"concurrency_limit must be a whole number >= 1, not {c!r}")
         if self.limit_key is not None and self.rate_limit is None and c is None:
             raise ConfigError("limit_key needs a rate_limit or a concurrency_limit")
-        if self.unique_mode not in ("until_done", "throttle"):
+        self._check_flow_control()
+        if self.unique_mode not in ("until_done", "throttle", "keep_last"):
             raise ConfigError(
-                f"unique_mode must be until_done or throttle, not {self.unique_mode!r}"
+                f"unique_mode must be until_done, throttle or keep_last, not {self.unique_mode!r}"
             )
         if isinstance(self.unique_for_s, bool) or not (
             isinstance(self.unique_for_s, int | float) and self.unique_for_s > 0
@@ -133,6 +151,40 @@ class TaskOptions:
         if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 0):
             raise ConfigError(f"max_snoozes must be a whole number >= 0, not {n!r}")
 
+    def _check_flow_control(self) -> None:
+        """The debounce options (:mod:`taskq.debounce`).
+
+        Raises:
+            ConfigError: a key that is not a function, or a bad or missing time.
+        """
+        if self.debounce_key is not None and not callable(self.debounce_key):
+            raise ConfigError("debounce_key must be a function of the job's arguments")
+        if self.debounce_key is not None and self.debounce_s is None:
+            raise ConfigError("debounce_key needs debounce_s")
+        if self.debounce_s is not None or self.debounce_max_wait_s is not None:
+            check_debounce_times(self.debounce_s, self.debounce_max_wait_s)
+        self._check_batching()
+
+    def _check_batching(self) -> None:
+        """The batching options (:mod:`taskq.batching`).
+
+        Raises:
+            ConfigError: a bad size, wait or key function, one without the others, or
+                batching with debounce or uniqueness by arguments.
+        """
+        n, wait, key = self.batch_size, self.batch_wait_s, self.batch_key
+        if n is None and wait is None and key is None:
+            return
+        if n is None or wait is None:
+            raise ConfigError("batching needs batch_size and batch_wait_s")
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_BATCH_SIZE:
+            raise ConfigError(f"batch_size must be a whole number 1 to {MAX_BATCH_SIZE}, not {n!r}")
+        check_seconds("batch_wait_s", wait)
+        if key is not None and not callable(key):
+            raise ConfigError("batch_key must be a function of the job's arguments")
+        if self.debounce_key is not None or self.unique:
+            raise ConfigError("a batching task cannot also be debounced or unique")
+
 
 MAX_TIME_LIMIT_S = 366 * 86_400.0
 """The longest time limit (a year): a limit is kept in ms on monotonic clocks and in records."""
@@ -150,6 +202,35 @@ def check_seconds(name: str, value: float | None) -> None:
         raise ConfigError(f"{name} must be a number of seconds, not {value!r}")
     if not 0 < value <= MAX_TIME_LIMIT_S:  # False for NaN too
         raise ConfigError(f"{name} must be > 0 and at most {MAX_TIME_LIMIT_S:.0f}, not {value!r}")
+
+
+MAX_BATCH_SIZE = 10_000
+"""The most calls one batch job holds."""
+DEBOUNCE_MAX_WAIT_FACTOR = 10
+"""``debounce_max_wait_s`` when neither the call nor the task says: ten debounce periods."""
+
+
+def check_debounce_times(debounce_s: float | None, max_wait_s: float | None) -> tuple[float, float]:
+    """The checked (debounce, max wait) in seconds (:mod:`taskq.debounce`); max wait
+    defaults to :data:`DEBOUNCE_MAX_WAIT_FACTOR` debounces, at most a year.
+
+    Raises:
+        ConfigError: a time that is not seconds > 0 (at most a year), or a max wait below
+            the debounce.
+    """
+    if debounce_s is None:
+        raise ConfigError("debounce_max_wait_s needs debounce_s")
+    check_seconds("debounce_s", debounce_s)
+    debounce = float(debounce_s)
+    if max_wait_s is None:
+        return debounce, min(MAX_TIME_LIMIT_S, debounce * DEBOUNCE_MAX_WAIT_FACTOR)
+    check_seconds("debounce_max_wait_s", max_wait_s)
+    max_wait = float(max_wait_s)
+    if max_wait < debounce:
+        raise ConfigError(
+            f"debounce_max_wait_s ({max_wait!r}) must be at least debounce_s ({debounce!r})"
+        )
+    return debounce, max_wait
 
 
 def renamed_options(options: Mapping[str, Any]) -> dict[str, Any]:

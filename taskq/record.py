@@ -60,11 +60,13 @@ job if it is cancelled before it runs."""
 CAUSE, CAUSE_TASK, CAUSE_TYPE, CAUSE_ERROR = "cause", "cause_task", "cause_type", "cause_error"
 """A workflow step failed without running: the id, task, error type and error of the
 earlier step that failed."""
+BATCH = "batch"
+"""A batch job (``taskq.batching``): how many calls it holds (so far, while it fills)."""
 
 FIELDS = (
     STATE, TASK, QUEUE, PRIORITY, ARGS, ENQUEUED_MS, ENTRY, DUE_MS, WORKER, STARTED_MS,
     ATTEMPTS, ATTEMPT_PREFIX + "<n>", FINISHED_MS, RESULT, WAITED, HELD, SLOT_FOR, UNIQUE, LATER,
-    CAUSE, CAUSE_TASK, CAUSE_TYPE, CAUSE_ERROR,
+    CAUSE, CAUSE_TASK, CAUSE_TYPE, CAUSE_ERROR, BATCH,
 )  # fmt: skip
 """Every field of the record, as docs/protocol.md lists them (``attempt:<n>`` for each
 failed attempt)."""

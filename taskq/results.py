@@ -163,6 +163,8 @@ class JobStatus:
         cause: for a workflow step that failed because an earlier step did, that step.
         steps / cursors: a resumable job's steps (``taskq.step``) and iterations
             (``taskq.iterate``), as its steps hash holds them (docs/resumable.md).
+        batch: for a batch job (``taskq.batching``), how many calls it holds (so far, while
+            it is ``scheduled``, filling); None for any other job.
     """
 
     job_id: str
@@ -185,6 +187,7 @@ class JobStatus:
     cause: Cause | None = None
     steps: tuple[StepView, ...] = ()
     cursors: tuple[CursorView, ...] = ()
+    batch: int | None = None
 
     @property
     def recorded(self) -> bool:
@@ -248,6 +251,7 @@ class JobStatus:
             errors=_attempt_errors(raw),
             result=raw.get(record.RESULT.encode()) if state == SUCCEEDED else None,
             cause=_cause(raw),
+            batch=ms(record.BATCH),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -274,6 +278,7 @@ class JobStatus:
             "cause": vars(self.cause) if self.cause else None,
             "steps": [s._asdict() for s in self.steps],
             "cursors": [c._asdict() for c in self.cursors],
+            "batch": {"job_id": self.job_id, "calls": self.batch} if self.batch else None,
         }
 
 

@@ -108,15 +108,17 @@ class Task(Generic[P, R]):
 
     def delay(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         """Enqueue with the task's default options."""
-        self.check(args, kwargs)
-        if self.options.unique:
+        if not self.options.batch_size:  # (a batching task takes the list of calls)
+            self.check(args, kwargs)
+        if self.options.unique or self.options.debounce_key or self.options.batch_size:
             return self.apply_async(args, kwargs)
         return self.app.enqueue(self.message(args, kwargs))
 
     async def adelay(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         """:meth:`delay` for asyncio code: the same, without blocking the event loop."""
-        self.check(args, kwargs)
-        if self.options.unique:
+        if not self.options.batch_size:  # (a batching task takes the list of calls)
+            self.check(args, kwargs)
+        if self.options.unique or self.options.debounce_key or self.options.batch_size:
             return await self.aapply_async(args, kwargs)
         return await self.app.aenqueue(self.message(args, kwargs))
 
@@ -149,9 +151,17 @@ class Task(Generic[P, R]):
             unique_key: while a job with this key is held, another enqueue adds nothing and
                 returns that job's handle (see :mod:`taskq.unique`).
             unique_for: seconds the key is held at most (default: the task's, 3,600).
-            unique_mode: ``until_done`` (the job's end releases the key) or ``throttle``.
+            unique_mode: ``until_done`` (the job's end releases the key), ``throttle``, or
+                ``keep_last`` (while the key's job runs, one follow-up job keeps the last
+                enqueue's arguments and starts when it ends).
             job_id: a caller-chosen id, refused while a job with it is held: the enqueue
                 then returns the existing job's handle.
+            debounce_key: a burst of enqueues of this key runs once, with the last
+                arguments (see :mod:`taskq.debounce`; the task's ``debounce_key`` function
+                gives a default).
+            debounce_s: each enqueue of the burst moves its start to this many seconds later.
+            debounce_max_wait_s: but never later than this many seconds after the burst's
+                first enqueue (default: ten times ``debounce_s``).
             partition_key: for a partitioned queue, the key whose partition the job goes to
                 (jobs of one key keep their order); without it, round robin.
         """
@@ -186,8 +196,8 @@ class Task(Generic[P, R]):
 
     def starmap(self, items: Iterable[Iterable[Any]]) -> list[Job]:
         """Enqueue one job per argument tuple, pipelined in batches (one round trip each for
-        a ``unique`` task, whose every enqueue takes its lock)."""
-        if self.options.unique:
+        a ``unique`` or debounced task, whose every enqueue is its own script)."""
+        if self.options.unique or self.options.debounce_key or self.options.batch_size:
             return [self.apply_async(tuple(item)) for item in items]
         checked = (self._checked(tuple(item)) for item in items)  # (per batch, before it goes)
         first = self.message((), {})  # queue and priority are checked once, not per job

@@ -398,3 +398,54 @@ def five_at_once(n: int, seconds: float) -> None:
     start = time.time()
     time.sleep(seconds)
     record(tag="five", n=n, start=start, end=time.time())
+
+
+@app.task(
+    store_result=True,
+    debounce_key=lambda doc, value: f"doc:{doc}",
+    debounce_s=0.4,
+    debounce_max_wait_s=2.0,
+)
+def reindex(doc: str, value: int) -> int:
+    """Debounced per document by default: a burst of edits runs once, with the last."""
+    record(tag="reindex", doc=doc, value=value)
+    return value
+
+
+@app.task(store_result=True)
+def recompute(value: int, seconds: float = 0.0) -> int:
+    """Records its start and sleeps (a keep_last job that runs while more enqueues come)."""
+    record(tag="recompute", value=value)
+    time.sleep(seconds)
+    return value
+
+
+@app.task(
+    store_result=True,
+    batch_size=100,
+    batch_wait_s=0.6,
+    batch_key=lambda user_id, n: f"user:{user_id}",
+)
+def digest(calls: list[dict[str, object]]) -> int:
+    """Batched per user: records the calls it got (their ``n`` and ids), returns how many."""
+    record(tag="digest", ns=[c["args"][1] for c in calls], ids=[c["id"] for c in calls])  # type: ignore[index]
+    return len(calls)
+
+
+@app.task(store_result=True, batch_size=5, batch_wait_s=0.3)
+def hard_digest(calls: list[dict[str, object]]) -> int:
+    """A batch whose first attempt hangs (its child is killed), second fails, third succeeds."""
+    job = current_job()
+    attempt = job.attempt if job else 0
+    record(tag="hard_digest", ns=[c["args"][0] for c in calls], attempt=attempt)  # type: ignore[index]
+    if attempt == 1:
+        time.sleep(30)
+    if attempt == 2:
+        raise ValueError("the batch fails once")
+    return len(calls)
+
+
+@app.task(store_result=True, batch_size=3, batch_wait_s=0.2)
+def tally(calls: list[dict[str, object]]) -> int:
+    """Batched, and writes nothing but its result: the sum of the calls' first arguments."""
+    return sum(c["args"][0] for c in calls)  # type: ignore[index,misc]

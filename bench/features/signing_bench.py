@@ -143,8 +143,8 @@ def check(ctx: AgentCtx) -> Params:
     with only ``TASKQ_SIGNING_KEYS=KEY``: the first runs, the second is dead-lettered."""
     from bench.peers import taskq_app
     from taskq import App
+    from taskq.bodypatch import is_signed
     from taskq.keys import QueueKeys
-    from taskq.message import is_signed
 
     if ENV in os.environ:
         raise BenchError(f"check: {ENV} is set in the agent's environment")

@@ -23,7 +23,7 @@ def publish_command(msg: Message, body: bytes) -> Command:
 def schedule_command(msg: Message, body: bytes, in_ms: int | None) -> Command:
     """Add a delayed job to the schedule: due ``in_ms`` after Redis receives it, or at
     ``msg.eta_ms``."""
-    member = b"%d\n%s\n%s" % (PRIORITIES.index(msg.priority), msg.task.encode(), body)
+    member = schedule_member(msg, body)
     at = "" if in_ms is not None else msg.eta_ms
     k = QueueKeys(msg.queue)
     keys, args = [k.schedule, k.due], [at, in_ms or 0, member]
@@ -40,3 +40,61 @@ def unique_command(
     """``unique.lua``: take the lock (``keys[0]``) and enqueue the job (the ops), unless the
     lock is held; its reply is the holder's id."""
     return script_command("unique", keys, [job_id, hold_ms, ops, record_at, int(releases)])
+
+
+def schedule_member(msg: Message, body: bytes) -> bytes:
+    """A delayed job as the schedule holds it: ``<priority index>\\n<task>\\n<body>``."""
+    return b"%d\n%s\n%s" % (PRIORITIES.index(msg.priority), msg.task.encode(), body)
+
+
+def debounce_command(
+    burst: str,
+    msg: Message,
+    body: bytes,
+    times_ms: tuple[int, int],
+    adopted: bool,
+    lock: tuple[str, int, bool] | None,
+) -> Command:
+    """``debounce.lua``: add the job to its burst (``burst``, the burst key), or start a
+    burst with it. ``times_ms`` is (debounce, max wait); ``adopted``: ``msg.id`` is the one
+    the script named; ``lock``: the uniqueness lock a new burst takes (key, hold ms, whether
+    the job's end releases it)."""
+    k = QueueKeys(msg.queue)
+    recorded = msg.result_ttl_s is not None
+    record = [k.job(msg.id), k.done(msg.id)] if recorded else [burst, burst]
+    keys = [burst, k.schedule, k.due, *record, lock[0] if lock else burst]
+    args = [msg.id, schedule_member(msg, body), *times_ms, int(adopted), int(recorded)]
+    args += [(msg.result_ttl_s or 0) * 1000, msg.task, msg.queue, msg.priority]
+    args.append(encode_args(msg.args, msg.kwargs))
+    args += [lock[1], int(lock[2])] if lock else ["", 0]
+    return script_command("debounce", keys, args)
+
+
+def keep_last_command(
+    keys: list[str],
+    msg: Message,
+    hold_ms: int,
+    ops: bytes,
+    record_at: int,
+    adopted: bool,
+    member: bytes,
+) -> Command:
+    """``keeplast.lua``: take the lock (``keys[0]``) and enqueue the job (the ops), or
+    return the waiting holder, or store the job as the follow-up (``keys[1]``) of the
+    running one. ``adopted``: ``msg.id`` is the one the script named."""
+    args = [msg.id, hold_ms, ops, record_at, int(adopted), member]
+    args += [(msg.result_ttl_s or 0) * 1000, msg.task, msg.queue, msg.priority]
+    return script_command("keeplast", keys, [*args, encode_args(msg.args, msg.kwargs)])
+
+
+def batch_command(
+    batch: str, msg: Message, body: bytes, size: int, times_ms: tuple[int, int]
+) -> Command:
+    """``batch.lua``: the call joins its batch (``batch``, the list), which runs as one job
+    when ``size`` calls are there (at once) or when due. ``times_ms``: (the batch's wait
+    from its first call, how long the list lives after its last call)."""
+    k = QueueKeys(msg.queue)
+    wait_ms, ttl_ms = times_ms
+    args = [msg.id, body, size, wait_ms, PRIORITIES.index(msg.priority), msg.task, msg.queue]
+    args += [msg.priority, (msg.result_ttl_s or 0) * 1000, ttl_ms]
+    return script_command("batch", [batch, k.schedule, k.due], args)

@@ -230,6 +230,62 @@ def _delayed_keys(k: QueueKeys) -> tuple[str, ...]:
     return (k.schedule, *(k.retry(p) for p in PRIORITIES))
 
 
+@dataclass(frozen=True)
+class GatheringRow:
+    """A debounce burst or a filling batch of a queue, as its index and keys have it:
+    ``kind`` (``debounce`` or ``batch``), its key (``<task>:<key>`` for a batch), its job id,
+    how many calls it gathered, and when it is due (ms, Redis clock)."""
+
+    queue: str
+    kind: str
+    key: str
+    job_id: str
+    count: int
+    due_ms: int
+
+
+def gathering_rows(link: Link, queue: str, limit: int) -> list[GatheringRow]:
+    """The queue's waiting bursts and batches, soonest due first (the first ``limit`` of its
+    gathering index; members whose burst started or batch ran are skipped)."""
+    k = QueueKeys(queue)
+    members = scored_text(link.call("ZRANGE", k.gathering, 0, limit - 1, "WITHSCORES"))
+    reads: list[Command] = []
+    for member, _ in members:
+        key = f"{queue}:{member}"
+        if member.startswith("debounce:"):
+            reads.append(("HMGET", key, "job", "member", "count"))
+        else:
+            reads += [("LLEN", key), ("LINDEX", key, 0)]
+    replies = iter(link.pipeline(reads) if reads else [])
+    found, waiting_members = [], []
+    for member, due in members:
+        kind, _, key = member.partition(":")
+        if kind == "debounce":
+            job, schedule_member, count = next(replies)
+            if job and schedule_member:
+                found.append(GatheringRow(queue, kind, key, text(job), as_int(count), due))
+                waiting_members.append((len(found) - 1, schedule_member))
+        else:
+            n, first = as_int(next(replies)), next(replies)
+            if n and first:
+                job = text(first).partition("\n")[0]
+                found.append(GatheringRow(queue, kind, key, job, n, due))
+    checks = [("ZSCORE", k.schedule, m) for _, m in waiting_members]
+    started = {
+        i
+        for (i, _), s in zip(waiting_members, link.pipeline(checks) if checks else [], strict=True)
+        if s is None
+    }
+    return [row for i, row in enumerate(found) if i not in started]
+
+
+def scored_text(value: Any) -> list[tuple[str, int]]:
+    """``ZRANGE ... WITHSCORES`` as (member text, integer score) pairs."""
+    if not isinstance(value, list):
+        return []
+    return [(text(value[i]), int(float(value[i + 1]))) for i in range(0, len(value) - 1, 2)]
+
+
 def entry_ms(entry_id: str) -> int:
     """The time (ms, Redis clock) at which a stream entry was added, from its id."""
     return int(entry_id.split("-", 1)[0])

@@ -17,9 +17,11 @@ import click
 from taskq.config import parse_queues
 from taskq.errors import BrokerError, ConfigError
 from taskq.keys import PRIORITIES
-from taskq.ops.inspect import Inspector, PendingJob, to_json
+from taskq.ops.inspect import Inspector, to_json
+from taskq.ops.pendingview import PendingJob
 from taskq.ops.render import (
     render_active,
+    render_gathering,
     render_overview,
     render_pending,
     render_ping,
@@ -148,6 +150,18 @@ def queues_(obj: Any, /, **opts: Any) -> None:
 def workers_(obj: Any, /, **opts: Any) -> None:
     """Live workers: their counters and each child's current job."""
     show(obj, Inspector.workers, render_workers, **_options(**opts))
+
+
+@inspect.command("gathering")
+@_common
+@click.pass_obj
+def gathering_(obj: Any, /, **opts: Any) -> None:
+    """Debounce bursts and batches waiting to run: key, job, calls gathered, due."""
+
+    def render(rows: list[Any]) -> list[str]:
+        return render_gathering(rows, int(time.time() * 1000))
+
+    show(obj, Inspector.gathering, render, **_options(**opts))
 
 
 @inspect.command("active")

@@ -32,6 +32,15 @@ PRODUCER_COMMANDS = (
     "zadd",  # ... a delayed job joins the schedule
     "get",  # ... the schedule's due key, a unique job's lock
     "set",  # ... lowered due key, the lock taken (NX PX)
+    "hmget",  # ... a debounce burst's job and member
+    "zscore",  # ... whether that member still waits in the schedule
+    "zrem",  # ... which the burst's next enqueue replaces
+    "xinfo|groups",  # ... whether a keep_last key's job was taken (runs)
+    "rpush",  # ... a batched call joins its batch's list
+    "lindex",  # ... whose first call names the batch job
+    "llen",  # ... a full batch
+    "lpop",  # ... leaves the list for its stream
+    "zremrangebyscore",  # ... the gathering index (inspect) drops members stale for a day
     "time",  # the Redis clock: scripts and job.status()
     "hgetall",  # job.status(), job.result(): the record
     "xpending",  # job.status(): a job taken, not yet marked running by its master
@@ -94,6 +103,8 @@ WORKER_COMMANDS = (
     "exec",
     "hexists",  # setting a paused job aside: is its pause still in force?
     "pttl",  # the end of a cancelled or expired job without a record: how long it is kept
+    "llen",  # a due batch (promote.lua)
+    "lpop",  # ... leaves its list for its stream
 )
 
 OPERATOR_COMMANDS = (
@@ -145,6 +156,9 @@ OPERATOR_COMMANDS = (
     # taskq pause / resume: the pause, and the jobs set aside under it back to their streams
     "hsetnx",
     "acl|whoami",  # the user an audit entry names (pause, resume, limits, cancel)
+    # taskq inspect gathering (and the overview): the bursts and batches waiting
+    "llen",
+    "lindex",
 )
 
 
@@ -159,9 +173,10 @@ def _worker_keys(k: QueueKeys) -> tuple[str, ...]:
     q = k.queue
     kinds: tuple[str, ...] = ("retry", "worker", "series", "job", "done", "chord", "cancel")
     kinds += ("limit", "running", "held", "unique", "flow", "steps", "taskstats")
+    kinds += ("debounce", "keeplast", "batch")  # flow control: due batches, follow-ups
     kinds += ("progress", "output", "logs", "logsize")  # a job's telemetry
     names: tuple[str, ...] = (k.deadletter, k.schedule, k.due, k.visibility, k.sweeper)
-    names += (k.workers, k.counts, k.periodic, k.cancelled, k.ended)
+    names += (k.workers, k.counts, k.periodic, k.cancelled, k.ended, k.gathering)
     read_only = (f"%R~{k.paused}", f"%R~{k.limits}")
     return (*k.streams, *names, *(f"{q}:{kind}:*" for kind in kinds), *read_only)
 
@@ -170,9 +185,11 @@ def _producer_keys(k: QueueKeys) -> tuple[str, ...]:
     """The keys an enqueue and a result read touch, and a job's telemetry (read): never the
     dead letters, retry sets, limits, periodic schedules or the worker registry."""
     ids: tuple[str, ...] = ("job", "done", "unique", "chord", "flow")
+    ids += ("debounce", "keeplast", "batch")  # flow control at enqueue
     ids += ("steps",)  # read by job.status()
     ids += ("progress", "output", "logs", "logsize")  # read by job.progress(), stream(), logs()
-    return (*k.streams, k.schedule, k.due, *(f"{k.queue}:{kind}:*" for kind in ids))
+    keys = (*k.streams, k.schedule, k.due, k.gathering)
+    return (*keys, *(f"{k.queue}:{kind}:*" for kind in ids))
 
 
 @dataclass(frozen=True)

@@ -6,12 +6,12 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from taskq.bodypatch import with_retries
+from taskq.bodypatch import is_signed, with_retries
 from taskq.broker.operators import Operators
 from taskq.broker.reads import Reader
 from taskq.deadletter import Deadletter
 from taskq.keys import QueueKeys
-from taskq.message import Message, is_signed
+from taskq.message import Message
 from taskq.signing import SignatureError, Signer
 from taskq.unique import DEFAULT_UNIQUE_FOR_S
 

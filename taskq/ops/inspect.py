@@ -16,8 +16,15 @@ from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from taskq.broker.control import read_pauses
-from taskq.broker.reads import PendingRow, QueueSnapshot, Reader, StreamSnapshot, entry_ms
-from taskq.keys import RECOVER_CONSUMER, QueueKeys, worker_of
+from taskq.broker.reads import (
+    GatheringRow,
+    QueueSnapshot,
+    Reader,
+    StreamSnapshot,
+    entry_ms,
+    gathering_rows,
+)
+from taskq.ops.pendingview import PendingJob, pending_job
 from taskq.pauses import Pause
 from taskq.worker.record import ChildRecord, WorkerRecord
 
@@ -169,6 +176,10 @@ class WorkerState:
     children: tuple[ChildState, ...]
 
 
+GATHERING_ROWS = 20
+"""Debounce bursts and batches per queue that the overview shows."""
+
+
 @dataclass(frozen=True)
 class Overview:
     """What ``taskq inspect`` prints: every queue, then every live worker."""
@@ -176,29 +187,9 @@ class Overview:
     now_ms: int
     queues: tuple[QueueStats, ...]
     workers: tuple[WorkerState, ...]
-
-
-@dataclass(frozen=True)
-class PendingJob:
-    """One entry of a group's pending list.
-
-    ``state`` is ``running`` (a live worker's child reports it), ``held`` (a live worker has
-    it but has not reported running it: prefetched, or started since its last heartbeat),
-    ``orphaned`` (its worker is gone; the sweep recovers it once ``idle_ms`` passes the
-    visibility timeout) or ``recovering`` (the sweep has claimed it and is settling it).
-    """
-
-    queue: str
-    priority: str
-    stream: str
-    entry_id: str
-    task: str | None
-    consumer: str
-    worker: str | None
-    state: str
-    idle_ms: int
-    deliveries: int
-    age_ms: int
+    gathering: tuple[GatheringRow, ...] = ()
+    """Debounce bursts and batches waiting to run, the first :data:`GATHERING_ROWS` of each
+    queue (all of them: ``taskq inspect gathering``)."""
 
 
 @dataclass(frozen=True)
@@ -294,7 +285,15 @@ class Inspector:
         live = {w.id for w in workers}
         running = {(c.stream or "", c.entry_id) for w in workers for c in w.children if c.entry_id}
         now, rows = self.reader.pending(self.queues, min_idle_ms=min_idle_ms, limit=limit)
-        return [_pending(row, now, live, running) for row in rows]
+        return [pending_job(row, now, live, running) for row in rows]
+
+    # -- debounce bursts and filling batches -----------------------------------------------
+
+    def gathering(self, *, limit: int = 100) -> list[GatheringRow]:
+        """Per queue, the debounce bursts and batches waiting to run (key, job, calls
+        gathered, due), soonest first: the first ``limit`` of each queue's gathering index
+        (two pipelined round trips per queue)."""
+        return [row for q in self.queues for row in gathering_rows(self.reader.link, q, limit)]
 
     # -- everything ------------------------------------------------------------------------
 
@@ -302,7 +301,8 @@ class Inspector:
         """Queues, then workers: what ``taskq inspect`` shows."""
         queues = self.queue_stats()
         workers = self.workers()
-        return Overview(self.reader.now_ms(), tuple(queues), tuple(workers))
+        gathering = tuple(self.gathering(limit=GATHERING_ROWS))
+        return Overview(self.reader.now_ms(), tuple(queues), tuple(workers), gathering)
 
 
 def _stream_stats(queue: str, s: StreamSnapshot, oldest_waiting: str | None) -> StreamStats:
@@ -376,30 +376,4 @@ def _worker(r: WorkerRecord, ttl_ms: int, now: int) -> WorkerState:
         dead=r.counts.dead,
         rate_per_s=r.rate_per_s,
         children=children,
-    )
-
-
-def _pending(
-    row: PendingRow, now: int, live: set[str], running: set[tuple[str, str]]
-) -> PendingJob:
-    stream = QueueKeys(row.queue).stream(row.priority)
-    worker = worker_of(row.consumer)
-    if row.consumer == RECOVER_CONSUMER:
-        state = "recovering"
-    elif worker not in live:
-        state = "orphaned"
-    else:
-        state = "running" if (stream, row.entry_id) in running else "held"
-    return PendingJob(
-        row.queue,
-        row.priority,
-        stream,
-        row.entry_id,
-        row.task,
-        row.consumer,
-        worker,
-        state,
-        row.idle_ms,
-        row.deliveries,
-        max(0, now - entry_ms(row.entry_id)),
     )

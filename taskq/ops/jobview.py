@@ -64,6 +64,7 @@ def _rows(s: JobStatus, now_ms: int) -> list[tuple[str, str | None]]:
         ("worker", s.worker if s.state == RUNNING else None),
         ("enqueued", _at(s.enqueued_ms, now_ms)),
         ("due", _at(s.due_ms, now_ms)),
+        ("batch", f"{s.batch} calls" if s.batch else None),
         ("started", when(s.started_ms) if s.started_ms is not None else None),
         ("finished", f"{when(s.finished_ms)} (ran {ran})" if s.finished_ms is not None else None),
     ]

@@ -9,7 +9,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from taskq.ops.inspect import ChildState, Overview, PendingJob, Ping, QueueStats, WorkerState
+from taskq.broker.reads import GatheringRow
+from taskq.ops.inspect import ChildState, Overview, Ping, QueueStats, WorkerState
+from taskq.ops.pendingview import PendingJob
 
 
 def fmt_ms(ms: float | None) -> str:
@@ -143,7 +145,10 @@ def render_worker_table(workers: Sequence[WorkerState]) -> list[str]:
 
 
 def render_overview(o: Overview) -> list[str]:
-    return [*render_queues(o.queues), "", *render_worker_table(o.workers)]
+    lines = [*render_queues(o.queues), "", *render_worker_table(o.workers)]
+    if o.gathering:
+        lines += ["", *render_gathering(o.gathering, o.now_ms)]
+    return lines
 
 
 def render_workers(workers: Sequence[WorkerState]) -> list[str]:
@@ -196,6 +201,15 @@ def render_pending(jobs: Sequence[PendingJob]) -> list[str]:
     ]
     headers = ("STREAM", "ENTRY", "TASK", "STATE", "CONSUMER", "IDLE", "DELIVERIES", "AGE")
     return table(headers, rows)
+
+
+def render_gathering(rows: Sequence[GatheringRow], now_ms: int) -> list[str]:
+    if not rows:
+        return ["no debounce bursts or batches waiting"]
+    cells = [
+        (r.queue, r.kind, r.key, r.job_id, r.count, fmt_ms(max(0, r.due_ms - now_ms))) for r in rows
+    ]
+    return table(("QUEUE", "KIND", "KEY", "JOB", "CALLS", "DUE IN"), cells)
 
 
 def render_registered(workers: Sequence[WorkerState]) -> list[str]:

@@ -125,12 +125,22 @@ def test_a_producer_enqueues_and_reads_its_results(
     later = tasks.add.apply_async((2, 3), countdown=0.5)
     unique = tasks.add.apply_async((3, 4), unique_key="acl")
     assert tasks.add.apply_async((3, 4), unique_key="acl").id == unique.id
+    debounced = tasks.add.apply_async((0, 1), debounce_key="acl", debounce_s=0.2)
+    assert tasks.add.apply_async((0, 2), debounce_key="acl", debounce_s=0.2).id == debounced.id
     assert later.status().state == "scheduled"
     assert [now.result(timeout=10), later.result(timeout=10), unique.result(timeout=10)] == [
         3,
         5,
         7,
     ]
+    assert debounced.result(timeout=10) == 2
+    kept = tasks.add.apply_async((5, 5), unique_key="kl", unique_mode="keep_last")
+    again = tasks.add.apply_async((5, 6), unique_key="kl", unique_mode="keep_last")
+    assert kept.result(timeout=10) == 10  # (again: the same job, or one after it)
+    assert again.result(timeout=10) == (10 if again.id == kept.id else 11)
+    full = [tasks.tally.delay(n) for n in (1, 2, 3)]  # a full batch: enqueued at once
+    assert full[0].result(timeout=10) == 6
+    assert tasks.tally.delay(4).result(timeout=10) == 4  # a batch due after its wait
     # queue= : without it app.job() also looks in ptick and pall (tests.tasks names them)
     assert tasks.app.job(now.id, queue="tasks").status().state == "succeeded"
     wait_until(lambda: plain.id in marked(mark_dir), message="the plain job to run")

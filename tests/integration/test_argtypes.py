@@ -16,7 +16,7 @@ import pytest
 import redis
 
 from taskq import App, EnqueueError, chain, chord
-from taskq.message import is_signed
+from taskq.bodypatch import is_signed
 from taskq.testing import drain
 from tests import typed_tasks as tt
 from tests.conftest import WorkerProcess, wait_until

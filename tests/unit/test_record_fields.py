@@ -47,6 +47,13 @@ KEY_KINDS = {
     ("cancel", "cancel_unrecorded", "tombs"): "cancelled",
     ("cancel", "pass_on_slot", "rec"): "record",
     ("deadletter_retry", MAIN, "KEYS[3]"): "record",
+    ("debounce", MAIN, "KEYS[1]"): "debounce",
+    ("debounce", MAIN, "KEYS[4]"): "record",
+    ("keeplast", MAIN, "KEYS[rec]"): "record",
+    ("keeplast", MAIN, "queue .. ':job:' .. held"): "record",
+    ("_flow", "enqueue_follow_up", "rec"): "record",
+    ("_flow", "flush_batch", "rec"): "record",
+    ("batch", MAIN, "rec"): "record",
     ("drop", MAIN, "KEYS[2]"): "counts",
     ("drop", MAIN, "prefix .. ':cancelled'"): "cancelled",
     ("enqueue", MAIN, "KEYS[2]"): "record",
@@ -80,7 +87,7 @@ KEY_KINDS = {
 """Every key of a hash command in the scripts: a job's record, or another hash (the queue's
 counts, its pauses and run-time limits, the tombstones of cancelled jobs without a record, a
 chord's state, a workflow's record, a worker's heartbeat record, the periodic schedules, a
-resumable job's steps, a job's telemetry log counters)."""
+resumable job's steps, a job's telemetry log counters, a debounce burst)."""
 
 DYNAMIC = {
     ("fetch", "unpack(ids)"): "XACK",

@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from taskq import App
-from taskq.bodypatch import with_retries
+from taskq.bodypatch import is_signed, with_retries
 from taskq.config import Settings, redact
 from taskq.errors import ConfigError, DecodeError
-from taskq.message import Message, is_signed
+from taskq.message import Message
 from taskq.signing import KeyedMac, SignatureError, Signer, key_id
 
 K1, K2 = "first-key-0123456789abcdef", "second-key-0123456789abcdef"

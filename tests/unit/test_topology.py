@@ -80,6 +80,15 @@ _CHECKS = (
     "if record ~= '' and (record ~= queue .. ':job:' .. id or not whole(job[7])) then",
 )
 
+_FOLLOW_UP_XADD = (
+    "local entry = redis.call('XADD', queue .. ':' .. PRIORITY_NAMES[tonumber(p) + 1], '*',"
+)
+_HOLDER_RECORD = (
+    "local h = redis.call('HMGET', queue .. ':job:' .. held, 'state', 'entry', 'priority')"
+)
+
+_BATCH_STREAM = "flush_batch(KEYS[1], queue .. ':' .. ({'high', 'normal', 'low'})[p + 1], ARGV[6])"
+
 
 def test_scripts_declare_their_keys() -> None:
     """Every script names its KEYS in its header, and the only key names built inside Lua are
@@ -104,15 +113,26 @@ def test_scripts_declare_their_keys() -> None:
         ("_flow.lua", "redis.call('HINCRBY', prefix .. ':counts', 'held', -1)"),
         ("_flow.lua", "local stream = prefix .. ':' .. PRIORITY_NAMES[p + 1]"),
         ("_flow.lua", "local rec = prefix .. ':job:' .. job"),
+        # (a keep_last follow-up: `queue` is the declared lock's own prefix)
+        ("_flow.lua", "local stored = redis.call('GET', queue .. ':keeplast:' .. key)"),
+        ("_flow.lua", "redis.call('DEL', queue .. ':keeplast:' .. key)"),
+        ("_flow.lua", _FOLLOW_UP_XADD),
+        ("_flow.lua", "local rec = queue .. ':job:' .. id"),
+        ("_flow.lua", "local index, member = queue .. ':gathering', string.sub(key, #queue + 2)"),
+        ("_flow.lua", "local rec = queue .. ':job:' .. first"),  # (of a batch's declared list)
         ("_flow.lua", _CHECKS[0]),
         ("_flow.lua", _CHECKS[1]),
         ("_flow.lua", _CHECKS[2]),
         ("_record.lua", "return string.match(stream, '^(.*):[^:]*$') .. ':job:' .. job_id"),
         ("_record.lua", "return string.match(stream, '^(.*):[^:]*$') .. ':done:' .. job_id"),
         ("aside.lua", "local paused = string.sub(KEYS[3], 1, #KEYS[3] - 7) .. ':paused'"),
+        ("batch.lua", "if not queue or KEYS[2] ~= queue .. ':schedule' then"),
+        ("batch.lua", "local rec = queue .. ':job:' .. first"),
+        ("batch.lua", _BATCH_STREAM),
         ("cancel.lua", "local ended, tombs = prefix .. ':ended', prefix .. ':cancelled'"),
         ("cancel.lua", "local held_head, lock_head = prefix .. ':held:', prefix .. ':unique:'"),
         ("cancel.lua", "local running = prefix .. ':running:' .. string.sub(held, #held_head + 1)"),
+        ("debounce.lua", "if not queue or KEYS[2] ~= queue .. ':schedule' then"),
         ("drop.lua", "redis.call('HDEL', prefix .. ':cancelled', ARGV[7])"),
         ("drop.lua", "local ended_key = prefix .. ':ended'"),
         ("jobs_remove.lua", "local rec = prefix .. ':job:' .. job"),
@@ -120,6 +140,8 @@ def test_scripts_declare_their_keys() -> None:
         ("jobs_remove.lua", "local rec = prefix .. ':job:' .. job"),
         ("jobs_remove.lua", "finish_record(rec, prefix .. ':done:' .. job, 'cancelled', ttl, now)"),
         ("jobs_retry_now.lua", "local rec = prefix .. ':job:' .. job"),
+        ("keeplast.lua", _HOLDER_RECORD),
+        ("keeplast.lua", "local last = last_delivered(queue .. ':' .. h[3], 'taskq')"),
     ]
 
 

@@ -44,6 +44,78 @@ local function refill(running, held, n, prefix, taken, now)
   end
 end
 
+-- The follow-up of a keep_last lock ("<queue>:unique:<key>") whose job `ended` just ended,
+-- if one is stored for it at "<queue>:keeplast:<key>" ("<job it follows>\n<id>\n<hold ms>\n
+-- <p>\n<task>\n<body>", written by keeplast.lua): it takes the lock and enters its stream,
+-- its record waiting. (A follow-up of another job is stale: the next store replaces it.)
+local function enqueue_follow_up(lock, ended, now)
+  local queue, key = string.match(lock, '^([^:]+):unique:(.+)$')
+  if not queue then return end
+  local stored = redis.call('GET', queue .. ':keeplast:' .. key)
+  if not stored then return end
+  local follows, id, hold, p, task, body =
+    string.match(stored, '^([^\n]*)\n([^\n]+)\n(%d+)\n([012])\n([^\n]+)\n(.*)$')
+  if follows ~= ended then return end
+  redis.call('DEL', queue .. ':keeplast:' .. key)
+  redis.call('SET', lock, id, 'PX', hold)
+  local entry = redis.call('XADD', queue .. ':' .. PRIORITY_NAMES[tonumber(p) + 1], '*',
+    'task', task, 'body', body, 'job', id)
+  local rec = queue .. ':job:' .. id
+  if redis.call('HSET', rec, 'state', 'waiting', 'entry', entry, 'enqueued_ms', now) == 3 then
+    redis.call('DEL', rec)  -- the record had expired
+  end
+end
+
+-- Batches of a batching task (batch.lua): a list "<queue>:batch:<task>:<key>" of
+-- "<call id>\n<body>", waiting as a marker member in the schedule until it is due.
+local BATCH_HEAD = '\193batch\n'
+local function batch_marker(list, p, task)
+  return p .. '\n' .. task .. '\n' .. BATCH_HEAD .. list
+end
+
+-- Note a debounce burst or a filling batch (`key`, of queue `queue`) in the queue's
+-- gathering index (inspect, the dashboard), due at `due`; or drop it (`due` nil). Members
+-- stale for a day go.
+local GATHERING_TTL_MS = 8 * 86400000
+local function note_gathering(queue, key, due, now)
+  local index, member = queue .. ':gathering', string.sub(key, #queue + 2)
+  if not due then
+    redis.call('ZREM', index, member)
+    return
+  end
+  redis.call('ZADD', index, due, member)
+  redis.call('ZREMRANGEBYSCORE', index, '-inf', now - 86400000)
+  redis.call('PEXPIRE', index, GATHERING_TTL_MS)
+end
+
+-- Run a batch as one job: every call of `list` leaves it, and one entry enters `stream`
+-- whose body is 0xc1 and a msgpack array of the calls' bodies, each as its producer wrote
+-- (and signed) it; its id is the first call's (its record, if it keeps one, says waiting).
+-- Returns the entry id, or nil for an empty list.
+local function flush_batch(list, stream, task)
+  local n = redis.call('LLEN', list)
+  if n == 0 then return nil end
+  local items = redis.call('LPOP', list, n)
+  local bodies, first = {}, nil
+  for _, item in ipairs(items) do
+    local nl = string.find(item, '\n', 1, true)
+    if nl then
+      first = first or string.sub(item, 1, nl - 1)
+      bodies[#bodies + 1] = string.sub(item, nl + 1)
+    end
+  end
+  if not first then return nil end
+  local queue = string.match(list, '^([^:]+):batch:')
+  note_gathering(queue, list, nil)
+  local rec = queue .. ':job:' .. first
+  local recorded = redis.call('EXISTS', rec) == 1
+  local fields = {'task', task, 'body', '\193' .. cmsgpack.pack(bodies)}
+  if recorded then fields[5], fields[6] = 'job', first end
+  local id = redis.call('XADD', stream, '*', unpack(fields))
+  if recorded then redis.call('HSET', rec, 'state', 'waiting', 'entry', id, 'batch', #bodies) end
+  return id
+end
+
 -- A step cancelled before its turn (its record says so) does not start, and the steps after
 -- it (`later`: {record, done, ttl ms} each) end as cancelled with it. Returns true if so.
 local function cancelled_step(record, later, now)
@@ -209,9 +281,13 @@ local OPS = {
   chord_fail = function(op, now)
     if redis.call('DEL', op[2]) == 1 then run_ops(op[3], now) end
   end,
-  -- ["unlock", lock key, job id]: a unique job ended: its lock goes, if it still holds it.
+  -- ["unlock", lock key, job id]: a unique job ended: its lock goes, if it still holds it,
+  -- and a keep_last follow-up stored while it ran takes the lock and enters its stream.
   unlock = function(op, now)
-    if redis.call('GET', op[2]) == op[3] then redis.call('DEL', op[2]) end
+    if redis.call('GET', op[2]) == op[3] then
+      redis.call('DEL', op[2])
+      enqueue_follow_up(op[2], op[3], now)
+    end
   end,
   -- ["release", running, held, job id, n, queue]: a job of a concurrency-limited task left
   -- its slot (it ended, or waits for a retry); a job waiting for a slot takes it.

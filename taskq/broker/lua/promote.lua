@@ -36,7 +36,13 @@ local function move_due(b, set, retry)
   local due = redis.call('ZRANGEBYSCORE', KEYS[b + set], '-inf', now, 'LIMIT', 0, limit)
   for _, m in ipairs(due) do
     local s, task, body, ff = parse(m, retry)
-    if s then
+    local batch = s and not retry and string.sub(body, 1, #BATCH_HEAD) == BATCH_HEAD
+      and string.sub(body, #BATCH_HEAD + 1)
+    if batch then
+      -- A batch that is due: only a list of this queue's batches (the schedule's prefix).
+      local head = string.sub(KEYS[b + set], 1, -#'schedule' - 1) .. 'batch:'
+      if string.sub(batch, 1, #head) == head then flush_batch(batch, KEYS[b + s], task) end
+    elseif s then
       local fields, job = {'task', task, 'body', body}, body_job_id(body)
       if job then fields[5], fields[6] = 'job', job end
       if ff then fields[#fields + 1], fields[#fields + 2] = 'ff', ff end
