@@ -108,16 +108,14 @@ class Task(Generic[P, R]):
 
     def delay(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         """Enqueue with the task's default options."""
-        if not self.options.batch_size:  # (a batching task takes the list of calls)
-            self.check(args, kwargs)
+        self.check(args, kwargs)
         if self.options.unique or self.options.debounce_key or self.options.batch_size:
             return self.apply_async(args, kwargs)
         return self.app.enqueue(self.message(args, kwargs))
 
     async def adelay(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         """:meth:`delay` for asyncio code: the same, without blocking the event loop."""
-        if not self.options.batch_size:  # (a batching task takes the list of calls)
-            self.check(args, kwargs)
+        self.check(args, kwargs)
         if self.options.unique or self.options.debounce_key or self.options.batch_size:
             return await self.aapply_async(args, kwargs)
         return await self.app.aenqueue(self.message(args, kwargs))
@@ -220,6 +218,8 @@ class Task(Generic[P, R]):
         Raises:
             EnqueueError: naming the parameter.
         """
+        if self.options.batch_size:  # its function takes the list of calls, not a call's
+            return
         self.spec.check(args, kwargs)
         validate = self.options.validate
         if validate or (validate is None and self.app.settings.validate):
