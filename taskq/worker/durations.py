@@ -115,6 +115,7 @@ class DurationMeter:
             if unseen:
                 self._sums.add(self._short.get(child, OTHER), unseen, 0.0)
         self._short = {c: t for c, t in self._short.items() if c in finished}
+        self._owed = {c: n for c, n in self._owed.items() if c in finished}
         self._finished = finished
 
     def _unseen(self, child: Child, finished: int, left: int) -> int:

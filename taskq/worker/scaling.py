@@ -25,7 +25,7 @@ from taskq.broker.replies import entries, text
 from taskq.config import Settings
 from taskq.keys import QueueKeys
 from taskq.worker.durations import OTHER, TaskTime
-from taskq.worker.record import WorkerRecord
+from taskq.worker.record import MAX_TASK_NAME, WorkerRecord
 
 MIN_INTERVAL_S = 1.0
 """A reader refreshes a queue's signal at most this often."""
@@ -228,11 +228,17 @@ def waiting_mix(reader: Reader, streams: Sequence[StreamSnapshot]) -> dict[str, 
     ]
     out = {}
     for s, rows in zip(todo, reader.link.pipeline(commands, errors=False), strict=True):
-        sample = Counter(text(f.get(b"task")) or OTHER for _, f in entries(rows))
+        sample = Counter(_task_name(f.get(b"task")) for _, f in entries(rows))
         seen = sum(sample.values())
         if seen:
             out[s.stream] = {t: s.waiting * n / seen for t, n in sample.items()}
     return out
+
+
+def _task_name(raw: Any) -> str:
+    """An entry's ``task`` field (untrusted): :data:`OTHER` when missing or too long."""
+    name = text(raw) if isinstance(raw, bytes | str) else ""
+    return name if 0 < len(name) <= MAX_TASK_NAME else OTHER
 
 
 def total(signals: Sequence[ScaleSignal]) -> int:

@@ -17,6 +17,8 @@ from starlette.testclient import TestClient
 from taskq import App
 from taskq.broker.workers import WorkerRegistry
 from taskq.dashboard import asgi
+from taskq.keys import QueueKeys
+from taskq.worker.durations import OTHER
 from taskq.worker.record import WorkerRecord
 from taskq.worker.scaling import Scaler, ScaleSignal
 from tests import tasks
@@ -151,12 +153,15 @@ def test_a_hostile_worker_record_is_ignored(task_app: App) -> None:
         "children": '{"index": "a"}',
     }
     registry.heartbeat("evil:1:x", hostile, ttl_ms=60_000, visibility_timeout_ms=30_000)
+    # and a waiting entry whose task name is too long to be one
     tasks.echo.delay(1)
-    # then: it is read as a worker that measured nothing
+    task_app.link.call("XADD", QueueKeys("tasks").stream("normal"), "*", "task", "x" * 500)
+    # then: it is read as a worker that measured nothing, the entry as another task
     found = signal(task_app)
     assert found.workers == 1 and found.task_duration_s == {} and found.job_duration_s is None
     assert found.desired_processes == 1
-    assert scale_json(task_app.settings.redis_url, "tasks")["queues"][0]["waiting"] == 1
+    assert found.waiting_tasks == {tasks.echo.name: 1, OTHER: 1}
+    assert scale_json(task_app.settings.redis_url, "tasks")["queues"][0]["waiting"] == 2
 
 
 def get_json(url: str) -> Any:
