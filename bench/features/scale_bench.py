@@ -6,9 +6,11 @@ measures one :class:`~taskq.worker.scaling.Scaler` refresh: round trips (counted
 link), the commands Redis ran and their own time (``INFO commandstats`` deltas), and the
 wall time. Then it polls ``signals()`` as fast as it can for a few seconds, as a hot
 autoscaler or many scrapes would, and counts the refreshes Redis saw (target: at most one
-per second per queue). Finally the master's side: the time of one duration sample (taken
-once per supervision tick, never per job) and the bytes the two duration fields add to each
-heartbeat record.
+per second per queue), and the waiting-mix read on its own (an XRANGE of at most 200 entries
+per stream). Finally the master's side: the time of one duration sample (taken once per
+supervision tick, never per job; 4 and 16 children, each running a job), of one window sum
+at a heartbeat with 32 tasks, and the bytes the duration fields add to each heartbeat
+record (32 tasks carried).
 
     PYTHONPATH=. python bench/features/scale_bench.py [--poll-s 5]
 
@@ -18,6 +20,7 @@ Exit status 2 when polling refreshed more than once a second.
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import tempfile
 import time
@@ -33,10 +36,11 @@ from taskq.broker.link import Link
 from taskq.broker.reads import Reader
 from taskq.broker.workers import WorkerRegistry
 from taskq.message import Message
-from taskq.worker.durations import DurationMeter
+from taskq.worker.durations import CARRIED_TASKS, DurationMeter, TaskTime
 from taskq.worker.outcome import JobCounts
 from taskq.worker.record import WorkerRecord
-from taskq.worker.scaling import Scaler
+from taskq.worker.scaling import Scaler, waiting_mix
+from taskq.worker.scoreboard import Running, SlotView
 from tests.redis_server import RedisServer
 
 QUEUE = "tasks"
@@ -70,7 +74,7 @@ def command_stats(r: redis.Redis) -> tuple[int, int]:
 def fill(app: App, waiting: int) -> None:
     app.link.call("DEL", *(f"{QUEUE}:{p}" for p in ("high", "normal", "low")))
     app.broker_for([QUEUE]).ensure_groups()
-    msgs = (Message("bench.noop", (i,), {}, queue=QUEUE) for i in range(waiting))
+    msgs = (Message(f"bench.task{i % 40}", (i,), {}, queue=QUEUE) for i in range(waiting))
     app.enqueue_many(msgs)
 
 
@@ -81,10 +85,59 @@ def register(app: App, r: redis.Redis, workers: int) -> None:
     for i in range(workers):
         record = WorkerRecord(
             f"host:{i}:bench", "host", i, "bench", "app", 1_000, 30_000, 4, (QUEUE,), (),
-            JobCounts(), 0.0, (), recent_jobs=600, recent_busy_ms=60_000,
+            JobCounts(), 0.0, (), recent_jobs=600, recent_busy_ms=60_000, recent_tasks=TASKS,
         )  # fmt: skip
         fields = record.to_fields()
         registry.heartbeat(record.id, fields, ttl_ms=600_000, visibility_timeout_ms=30_000)
+
+
+TASKS = {f"bench.task{i}": TaskTime(600, 60_000) for i in range(CARRIED_TASKS)}
+
+
+def mix_read(app: App, r: redis.Redis) -> dict[str, float]:
+    """The waiting-mix read alone: round trips, commands, Redis µs, wall ms."""
+    counting = CountingLink(app.link)
+    streams = Reader(app.link).queue(QUEUE).streams
+    calls0, usec0 = command_stats(r)
+    started = time.perf_counter()
+    waiting_mix(Reader(counting), streams)  # type: ignore[arg-type]
+    wall_ms = (time.perf_counter() - started) * 1000
+    calls1, usec1 = command_stats(r)
+    return {
+        "round_trips": counting.round_trips,
+        "commands": calls1 - calls0 - 1,
+        "redis_usec": usec1 - usec0,
+        "wall_ms": round(wall_ms, 2),
+    }
+
+
+def master_costs() -> None:
+    """Per tick and per heartbeat, on the master: never per job."""
+    for children in (4, 16):
+        meter = DurationMeter()
+        slots = [
+            ((i, 1000 + i), SlotView(1000 + i, 0, 0, 0, 0, running=(running(i % 40),)))
+            for i in range(children)
+        ]
+        sample_ns = per_call_ns(functools.partial(meter.sample, slots), number=20_000)
+        print(f"master, per tick: DurationMeter.sample, {children} children {sample_ns:,.0f} ns")
+    meter = DurationMeter()
+    for n in range(CARRIED_TASKS):  # 32 tasks measured, each job ending after one tick
+        meter.sample([((0, 1), SlotView(1, n, 0, 0, 0, running=(running(n, seq=n + 1),)))])
+    meter.sample([((0, 1), SlotView(1, CARRIED_TASKS, 0, 0, 0))])
+    recent_us = per_call_ns(meter.recent, number=2_000) / 1000
+    print(f"master, per heartbeat: DurationMeter.recent, 32 tasks {recent_us:,.1f} µs")
+
+
+def running(task: int, seq: int = 1) -> Running:
+    return Running(0, seq, 0.0, 0.0, 0, 0.0, "1-0", f"bench.task{task}", "job")
+
+
+def register_fields() -> dict[str, str | int | float]:
+    return WorkerRecord(
+        "w", "host", 1, "bench", "app", 0, 0, 4, (QUEUE,), (), JobCounts(), 0.0, (),
+        recent_jobs=19_200, recent_busy_ms=1_920_000, recent_tasks=TASKS,
+    ).to_fields()  # fmt: skip
 
 
 def one_refresh(app: App, r: redis.Redis) -> dict[str, float]:
@@ -147,11 +200,19 @@ def main() -> int:
             f"\npolling signals() for {args.poll_s:g} s: {rate:,.0f} calls/s, "
             f"{refreshes} refreshes ({per_s:.2f}/s; target <= 1/s per queue)"
         )
-        meter = DurationMeter()
-        sample_ns = per_call_ns(lambda: meter.sample(4))
-        print(f"master, per tick (not per job): DurationMeter.sample {sample_ns:.0f} ns")
-        extra = len("recent_jobs") + len("recent_busy_ms") + len("600") + len("60000")
-        print(f"heartbeat record: +{extra} bytes of field names and values")
+        print("\n| waiting | mix read: round trips | commands | Redis µs | wall ms |")
+        print("|---|---|---|---|---|")
+        for waiting in (1_000, 100_000):
+            fill(app, waiting)
+            row = mix_read(app, r)
+            print(
+                f"| {waiting:,} | {row['round_trips']:.0f} | {row['commands']:.0f} "
+                f"| {row['redis_usec']:.0f} | {row['wall_ms']} |"
+            )
+        master_costs()
+        fields = register_fields()
+        extra = sum(len(k) + len(str(fields[k])) for k in fields if k.startswith("recent_"))
+        print(f"heartbeat record: +{extra} bytes of duration fields (32 tasks)")
         r.close()
         app.close()
     return 0 if per_s <= 1.0 + 1.0 / args.poll_s else 2

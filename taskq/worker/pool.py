@@ -294,9 +294,10 @@ class Pool:
         a job past its hard limit, or take back the rest of its batch behind a long job."""
         now = time.monotonic()
         adaptive = self.options.prefetch is None
-        busy = []
+        busy, slots = [], []
         for child in self.children.values():
             view = self.scoreboard.read(child.index)
+            slots.append(((child.index, child.pid), view))
             if not view.busy or child.killed_for:
                 continue
             busy.append((child.index, child.pid, view))
@@ -308,7 +309,7 @@ class Pool:
                 self.stopping or child.leaving or now - long_job.started_mono > HANDBACK_AFTER_S
             ):  # leaving: the jobs behind the running one start elsewhere at once
                 self._revoke_rest(child, view, long_job)
-        self.durations.sample(sum(len(view.running) for _, _, view in busy))
+        self.durations.sample(slots)
         self.canceller.tick(busy, self._queue_of, self._mark_killed)
         self.marks.tick(busy, self._queue_of)
 
@@ -371,8 +372,7 @@ class Pool:
         now = time.monotonic()
         rate = (totals.processed - done) / (now - at) if now > at else 0.0
         self._last_processed = (totals.processed, now)
-        in_flight_s = sum(now - j.started_mono for v in views for j in v.running)
-        recent = self.durations.recent(totals.processed + totals.failed, in_flight_s)
+        recent = self.durations.recent()
         streams = self.maintenance.broker.streams
         children = tuple(
             ChildRecord.of(c.index + 1, c.pid, c.consumer, v.running, streams, now)
@@ -394,6 +394,7 @@ class Pool:
             children=children,
             recent_jobs=recent.jobs,
             recent_busy_ms=recent.busy_ms,
+            recent_tasks=recent.tasks,
         )
 
     def _title(self) -> None:

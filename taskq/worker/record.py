@@ -2,18 +2,20 @@
 ``heartbeat_interval_ms``, and what ``taskq inspect``, the metrics and the dashboard read.
 
 Stored as the hash ``<queue>:worker:<worker id>`` (see docs/protocol.md); ``children`` and
-``tasks`` are JSON arrays inside it. Durations are measured by the master on its monotonic
-clock and ``heartbeat_ms`` is set by Redis, so readers place every time on the Redis clock.
+``tasks`` are JSON arrays inside it, ``recent_tasks`` a JSON object. Durations are measured
+by the master on its monotonic clock and ``heartbeat_ms`` is set by Redis, so readers place
+every time on the Redis clock.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from taskq.broker.replies import as_int
+from taskq.worker.durations import CARRIED_TASKS, TaskTime
 from taskq.worker.outcome import JobCounts
 
 if TYPE_CHECKING:
@@ -98,7 +100,10 @@ class WorkerRecord:
         heartbeat_ms: when the record was written, by the Redis clock (set by Redis).
         recent_jobs, recent_busy_ms: jobs finished, and the time its jobs ran (all children
             summed), over the last minutes (:mod:`taskq.worker.durations`): their ratio is
-            the mean job duration the autoscaling signal uses.
+            the mean job duration of the worker.
+        recent_tasks: the same per task (the busiest ones, the others summed under
+            :data:`~taskq.worker.durations.OTHER`): what the autoscaling signal weighs the
+            waiting jobs of each task with. Stored as ``{"task": [jobs, busy_ms], ...}``.
     """
 
     id: str
@@ -117,6 +122,7 @@ class WorkerRecord:
     heartbeat_ms: int = 0
     recent_jobs: int = 0
     recent_busy_ms: int = 0
+    recent_tasks: dict[str, TaskTime] = field(default_factory=dict)
 
     def to_fields(self) -> dict[str, str | int | float]:
         """The hash fields (``heartbeat_ms`` is left to the script, which has the clock)."""
@@ -135,6 +141,9 @@ class WorkerRecord:
             "children": json.dumps([asdict(c) for c in self.children]),
             "recent_jobs": self.recent_jobs,
             "recent_busy_ms": self.recent_busy_ms,
+            "recent_tasks": json.dumps(
+                {t: list(v) for t, v in self.recent_tasks.items()}, separators=(",", ":")
+            ),
         }
         out.update(asdict(self.counts))
         return out
@@ -160,7 +169,45 @@ class WorkerRecord:
             heartbeat_ms=as_int(f.get("heartbeat_ms")),
             recent_jobs=max(0, as_int(f.get("recent_jobs"))),
             recent_busy_ms=max(0, as_int(f.get("recent_busy_ms"))),
+            recent_tasks=task_times(f.get("recent_tasks")),
         )
+
+
+MAX_TASK_NAME = 200
+"""Longer names in a record's ``recent_tasks`` are dropped (a slot keeps 160 bytes)."""
+
+MAX_TASKS_FIELD = 16_384
+"""A ``recent_tasks`` field longer than this (characters) is ignored whole."""
+
+
+def task_times(raw: str | None) -> dict[str, TaskTime]:
+    """A record's ``recent_tasks``, read as untrusted: at most ``2 * CARRIED_TASKS`` entries
+    of a short name and two counts in range; any other entry is dropped, any other field
+    reads as empty."""
+    if not raw or len(raw) > MAX_TASKS_FIELD:
+        return {}
+    try:
+        value = json.loads(raw)
+    except (ValueError, RecursionError):
+        return {}
+    if not isinstance(value, dict):
+        return {}
+    out = {}
+    for task, pair in list(value.items())[: 2 * CARRIED_TASKS]:
+        if len(task) <= MAX_TASK_NAME and _counts(pair):
+            out[task] = TaskTime(*pair)
+    return out
+
+
+def _counts(pair: Any) -> bool:
+    """``[jobs, busy_ms]``: two non-negative ints (not bools), busy time under a year."""
+    return (
+        isinstance(pair, list)
+        and len(pair) == 2
+        and all(type(n) is int for n in pair)
+        and 0 < pair[0] <= 10**9
+        and 0 <= pair[1] <= 365 * 86_400_000
+    )
 
 
 def _json_list(raw: str | None) -> list[Any]:

@@ -15,7 +15,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
 from taskq import App
+from taskq.broker.workers import WorkerRegistry
 from taskq.dashboard import asgi
+from taskq.keys import QueueKeys
+from taskq.worker.durations import OTHER
+from taskq.worker.record import WorkerRecord
 from taskq.worker.scaling import Scaler, ScaleSignal
 from tests import tasks
 from tests.conftest import ROOT, WorkerProcess, wait_until
@@ -91,6 +95,73 @@ def test_a_thousand_short_jobs_want_about_ten_processes(
     assert drained.waiting == drained.fetched == drained.running == 0
     assert drained.workers >= 2
     worker.stop()
+
+
+@pytest.mark.slow
+def test_the_backlog_is_weighed_by_each_tasks_measured_duration(
+    task_app: App, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    # given: a worker that ran jobs of 300 ms (sleepy) and of 30 ms (spin, shorter than
+    # the master's tick: most are counted without being seen running)
+    worker = start_worker("-A", "tests.tasks", "-c", "2", "--grace", "1")
+    tasks.sleepy.starmap((0.3,) for _ in range(6))
+    tasks.spin.starmap((0.03,) for _ in range(60))
+    sleepy, spin = tasks.sleepy.name, tasks.spin.name
+    record = wait_until(
+        lambda: (r := worker_record(task_app)) and r.recent_jobs == 66 and r,
+        timeout_s=20,
+        message="the 66 jobs in the heartbeat record",
+    )
+    # then: the record carries each task's window (a spin job no sample saw counts for
+    # spin once one was seen), and the signal each task's mean
+    assert record.recent_tasks[sleepy].jobs == 6
+    assert record.recent_tasks[spin].jobs >= 30, record.recent_tasks
+    measured = signal(task_app)
+    assert 0.2 <= measured.task_duration_s[sleepy] <= 0.45, measured
+    assert 0.01 <= measured.task_duration_s[spin] <= 0.1, measured
+    # when: both children run a long job, and 100 short jobs and 20 of 300 ms wait
+    tasks.sleepy.starmap((5,) for _ in range(2))
+    wait_until(lambda: signal(task_app).running == 2, message="both children busy")
+    tasks.spin.starmap((0.03,) for _ in range(100))
+    tasks.sleepy.starmap((0.3,) for _ in range(20))
+    found = signal(task_app)
+    # then: the waiting mix is sampled, and the work is mostly the 20 long jobs' 6 s
+    assert found.waiting == 120 and found.waiting_tasks == {spin: 100, sleepy: 20}, found
+    short_s = 100 * found.task_duration_s[spin]
+    assert found.work_s == pytest.approx(short_s + 20 * found.task_duration_s[sleepy], abs=0.01)
+    assert found.work_s >= 4.0
+    doc = scale_json(task_app.settings.redis_url, "tasks")["queues"][0]
+    assert doc["waiting_tasks"] == found.waiting_tasks
+    assert doc["task_duration_s"].keys() >= {sleepy, spin}
+    worker.stop()
+
+
+def worker_record(app: App) -> WorkerRecord | None:
+    rows = app.reader.worker_records(["tasks"])[1]
+    return WorkerRecord.from_fields(rows[0][0]) if rows else None
+
+
+def test_a_hostile_worker_record_is_ignored(task_app: App) -> None:
+    # given: a live record on the queue whose fields have the wrong types
+    registry = WorkerRegistry(task_app.link, ["tasks"])
+    hostile = {
+        "id": "evil:1:x",
+        "queues": "tasks",
+        "recent_tasks": '{"tests.tasks.echo": ["1", {}], "x": [1e309, 1]}',
+        "recent_jobs": "many",
+        "recent_busy_ms": "[]",
+        "children": '{"index": "a"}',
+    }
+    registry.heartbeat("evil:1:x", hostile, ttl_ms=60_000, visibility_timeout_ms=30_000)
+    # and a waiting entry whose task name is too long to be one
+    tasks.echo.delay(1)
+    task_app.link.call("XADD", QueueKeys("tasks").stream("normal"), "*", "task", "x" * 500)
+    # then: it is read as a worker that measured nothing, the entry as another task
+    found = signal(task_app)
+    assert found.workers == 1 and found.task_duration_s == {} and found.job_duration_s is None
+    assert found.desired_processes == 1
+    assert found.waiting_tasks == {tasks.echo.name: 1, OTHER: 1}
+    assert scale_json(task_app.settings.redis_url, "tasks")["queues"][0]["waiting"] == 2
 
 
 def get_json(url: str) -> Any:
