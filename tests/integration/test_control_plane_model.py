@@ -58,6 +58,7 @@ from taskq.context import current_job
 from taskq.errors import JobCancelled
 from taskq.keys import GROUP, PRIORITIES, RECOVER_CONSUMER, QueueKeys, worker_of
 from taskq.results import FINAL
+from taskq.worker.cancels import START_CHECK_HOLDS_S
 from taskq.worker.consumer import Consumer, ConsumerOptions
 from taskq.worker.executor import Executor
 from taskq.worker.finish import Finisher
@@ -213,6 +214,8 @@ class ControlPlaneModel(RuleBasedStateMachine):
         self.workers = {s: self._new_worker(i) for i, s in enumerate(SLOTS)}
         self.dead_consumers: list[str] = []
         self.deaths = self.restarts = self.cancels = 0
+        self.cancelled_at: dict[str, float] = {}
+        """When each job was last asked to cancel (monotonic, before the script ran)."""
         self.jobs: list[str] = []
         """Every job id, in the order they were made (draws index into it)."""
         self.chains: list[list[str]] = []
@@ -306,6 +309,11 @@ class ControlPlaneModel(RuleBasedStateMachine):
         d = w.batch.pop(0)
         job_id = str(body_of(d.body or b"")["id"])
         asked = bool(self.records.cancel_requested([(QUEUE, job_id)]))
+        # A consumer's read of its batch's tombstones answers for START_CHECK_HOLDS_S: a
+        # cancel after that read may find the job started (docs/cancellation.md), as here.
+        starts = w.consumer.starts
+        if job_id in starts._read and self.cancelled_at.get(job_id, 0.0) > starts._read_at:
+            asked &= time.monotonic() - starts._read_at > START_CHECK_HOLDS_S
         kind, value = w.runner.start(w.consumer, d, w.batch)
         if kind == "entered":
             w.running = value
@@ -366,6 +374,7 @@ class ControlPlaneModel(RuleBasedStateMachine):
         live = [j for j in self.jobs if j not in self.final]
         job_id = data.draw(st.sampled_from(live or self.jobs))
         before = self._state(job_id)
+        self.cancelled_at[job_id] = time.monotonic()
         got = self.records.cancel(QUEUE, job_id, ttl_ms=86_400_000, terminate=terminate)
         if before in FINAL:
             assert got == before, (job_id, before, got)
