@@ -16,11 +16,15 @@ app = App()  # configured by TASKQ_* variables set by the test fixtures
 _client: redis.Redis | None = None
 
 
-def record(**fields: object) -> None:
-    """Append one run record: job id, attempt, pid, start/end time and the given fields."""
+def _redis() -> redis.Redis:
     global _client
     if _client is None:
         _client = redis.Redis.from_url(app.settings.redis_url)
+    return _client
+
+
+def record(**fields: object) -> None:
+    """Append one run record: job id, attempt, pid, start/end time and the given fields."""
     job = current_job()
     base = {
         "job": job.id if job else None,
@@ -28,7 +32,7 @@ def record(**fields: object) -> None:
         "pid": os.getpid(),
         "t": time.time(),
     }
-    _client.rpush("runs", msgpack.packb({**base, **fields}))
+    _redis().rpush("runs", msgpack.packb({**base, **fields}))
 
 
 @app.task
@@ -45,10 +49,7 @@ def urgent(value: object) -> None:
 def sleepy(seconds: float, tag: str = "") -> None:
     """Sleeps; pushes its tag to the list ``started`` first, so tests can see it running."""
     start = time.time()
-    global _client
-    if _client is None:
-        _client = redis.Redis.from_url(app.settings.redis_url)
-    _client.rpush("started", tag)
+    _redis().rpush("started", tag)
     time.sleep(seconds)
     record(tag=tag, start=start, end=time.time())
 
@@ -127,13 +128,10 @@ UNDECODABLE = b"bad \xff\xfe bytes".decode("utf-8", "surrogateescape")
 @app.task
 def sleepy_traced(seconds: float, tag: str = "") -> None:
     """Like ``sleepy``, but pushes a run record (pid, start time) to the list ``starts`` first."""
-    global _client
-    if _client is None:
-        _client = redis.Redis.from_url(app.settings.redis_url)
     job = current_job()
     start = time.time()
     entry = {"job": job.id if job else None, "pid": os.getpid(), "start": start, "tag": tag}
-    _client.rpush("starts", msgpack.packb(entry))
+    _redis().rpush("starts", msgpack.packb(entry))
     time.sleep(seconds)
     record(tag=tag, start=start, end=time.time())
 
@@ -394,8 +392,10 @@ def paced(n: int) -> None:
 
 @app.task(concurrency_limit=5)
 def five_at_once(n: int, seconds: float) -> None:
-    """Five at a time across the fleet (until a limit set at run time says otherwise)."""
+    """Five at a time across the fleet (until a limit set at run time says otherwise); says
+    when it has begun in the list ``five:begun``."""
     start = time.time()
+    _redis().rpush("five:begun", n)
     time.sleep(seconds)
     record(tag="five", n=n, start=start, end=time.time())
 

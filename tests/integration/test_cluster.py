@@ -443,6 +443,24 @@ def test_the_control_plane_and_job_browsing_in_the_queues_slot(capp: Callable[..
     taskstats.write(app.broker.link, ["{tasks}"], 60_000, {"c.work": taskstats.Summary(runs=2)})
 
 
+def test_debounce_batching_and_keep_last(capp: Callable[..., App]) -> None:
+    app = capp("{tasks}", store_results=True, signing_keys=["cluster-flow-key-0123456789"])
+    echo = app.task(name="echo")(lambda x: x)
+    tally = app.task(name="tally", batch_size=3, batch_wait_s=0.2)(
+        lambda calls: [c["args"][0] for c in calls]
+    )
+    burst = [echo.apply_async((i,), debounce_key="k", debounce_s=0.2) for i in range(3)]
+    batched = [tally.delay(i) for i in range(4)]  # one full batch, one due after its wait
+    kept = [echo.apply_async((i,), unique_key="u", unique_mode="keep_last") for i in (7, 8)]
+    assert len({j.id for j in burst}) == 1 and kept[0].id == kept[1].id
+    drain(app, wait_for_retries=True, timeout_s=20)
+    wait_until(lambda: not app.reader.queue("{tasks}").scheduled, 5)
+    drain(app, timeout_s=20)
+    assert burst[0].result(timeout=2) == 2
+    assert batched[0].result(timeout=2) == [0, 1, 2] and batched[3].result(timeout=2) == [3]
+    assert kept[0].result(timeout=2) == 7
+
+
 def test_every_script_ran_on_the_cluster(
     redis_cluster: RedisCluster, capp: Callable[..., App]
 ) -> None:
@@ -476,21 +494,3 @@ def test_every_script_ran_on_the_cluster(
             exists = r.script_exists(*(script_sha(n) for n in scripts))
         loaded |= {n for n, there in zip(scripts, exists, strict=True) if there}
     assert set(scripts) - loaded == set()
-
-
-def test_debounce_batching_and_keep_last(capp: Callable[..., App]) -> None:
-    app = capp("{tasks}", store_results=True, signing_keys=["cluster-flow-key-0123456789"])
-    echo = app.task(name="echo")(lambda x: x)
-    tally = app.task(name="tally", batch_size=3, batch_wait_s=0.2)(
-        lambda calls: [c["args"][0] for c in calls]
-    )
-    burst = [echo.apply_async((i,), debounce_key="k", debounce_s=0.2) for i in range(3)]
-    batched = [tally.delay(i) for i in range(4)]  # one full batch, one due after its wait
-    kept = [echo.apply_async((i,), unique_key="u", unique_mode="keep_last") for i in (7, 8)]
-    assert len({j.id for j in burst}) == 1 and kept[0].id == kept[1].id
-    drain(app, wait_for_retries=True, timeout_s=20)
-    wait_until(lambda: not app.reader.queue("{tasks}").scheduled, 5)
-    drain(app, timeout_s=20)
-    assert burst[0].result(timeout=2) == 2
-    assert batched[0].result(timeout=2) == [0, 1, 2] and batched[3].result(timeout=2) == [3]
-    assert kept[0].result(timeout=2) == 7
