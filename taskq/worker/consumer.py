@@ -165,7 +165,7 @@ class Consumer:
             batch = self.next_batch()
             if batch is None:
                 break
-            self.starts.fetched(batch, self._fetched_at)
+            self.starts.fetched(batch, self.fetched_at)
             if self.slot is not None and self.options.prefetch is None:
                 self.slot.list_batch(
                     [(self.broker.stream_position[d.stream], d.entry_id) for d in batch]
@@ -181,6 +181,11 @@ class Consumer:
             self._settled.clear()
             self.set_title("idle")  # once per batch: the title names the job while it runs
             self.check_limits()
+
+    @property
+    def fetched_at(self) -> float:
+        """When the last fetch returned (monotonic)."""
+        return self._fetched_at
 
     def leave(self) -> None:
         """Send the last acks and leave the group."""

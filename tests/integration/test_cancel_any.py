@@ -15,8 +15,8 @@ from taskq.worker.aio import serve
 from taskq.worker.consumer import Consumer, ConsumerOptions
 from taskq.worker.executor import Executor
 from taskq.worker.finish import Finisher
-from tests import tasks
-from tests.conftest import WorkerProcess, wait_until
+from tests import async_tasks, tasks
+from tests.conftest import WorkerProcess, runs, wait_until
 
 
 def test_a_waiting_job_without_a_record_is_found_and_never_runs(
@@ -136,3 +136,26 @@ def test_a_running_job_without_a_record_is_interrupted_with_terminate(
     assert r.hget("tasks:counts", "cancelled") == b"1"
     tasks.sleepy.delay(0, "next")
     wait_until(lambda: b"next" in r.lrange("started", 0, -1), 20, message="the next job")
+
+
+@pytest.mark.slow
+def test_an_async_job_without_a_record_cancelled_while_it_waits_never_starts(
+    redis_url: str, r: redis.Redis, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    # given async jobs of an app with results off, two running at their task's limit and a
+    # third waiting behind them for a slot (delivered, out of its stream)
+    async_tasks.app.settings = async_tasks.app.settings.replace(redis_url=redis_url)
+    start_worker("-A", "tests.async_tasks", "-c", "1", "--loglevel", "info")
+    for tag in ("a", "b"):
+        async_tasks.limited.delay(3.0, tag)
+    job = async_tasks.limited.delay(0, "c")
+    held = f"tasks:held:{async_tasks.limited.name}"
+    wait_until(lambda: r.zcard(held) == 1, 20, message="the third job to wait for a slot")
+    # when it is cancelled there
+    assert not job.stores_result and job.cancel() == "requested"
+    # then the asyncio runner does not start it when a slot frees: it ends cancelled
+    wait_until(lambda: job.status().state == "cancelled", 20, message="the job to end cancelled")
+    wait_until(lambda: len(runs(r)) == 2, 10, message="the two running jobs to end")
+    assert sorted(x["tag"] for x in runs(r)) == ["a", "b"]
+    assert r.hlen("tasks:cancelled") == 0 and r.hget("tasks:counts", "cancelled") == b"1"
+    async_tasks.app.close()
