@@ -111,7 +111,7 @@ class Consumer:
         self._outages = OutageWaiter(should_give_up=lambda: self._idle and self.stopping)
         self.starts = StartCheck(broker, self._outages)
         self.finisher.limits = self.starts.pauses.options_for
-        self._fetched_at = time.monotonic()
+        self.fetched_at = time.monotonic()
         self._task_code: CodeType | None = None
         self._pace_ms = BATCH_BUDGET_MS  # until measured: one job per fetch
         self._acks_since_trim = 0
@@ -182,11 +182,6 @@ class Consumer:
             self.set_title("idle")  # once per batch: the title names the job while it runs
             self.check_limits()
 
-    @property
-    def fetched_at(self) -> float:
-        """When the last fetch returned (monotonic)."""
-        return self._fetched_at
-
     def leave(self) -> None:
         """Send the last acks and leave the group."""
         if self.finisher.acks:
@@ -240,7 +235,7 @@ class Consumer:
         # acks skip the ownership check (it costs an XPENDING per batch).
         now = time.monotonic()
         fence = (
-            now - self._fetched_at
+            now - self.fetched_at
         ) * 1000 > self.executor.app.settings.visibility_timeout_ms / 2
         acks, completions = self.finisher.acks, self.finisher.completions
         dirty = self._dirty | {d.stream for d in acks}
@@ -262,7 +257,7 @@ class Consumer:
             self._dirty, self._acks_since_trim, self._trimmed_at = set(), 0, now
         else:
             self._dirty = dirty
-        self._fetched_at = time.monotonic()
+        self.fetched_at = time.monotonic()
         return fetched
 
     def _read_blocking(self, block_ms: int, count: int) -> list[Delivery]:
@@ -273,7 +268,7 @@ class Consumer:
             batch = self._outages.call(
                 lambda: self.broker.read_blocking(self.name, count, block_ms)
             )
-            self._fetched_at = time.monotonic()
+            self.fetched_at = time.monotonic()
         except (_Interrupted, BrokerUnavailable):
             # Stopped while idle (or while Redis was down): the read may have been cut off
             # mid-reply, so drop that connection. Entries it may have delivered stay pending
