@@ -9,6 +9,7 @@ import pytest
 import redis
 
 from taskq import App
+from taskq.broker.control import read_audit
 from taskq.testing import drain
 from taskq.worker import cancels
 from taskq.worker.aio import serve
@@ -159,3 +160,32 @@ def test_an_async_job_without_a_record_cancelled_while_it_waits_never_starts(
     assert sorted(x["tag"] for x in runs(r)) == ["a", "b"]
     assert r.hlen("tasks:cancelled") == 0 and r.hget("tasks:counts", "cancelled") == b"1"
     async_tasks.app.close()
+
+
+def test_a_cancel_appends_its_audit_entry_in_its_own_step(
+    make_app: Callable[..., App], r: redis.Redis
+) -> None:
+    app = make_app()
+
+    @app.task
+    def work() -> None:
+        pass
+
+    job = work.delay()
+    with r.monitor() as monitor:
+        assert job.cancel() == "cancelled"
+        # (a cancel that finds nothing to remove is audited as before: 'requested')
+        assert app.job("f" * 32).cancel() == "requested"
+        audits: list[dict[str, str]] = []
+        while len(audits) < 2:
+            command = monitor.next_command()
+            if command["command"].startswith("XADD tasks:audit"):
+                audits.append(command)
+    # then each entry was written by the cancel's script itself (in its step, not after it)
+    assert [c["client_type"] for c in audits] == ["lua", "lua"]
+    entries = read_audit(app.link, ["tasks"])
+    assert [e.detail for e in entries] == [
+        {"job_id": job.id, "terminate": False, "outcome": "cancelled"},
+        {"job_id": "f" * 32, "terminate": False, "outcome": "requested"},
+    ]
+    assert {e.action for e in entries} == {"cancel"} and {e.user for e in entries} == {"default"}
