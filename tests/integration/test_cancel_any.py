@@ -189,3 +189,22 @@ def test_a_cancel_appends_its_audit_entry_in_its_own_step(
         {"job_id": "f" * 32, "terminate": False, "outcome": "requested"},
     ]
     assert {e.action for e in entries} == {"cancel"} and {e.user for e in entries} == {"default"}
+
+
+@pytest.mark.slow
+def test_a_running_async_job_without_a_record_is_interrupted_with_terminate(
+    redis_url: str, r: redis.Redis, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    # given a coroutine of an app with results off, running beside another one
+    async_tasks.app.settings = async_tasks.app.settings.replace(redis_url=redis_url)
+    start_worker("-A", "tests.async_tasks", "-c", "1", "--loglevel", "info")
+    job, other = async_tasks.nap.delay(30, "long"), async_tasks.nap.delay(1, "other")
+    wait_until(lambda: r.llen("started") == 2, 20, message="both to start")
+    # when it is cancelled with terminate=True
+    assert job.cancel(terminate=True) == "requested"
+    # then only its coroutine is interrupted: it ends cancelled, the other one runs to its end
+    wait_until(lambda: job.status().state == "cancelled", 10, message="the job to end cancelled")
+    wait_until(lambda: len(runs(r)) == 1, 10, message="the other job to end")
+    assert [x["job"] for x in runs(r)] == [other.id]
+    assert r.hlen("tasks:cancelled") == 0
+    async_tasks.app.close()
