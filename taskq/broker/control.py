@@ -41,13 +41,9 @@ class Auditor:
         return self._user
 
     def args(self, action: str, detail: Mapping[str, Any]) -> list[Any]:
-        """The audit stream's cap and an entry's fields, as scripts take them."""
+        """The audit stream's cap and an entry's fields, as scripts take them (the script
+        that acts appends the entry in the same step)."""
         return [self.cap, *AuditEntry.fields(action, self.user, detail)]
-
-    def append(self, queue: str, action: str, detail: Mapping[str, Any]) -> None:
-        """Append an entry on its own (for an action that is no script of this module)."""
-        fields = AuditEntry.fields(action, self.user, detail)
-        self.link.call("XADD", QueueKeys(queue).audit, "MAXLEN", "~", self.cap, "*", *fields)
 
 
 def read_pauses(link: Link, queues: Sequence[str]) -> dict[str, dict[Pause, int]]:

@@ -135,19 +135,18 @@ class Records:
         ``terminating`` if its worker will interrupt it, ``running`` if it runs and
         ``terminate`` is False, else ``unknown`` or the final state it had reached. A job
         without a record, with ``keep_ms``: ``cancelled`` if it was found waiting and
-        removed, else ``requested`` (its tombstone stops it at its worker, for ``keep_ms``)."""
+        removed, else ``requested`` (its tombstone stops it at its worker, for ``keep_ms``).
+        With ``auditor``, the cancel's audit entry is written in the same step."""
         k = QueueKeys(queue)
         keys = [k.job(job_id), k.done(job_id), *k.streams, k.schedule]
-        keys += [*(k.retry(p) for p in PRIORITIES), k.cancel(job_id), k.counts]
+        keys += [*(k.retry(p) for p in PRIORITIES), k.cancel(job_id), k.counts, k.audit]
         later = later_steps(self.link.call("HGET", k.job(job_id), record.LATER))
         keys += [key for ref in later for key in ref[:2]]
         args = [job_id, GROUP, ttl_ms, int(terminate), *(ref[2] for ref in later)]
         args.append(keep_ms or "")
-        outcome = text(self.link.script("cancel", keys, args))
-        if auditor is not None:
-            detail = {"job_id": job_id, "terminate": terminate, "outcome": outcome}
-            auditor.append(queue, "cancel", detail)
-        return outcome
+        if auditor is not None:  # appended by the script, with the outcome in its detail
+            args += auditor.args("cancel", {"job_id": job_id, "terminate": terminate})
+        return text(self.link.script("cancel", keys, args))
 
     def cancel_marks(self, jobs: Sequence[tuple[str, str]], *, terminate_only: bool) -> set[str]:
         """Which of these jobs without a record (queue, job id) have a tombstone

@@ -35,6 +35,7 @@ import contextlib
 import logging
 import threading
 import time
+from collections.abc import Sequence
 
 from taskq.broker import Delivery
 from taskq.errors import JobCancelled, SoftTimeLimitExceeded
@@ -136,11 +137,12 @@ class AsyncRunner:
             if not batch and self.running:
                 await self._wait_for_change(self._poll_s)
                 self._poll_s = min(POLL_MAX_S, self._poll_s * 2)
+            c.starts.fetched(batch, c.fetched_at)
             for i, d in enumerate(batch):
                 if c.stopping:
                     c.hand_back(batch[i:])
                     break
-                sync = self._start(d)
+                sync = self._start(d, batch[i + 1 :])
                 if sync is not None:
                     c.hand_back(batch[i + 1 :])  # they would wait behind the sync job
                     await self._run_sync(d, sync)
@@ -178,9 +180,10 @@ class AsyncRunner:
 
     # -- one job -------------------------------------------------------------------------
 
-    def _start(self, d: Delivery) -> Prepared | None:
+    def _start(self, d: Delivery, rest: Sequence[Delivery]) -> Prepared | None:
         """Start one async job (or record a delivery that cannot run); a sync job is
-        returned instead, for :meth:`_run_sync`."""
+        returned instead, for :meth:`_run_sync`. ``rest``: the batch after it, which the
+        start check (cancelled, paused) reads with it, as in the sync loop."""
         c = self.consumer
         prepared = c.executor.prepare(d)
         if isinstance(prepared, Outcome):
@@ -189,8 +192,8 @@ class AsyncRunner:
         if not prepared.task.is_async:
             return prepared
         self._after_sync = False
-        prepared = c.starts.pauses.check(prepared)  # a pause, a limit set at run time
-        if isinstance(prepared, Outcome):  # paused: it is set aside
+        prepared = c.starts.check(prepared, rest)  # cancelled, paused, a run-time limit
+        if isinstance(prepared, Outcome):  # cancelled, or paused: set aside
             c.record(prepared)
             return None
         if not c.limits_allow(prepared):

@@ -111,7 +111,7 @@ class Consumer:
         self._outages = OutageWaiter(should_give_up=lambda: self._idle and self.stopping)
         self.starts = StartCheck(broker, self._outages)
         self.finisher.limits = self.starts.pauses.options_for
-        self._fetched_at = time.monotonic()
+        self.fetched_at = time.monotonic()
         self._task_code: CodeType | None = None
         self._pace_ms = BATCH_BUDGET_MS  # until measured: one job per fetch
         self._acks_since_trim = 0
@@ -165,7 +165,7 @@ class Consumer:
             batch = self.next_batch()
             if batch is None:
                 break
-            self.starts.fetched(batch, self._fetched_at)
+            self.starts.fetched(batch, self.fetched_at)
             if self.slot is not None and self.options.prefetch is None:
                 self.slot.list_batch(
                     [(self.broker.stream_position[d.stream], d.entry_id) for d in batch]
@@ -235,7 +235,7 @@ class Consumer:
         # acks skip the ownership check (it costs an XPENDING per batch).
         now = time.monotonic()
         fence = (
-            now - self._fetched_at
+            now - self.fetched_at
         ) * 1000 > self.executor.app.settings.visibility_timeout_ms / 2
         acks, completions = self.finisher.acks, self.finisher.completions
         dirty = self._dirty | {d.stream for d in acks}
@@ -257,7 +257,7 @@ class Consumer:
             self._dirty, self._acks_since_trim, self._trimmed_at = set(), 0, now
         else:
             self._dirty = dirty
-        self._fetched_at = time.monotonic()
+        self.fetched_at = time.monotonic()
         return fetched
 
     def _read_blocking(self, block_ms: int, count: int) -> list[Delivery]:
@@ -268,7 +268,7 @@ class Consumer:
             batch = self._outages.call(
                 lambda: self.broker.read_blocking(self.name, count, block_ms)
             )
-            self._fetched_at = time.monotonic()
+            self.fetched_at = time.monotonic()
         except (_Interrupted, BrokerUnavailable):
             # Stopped while idle (or while Redis was down): the read may have been cut off
             # mid-reply, so drop that connection. Entries it may have delivered stay pending

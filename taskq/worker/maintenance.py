@@ -22,6 +22,7 @@ from taskq.errors import BrokerError, ConfigError
 from taskq.keys import RECOVER_CONSUMER
 from taskq.worker.executor import Executor
 from taskq.worker.finish import Finisher
+from taskq.worker.pausing import run_time_limits
 from taskq.worker.record import WorkerRecord
 from taskq.worker.throughput import ThroughputWriter
 from taskq.worker.ticker import Ticker
@@ -165,6 +166,7 @@ class Maintenance:
         dead workers, delete finished jobs that linger behind long ones, forget old consumers."""
         s = self.app.settings
         finisher = Finisher(broker, self.executor)
+        finisher.limits = run_time_limits(broker)  # a slot a lost job held is freed under them
         for queue in broker.queues:  # (a partitioned queue's partitions, one by one)
             if not broker.try_lead_sweep(queue, self.worker_id, s.sweep_interval_ms):
                 continue

@@ -12,11 +12,13 @@ import copy
 import dataclasses
 import math
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from taskq.broker.control import read_control
 from taskq.pauses import LimitOverride, Pause, covering
 from taskq.worker.limiter import limit_key_of
+from taskq.worker.outage import OutageWaiter
 from taskq.worker.outcome import PAUSED, Outcome
 
 if TYPE_CHECKING:
@@ -24,7 +26,6 @@ if TYPE_CHECKING:
     from taskq.message import Message
     from taskq.options import TaskOptions
     from taskq.worker.executor import Prepared
-    from taskq.worker.outage import OutageWaiter
 
 
 READ_EVERY_S = 0.5
@@ -113,3 +114,11 @@ class PauseGate:
             return False
         time.sleep(READ_EVERY_S)  # (a stop signal is seen at the next turn of the loop)
         return True
+
+
+def run_time_limits(broker: Broker) -> Callable[[str, Message, TaskOptions], TaskOptions]:
+    """What :meth:`PauseGate.options_for` tells, for a master that settles its children's
+    jobs (or the sweep): a slot taken under a limit set at run time is released under it.
+    Read when first asked (only a job's end does), and not waited out if Redis fails: the
+    master's step that asks is tried again."""
+    return PauseGate(broker, OutageWaiter(should_give_up=lambda: True)).options_for

@@ -18,6 +18,7 @@ from taskq.worker.executor import Executor
 from taskq.worker.finish import Finisher
 from taskq.worker.maintenance import Maintenance
 from taskq.worker.outcome import JobCounts
+from taskq.worker.pausing import run_time_limits
 from taskq.worker.scoreboard import SlotView
 
 
@@ -108,6 +109,7 @@ class Reclaimer:
                 if 0 <= job.stream_index < len(streams):
                     running.add((streams[job.stream_index], job.entry_id))
         finisher = Finisher(broker, self.executor)
+        finisher.limits = run_time_limits(broker)  # a slot it held is freed under them
         kinds += finisher.recover_exited(exited.consumer, running, exited.cause)
 
     def _hand_back(self, broker: Broker, *, consumer: str, rest: list[tuple[int, str]]) -> None:

@@ -9,14 +9,15 @@ import pytest
 import redis
 
 from taskq import App
+from taskq.broker.control import read_audit
 from taskq.testing import drain
 from taskq.worker import cancels
 from taskq.worker.aio import serve
 from taskq.worker.consumer import Consumer, ConsumerOptions
 from taskq.worker.executor import Executor
 from taskq.worker.finish import Finisher
-from tests import tasks
-from tests.conftest import WorkerProcess, wait_until
+from tests import async_tasks, tasks
+from tests.conftest import WorkerProcess, runs, wait_until
 
 
 def test_a_waiting_job_without_a_record_is_found_and_never_runs(
@@ -136,3 +137,74 @@ def test_a_running_job_without_a_record_is_interrupted_with_terminate(
     assert r.hget("tasks:counts", "cancelled") == b"1"
     tasks.sleepy.delay(0, "next")
     wait_until(lambda: b"next" in r.lrange("started", 0, -1), 20, message="the next job")
+
+
+@pytest.mark.slow
+def test_an_async_job_without_a_record_cancelled_while_it_waits_never_starts(
+    redis_url: str, r: redis.Redis, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    # given async jobs of an app with results off, two running at their task's limit and a
+    # third waiting behind them for a slot (delivered, out of its stream)
+    async_tasks.app.settings = async_tasks.app.settings.replace(redis_url=redis_url)
+    start_worker("-A", "tests.async_tasks", "-c", "1", "--loglevel", "info")
+    for tag in ("a", "b"):
+        async_tasks.limited.delay(3.0, tag)
+    job = async_tasks.limited.delay(0, "c")
+    held = f"tasks:held:{async_tasks.limited.name}"
+    wait_until(lambda: r.zcard(held) == 1, 20, message="the third job to wait for a slot")
+    # when it is cancelled there
+    assert not job.stores_result and job.cancel() == "requested"
+    # then the asyncio runner does not start it when a slot frees: it ends cancelled
+    wait_until(lambda: job.status().state == "cancelled", 20, message="the job to end cancelled")
+    wait_until(lambda: len(runs(r)) == 2, 10, message="the two running jobs to end")
+    assert sorted(x["tag"] for x in runs(r)) == ["a", "b"]
+    assert r.hlen("tasks:cancelled") == 0 and r.hget("tasks:counts", "cancelled") == b"1"
+    async_tasks.app.close()
+
+
+def test_a_cancel_appends_its_audit_entry_in_its_own_step(
+    make_app: Callable[..., App], r: redis.Redis
+) -> None:
+    app = make_app()
+
+    @app.task
+    def work() -> None:
+        pass
+
+    job = work.delay()
+    with r.monitor() as monitor:
+        assert job.cancel() == "cancelled"
+        # (a cancel that finds nothing to remove is audited as before: 'requested')
+        assert app.job("f" * 32).cancel() == "requested"
+        audits: list[dict[str, str]] = []
+        while len(audits) < 2:
+            command = monitor.next_command()
+            if command["command"].startswith("XADD tasks:audit"):
+                audits.append(command)
+    # then each entry was written by the cancel's script itself (in its step, not after it)
+    assert [c["client_type"] for c in audits] == ["lua", "lua"]
+    entries = read_audit(app.link, ["tasks"])
+    assert [e.detail for e in entries] == [
+        {"job_id": job.id, "terminate": False, "outcome": "cancelled"},
+        {"job_id": "f" * 32, "terminate": False, "outcome": "requested"},
+    ]
+    assert {e.action for e in entries} == {"cancel"} and {e.user for e in entries} == {"default"}
+
+
+@pytest.mark.slow
+def test_a_running_async_job_without_a_record_is_interrupted_with_terminate(
+    redis_url: str, r: redis.Redis, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    # given a coroutine of an app with results off, running beside another one
+    async_tasks.app.settings = async_tasks.app.settings.replace(redis_url=redis_url)
+    start_worker("-A", "tests.async_tasks", "-c", "1", "--loglevel", "info")
+    job, other = async_tasks.nap.delay(30, "long"), async_tasks.nap.delay(1, "other")
+    wait_until(lambda: r.llen("started") == 2, 20, message="both to start")
+    # when it is cancelled with terminate=True
+    assert job.cancel(terminate=True) == "requested"
+    # then only its coroutine is interrupted: it ends cancelled, the other one runs to its end
+    wait_until(lambda: job.status().state == "cancelled", 10, message="the job to end cancelled")
+    wait_until(lambda: len(runs(r)) == 1, 10, message="the other job to end")
+    assert [x["job"] for x in runs(r)] == [other.id]
+    assert r.hlen("tasks:cancelled") == 0
+    async_tasks.app.close()

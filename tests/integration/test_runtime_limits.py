@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import signal
 import time
 from collections.abc import Callable
 
+import msgpack
 import pytest
 import redis
 from click.testing import CliRunner
@@ -121,3 +124,27 @@ def test_clearing_a_run_time_concurrency_sends_its_held_jobs_back(
     assert not r.exists("tasks:running:t.free", "tasks:held:t.free")
     drain(app)
     assert ran == [7]
+
+
+@pytest.mark.slow
+def test_a_slot_taken_under_a_run_time_limit_is_freed_when_its_child_dies(
+    task_app: App, r: redis.Redis, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    # given a task without a concurrency limit of its own, limited to one at run time: a job
+    # running (its slot taken) and another waiting for that slot
+    name = tasks.sleepy_traced.name
+    task_app.set_limit(name, concurrency=1)
+    start_worker("-A", "tests.tasks", "-c", "2", "--loglevel", "warning", TASKQ_MAX_RETRIES="0")
+    tasks.sleepy_traced.delay(60, "long")
+    wait_until(lambda: r.llen("starts") == 1, 20, message="the long job to start")
+    tasks.sleepy_traced.delay(0, "next")
+    wait_until(lambda: r.zcard(f"tasks:held:{name}") == 1, 20, message="the next one held")
+    assert r.zcard(f"tasks:running:{name}") == 1
+    # when the child running the first one is SIGKILLed
+    os.kill(msgpack.unpackb(r.lindex("starts", 0), raw=False)["pid"], signal.SIGKILL)
+    # then its master's recovery frees the slot under the run-time limit: the next job runs
+    wait_until(lambda: [x["tag"] for x in runs(r)] == ["next"], 20, message="the next job")
+    assert r.xlen("tasks:deadletter") == 1  # the lost run (no retries here)
+    wait_until(lambda: r.zcard(f"tasks:running:{name}") == 0, 5, message="the slot freed")
+    assert r.zcard(f"tasks:held:{name}") == 0
+    task_app.clear_limit(name)

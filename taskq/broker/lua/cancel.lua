@@ -3,12 +3,15 @@
 -- is removed and its record ends as cancelled: it never runs. A delivered job (running, or
 -- in a worker's prefetched batch) gets a tombstone that its worker's master acts on.
 -- KEYS: record, done list, streams high/normal/low, schedule, retry sets high/normal/low,
---       tombstone, counts hash, then record and done list of each later workflow step (the
---       record's 'later' field, read and checked by the caller).
--- ARGV: job id, group, ttl ms, terminate ('1' or '0'), then each later step's ttl ms.
+--       tombstone, counts hash, audit stream, then record and done list of each later
+--       workflow step (the record's 'later' field, read and checked by the caller).
+-- ARGV: job id, group, ttl ms, terminate ('1' or '0'), then each later step's ttl ms, keep
+--       ms (below), then, to audit the cancel, the audit stream's cap and the audit entry's
+--       fields (its 'detail', a JSON object, gets the outcome): the entry is appended in
+--       this step, whatever the outcome (not on an error reply).
 -- Keys named in the record ('held', 'slot_for') are used only if they are this queue's held
 -- sets (the record is untrusted); the running set of a held set is derived from it.
--- A job without a record (ARGV[5 + later steps] = keep ms, '' to leave such jobs alone) is
+-- A job without a record (keep ms: '' to leave such jobs alone) is
 -- looked for by its id in the bodies of its queue's undelivered entries, schedule and retry
 -- sets (up to SCAN_MAX of each) and removed there; else a tombstone '<queue>:cancelled'
 -- (hash: job id -> "<keep until ms>|<terminate 0/1>") stops it at its worker (before it
@@ -80,14 +83,40 @@ local function cancel_unrecorded(id, keep, ttl, terminate, group)
 end
 
 local rec, id = KEYS[1], ARGV[1]
+local steps = (#KEYS - 12) / 2  -- later workflow steps
+local audit_at = 6 + steps  -- the audit's cap, if the cancel is audited
+local detail, detail_at = nil, nil
+if #ARGV >= audit_at then
+  local cap = tonumber(ARGV[audit_at])
+  if not cap or cap < 1 then return redis.error_reply('ERR cancel: bad audit cap') end
+  for i = audit_at + 1, #ARGV - 1, 2 do
+    if ARGV[i] == 'detail' then
+      local ok, d = pcall(cjson.decode, ARGV[i + 1])
+      if ok and type(d) == 'table' then detail, detail_at = d, i + 1 end
+    end
+  end
+  if not detail then return redis.error_reply('ERR cancel: bad audit detail') end
+end
+
+-- The outcome, appended to the audit stream with the cancel (when audited).
+local function done(outcome)
+  if detail then
+    detail['outcome'] = outcome
+    local fields = {unpack(ARGV, audit_at + 1)}
+    fields[detail_at - audit_at] = cjson.encode(detail)
+    redis.call('XADD', KEYS[12], 'MAXLEN', '~', ARGV[audit_at], '*', unpack(fields))
+  end
+  return outcome
+end
+
 local state = redis.call('HGET', rec, 'state')
 if not state then
-  local keep, ttl = tonumber(ARGV[#ARGV]), tonumber(ARGV[3])
-  if #ARGV ~= 5 + (#KEYS - 11) / 2 or not keep or keep <= 0 then return 'unknown' end
+  local keep, ttl = tonumber(ARGV[5 + steps]), tonumber(ARGV[3])
+  if #ARGV < 5 + steps or not keep or keep <= 0 then return done('unknown') end
   if not ttl or ttl <= 0 then return redis.error_reply('ERR cancel: bad ttl') end
-  return cancel_unrecorded(id, keep, ttl, ARGV[4] == '1', ARGV[2])
+  return done(cancel_unrecorded(id, keep, ttl, ARGV[4] == '1', ARGV[2]))
 end
-if FINAL[state] then return state end
+if FINAL[state] then return done(state) end
 local p = ({high = 1, normal = 2, low = 3})[redis.call('HGET', rec, 'priority')] or 2
 
 -- Whether an entry id is past the group's last delivered id (not delivered yet).
@@ -174,12 +203,12 @@ if removed then
   if lock and redis.call('GET', lock) == id then redis.call('DEL', lock) end
   if state == 'waiting' and not held then pass_on_slot(now) end
   finish_record(rec, KEYS[2], 'cancelled', tonumber(ARGV[3]), now)
-  for j = 1, (#KEYS - 11) / 2 do  -- the steps after it will never start either
-    finish_record(KEYS[10 + 2 * j], KEYS[11 + 2 * j], 'cancelled', tonumber(ARGV[4 + j]), now)
+  for j = 1, steps do  -- the steps after it will never start either
+    finish_record(KEYS[11 + 2 * j], KEYS[12 + 2 * j], 'cancelled', tonumber(ARGV[4 + j]), now)
   end
   redis.call('HINCRBY', KEYS[11], 'cancelled', 1)
-  return 'cancelled'
+  return done('cancelled')
 end
-if ARGV[4] ~= '1' then return 'running' end
+if ARGV[4] ~= '1' then return done('running') end
 redis.call('SET', KEYS[10], '1', 'PX', ARGV[3])
-return 'terminating'
+return done('terminating')
