@@ -285,6 +285,15 @@ def test_seven_calls_then_silence_run_as_one_batch_after_the_wait(
     view = json.loads(out.stdout)
     assert view["job_id"] == handles[0].id
     assert view["batch"] == {"job_id": handles[0].id, "calls": 7}
+    own = subprocess.run(
+        [sys.executable, "-m", "taskq", "job", run["ids"][5], "--json"],
+        env=worker_env(task_app.settings.redis_url, TASKQ_QUEUE="tasks"),
+        capture_output=True, text=True, check=True, timeout=30,
+    )  # fmt: skip
+    assert run["ids"][5] != handles[0].id  # (a call's own id, as the batch's list holds it)
+    assert json.loads(own.stdout)["batch"] == {"job_id": handles[0].id, "calls": 7}
+    assert task_app.job(run["ids"][5]).status().batch == 7
+    assert task_app.job(run["ids"][5]).id == handles[0].id
 
 
 @pytest.mark.slow
