@@ -18,7 +18,7 @@ from taskq.broker import Link, connect
 from taskq.broker.alink import AsyncLink, connect_async
 from taskq.broker.operators import Operators
 from taskq.broker.reads import Reader
-from taskq.broker.records import Records, find_steps, status_steps
+from taskq.broker.records import Records, find_call_steps, find_steps, status_steps
 from taskq.broker.steps import Steps, arun, run
 from taskq.canvas import Workflow
 from taskq.config import Settings, redact
@@ -248,9 +248,14 @@ class App(ControlPlane):
         check_job_id(job_id)
         queues = [queue] if queue else self.queues()
         found = yield from find_steps(queues, job_id)
-        if found is None:  # no task name: Job.result() raises JobNotFound
-            return Job(job_id, "", queues[0], "normal", app=self)
+        if found is None:
+            call = yield from find_call_steps(queues, job_id)
+            if call is None:  # no task name: Job.result() raises JobNotFound
+                return Job(job_id, "", queues[0], "normal", app=self)
+            found, job_id = call  # a batched call: the handle of its batch job
         status = yield from status_steps(found, job_id)
+        if not status.task:  # (the batch's record is gone)
+            return Job(job_id, "", found, "normal", app=self)
         priority = status.priority or "normal"
         return Job(job_id, status.task, found, priority, stores_result=True, app=self)
 

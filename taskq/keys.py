@@ -209,6 +209,13 @@ class QueueKeys:
         expires a week after its last call if no worker runs it."""
         return f"{self.queue}:batch:{task}:{key}"
 
+    def batch_call(self, call_id: str) -> str:
+        """The batch job a batched call joined (its id), for ``app.job(call id)`` and
+        ``taskq job``: written by ``batch.lua`` for every call but a batch's first (whose id
+        is the batch's), only for a task that keeps a record; expires with that record's
+        first TTL (the batch's wait and the result TTL, from the call)."""
+        return f"{self.queue}:batchcall:{call_id}"
+
     def cancel(self, job_id: str) -> str:
         """Tombstone of a delivered job asked to stop (``job.cancel(terminate=True)``); its
         worker's master interrupts the run. Expires with the job's record."""

@@ -449,3 +449,12 @@ def hard_digest(calls: list[dict[str, object]]) -> int:
 def tally(calls: list[dict[str, object]]) -> int:
     """Batched, and writes nothing but its result: the sum of the calls' first arguments."""
     return sum(c["args"][0] for c in calls)  # type: ignore[index,misc]
+
+
+@app.task(store_result=True, batch_size=2, batch_wait_s=0.2, concurrency_limit=1)
+def exclusive_digest(calls: list[dict[str, object]]) -> int:
+    """Batched, and one batch at a time across the fleet: records its calls, start and end."""
+    start = time.time()
+    time.sleep(0.3)
+    record(tag="exclusive_digest", ns=[c["args"][0] for c in calls], start=start, end=time.time())  # type: ignore[index]
+    return len(calls)

@@ -97,4 +97,4 @@ def batch_command(
     wait_ms, ttl_ms = times_ms
     args = [msg.id, body, size, wait_ms, PRIORITIES.index(msg.priority), msg.task, msg.queue]
     args += [msg.priority, (msg.result_ttl_s or 0) * 1000, ttl_ms]
-    return script_command("batch", [batch, k.schedule, k.due], args)
+    return script_command("batch", [batch, k.schedule, k.due, k.batch_call(msg.id)], args)

@@ -25,8 +25,8 @@ from taskq.broker.link import Link, script_command
 from taskq.broker.replies import as_int, flat_pairs, info_records, pending_rows, redis_ms, text
 from taskq.broker.steps import Pause, Steps, run
 from taskq.checkpoint import views_of
-from taskq.errors import BrokerRefused, BrokerUnavailable
-from taskq.keys import GROUP, PRIORITIES, QueueKeys
+from taskq.errors import BrokerRefused, BrokerUnavailable, ConfigError
+from taskq.keys import GROUP, PRIORITIES, QueueKeys, check_job_id
 from taskq.results import (
     CANCELLED,
     EXPIRED,
@@ -235,6 +235,20 @@ def find_steps(queues: Sequence[str], job_id: str, *, flow: bool = False) -> Ste
     keys = [QueueKeys(q).flow(job_id) if flow else QueueKeys(q).job(job_id) for q in queues]
     replies = yield [("EXISTS", k) for k in keys]
     return next((q for q, r in zip(queues, replies, strict=True) if r), None)
+
+
+def find_call_steps(queues: Sequence[str], call_id: str) -> Steps[tuple[str, str] | None]:
+    """The first of ``queues`` with a batched call of that id, and the id of its batch job
+    (``batch.lua``'s pointer; None: no such call, or its task keeps no record)."""
+    replies = yield [("GET", QueueKeys(q).batch_call(call_id)) for q in queues]
+    for queue, reply in zip(queues, replies, strict=True):
+        batch_id = text(reply) if isinstance(reply, bytes) else ""
+        try:
+            check_job_id(batch_id)  # (read from Redis: untrusted)
+        except ConfigError:
+            continue
+        return queue, batch_id
+    return None
 
 
 def wait_steps(queue: str, job_id: str, timeout_s: float | None) -> Steps[JobStatus]:

@@ -173,7 +173,7 @@ def _worker_keys(k: QueueKeys) -> tuple[str, ...]:
     q = k.queue
     kinds: tuple[str, ...] = ("retry", "worker", "series", "job", "done", "chord", "cancel")
     kinds += ("limit", "running", "held", "unique", "flow", "steps", "taskstats")
-    kinds += ("debounce", "keeplast", "batch")  # flow control: due batches, follow-ups
+    kinds += ("debounce", "keeplast", "batch", "batchcall")  # flow control (tasks enqueue too)
     kinds += ("progress", "output", "logs", "logsize")  # a job's telemetry
     names: tuple[str, ...] = (k.deadletter, k.schedule, k.due, k.visibility, k.sweeper)
     names += (k.workers, k.counts, k.periodic, k.cancelled, k.ended, k.gathering)
@@ -185,7 +185,7 @@ def _producer_keys(k: QueueKeys) -> tuple[str, ...]:
     """The keys an enqueue and a result read touch, and a job's telemetry (read): never the
     dead letters, retry sets, limits, periodic schedules or the worker registry."""
     ids: tuple[str, ...] = ("job", "done", "unique", "chord", "flow")
-    ids += ("debounce", "keeplast", "batch")  # flow control at enqueue
+    ids += ("debounce", "keeplast", "batch", "batchcall")  # flow control at enqueue
     ids += ("steps",)  # read by job.status()
     ids += ("progress", "output", "logs", "logsize")  # read by job.progress(), stream(), logs()
     keys = (*k.streams, k.schedule, k.due, k.gathering)

@@ -3,6 +3,7 @@ real Redis and real workers."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from itertools import pairwise
 from typing import Any
 
 import msgpack
@@ -283,6 +285,15 @@ def test_seven_calls_then_silence_run_as_one_batch_after_the_wait(
     view = json.loads(out.stdout)
     assert view["job_id"] == handles[0].id
     assert view["batch"] == {"job_id": handles[0].id, "calls": 7}
+    own = subprocess.run(
+        [sys.executable, "-m", "taskq", "job", run["ids"][5], "--json"],
+        env=worker_env(task_app.settings.redis_url, TASKQ_QUEUE="tasks"),
+        capture_output=True, text=True, check=True, timeout=30,
+    )  # fmt: skip
+    assert run["ids"][5] != handles[0].id  # (a call's own id, as the batch's list holds it)
+    assert json.loads(own.stdout)["batch"] == {"job_id": handles[0].id, "calls": 7}
+    assert task_app.job(run["ids"][5]).status().batch == 7
+    assert task_app.job(run["ids"][5]).id == handles[0].id
 
 
 @pytest.mark.slow
@@ -386,3 +397,100 @@ def test_inspect_and_the_dashboard_show_the_bursts_and_batches_waiting(
     assert "<code>tests.tasks.digest:user:5</code>" in table
     r.zrem("tasks:schedule", *r.zrange("tasks:schedule", 0, -1))  # the burst "started"
     assert [row.kind for row in Inspector.for_app(task_app).gathering()] == ["batch"]
+
+
+# -- combined with limits, and from asyncio code ---------------------------------------------
+
+
+def _one_at_a_time(spans: list[tuple[float, float]]) -> bool:
+    spans = sorted(spans)
+    return all(later[0] >= earlier[1] for earlier, later in pairwise(spans))
+
+
+def test_debounced_bursts_run_once_each_with_their_last_arguments_within_a_concurrency_limit(
+    task_app: App, r: redis.Redis, start_worker: StartWorker
+) -> None:
+    # given: two bursts of a task that runs one at a time, due together, and a two-child worker
+    for key, base in (("x", 0), ("y", 10)):
+        handles = [
+            tasks.exclusive.apply_async((base + i, 0.3), debounce_key=key, debounce_s=0.2)
+            for i in range(5)
+        ]
+        assert len({h.id for h in handles}) == 1
+    _worker(start_worker, r)
+
+    # then: one run per burst, with its last arguments, never both at once
+    ran = wait_until(lambda: len(_tagged(r, "exclusive")) == 2 and _tagged(r, "exclusive"), 10)
+    time.sleep(0.3)  # (nothing else may run)
+    assert sorted(x["n"] for x in _tagged(r, "exclusive")) == [4, 14]
+    assert _one_at_a_time([(x["start"], x["end"]) for x in ran])
+
+
+def test_debounced_bursts_run_once_each_with_their_last_arguments_within_a_rate_limit(
+    task_app: App, r: redis.Redis, start_worker: StartWorker
+) -> None:
+    # given: four bursts, due together, of a task limited to 3 starts a second
+    for key in range(4):
+        for i in range(3):
+            tasks.thirds.apply_async((key * 10 + i,), debounce_key=f"k{key}", debounce_s=0.2)
+    _worker(start_worker, r)
+
+    # then: one run per burst, with its last arguments, the fourth a second after the first
+    wait_until(lambda: len(_tagged(r, "thirds")) == 4, 10, message="the four runs")
+    time.sleep(0.3)  # (nothing else may run)
+    ran = _tagged(r, "thirds")
+    assert sorted(x["n"] for x in ran) == [2, 12, 22, 32]
+    starts = sorted(x["t"] for x in ran)
+    assert starts[3] - starts[0] >= 1.0 - TOLERANCE_S
+
+
+def test_batch_jobs_obey_their_task_s_concurrency_limit(
+    task_app: App, r: redis.Redis, start_worker: StartWorker
+) -> None:
+    # given: six calls of a task batched by two and limited to one run at a time
+    handles = [tasks.exclusive_digest.delay(n) for n in range(6)]
+    assert len({h.id for h in handles}) == 3  # (three full batches, ready at once)
+    _worker(start_worker, r)
+
+    # then: every call in one batch, and the two children never run two batches at once
+    assert [h.result(timeout=10) for h in handles] == [2] * 6
+    ran = _tagged(r, "exclusive_digest")
+    assert sorted(n for x in ran for n in x["ns"]) == list(range(6))
+    assert _one_at_a_time([(x["start"], x["end"]) for x in ran])
+
+
+def test_asyncio_enqueues_debounce_batch_and_keep_last_as_the_blocking_ones_do(
+    task_app: App, r: redis.Redis, start_worker: StartWorker
+) -> None:
+    async def burst_and_batch() -> tuple[list[Job], list[Job]]:
+        burst = [
+            await tasks.echo.aapply_async((i,), debounce_key="async", debounce_s=0.2)
+            for i in range(5)
+        ]
+        batch = [await tasks.digest.adelay(3, n) for n in range(4)]
+        return burst, batch
+
+    async def keep_last() -> list[Job]:
+        opts: dict[str, Any] = {"unique_key": "async-dash", "unique_mode": "keep_last"}
+        return [await tasks.recompute.aapply_async((i, 0.0), **opts) for i in range(1, 6)]
+
+    # given: a burst and a batch sent from asyncio code, and a keep_last job running
+    burst, batch = asyncio.run(burst_and_batch())
+    first = tasks.recompute.apply_async((0, 1.0), unique_key="async-dash", unique_mode="keep_last")
+    _worker(start_worker, r)
+    wait_until(lambda: _tagged(r, "recompute"), 10, message="the running keep_last job")
+
+    # when: more keep_last enqueues come from asyncio code while it runs
+    follow_ups = asyncio.run(keep_last())
+
+    # then: each behaves as its blocking twin
+    assert len({j.id for j in burst}) == 1 and len({j.id for j in batch}) == 1
+    assert len({j.id for j in follow_ups}) == 1 and follow_ups[0].id != first.id
+    assert follow_ups[0].result(timeout=10) == 5
+    assert batch[0].result(timeout=10) == 4
+    wait_until(lambda: _echoed(r), 10, message="the burst's run")
+    time.sleep(0.3)  # (nothing else may run)
+    assert [x["value"] for x in _echoed(r)] == [4]
+    assert [x["value"] for x in _tagged(r, "recompute")] == [0, 5]
+    [digest] = _digests(r)
+    assert digest["ns"] == [0, 1, 2, 3] and digest["job"] == batch[0].id

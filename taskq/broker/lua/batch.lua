@@ -2,7 +2,10 @@
 -- "<call id>\n<body>", in enqueue order); the batch runs as one job when it holds
 -- `size` calls (flushed here) or `wait` ms after its first call (its marker in the schedule,
 -- flushed by promote.lua). The batch job's id is its first call's id.
--- KEYS: batch list, schedule, due key.
+-- A call that joins a batch someone else began, of a task that keeps a record, leaves a
+-- pointer to the batch job (its id), with the batch record's first TTL, so that its own id
+-- finds the batch.
+-- KEYS: batch list, schedule, due key, this call's pointer (Q:batchcall:<call id>).
 -- ARGV: call id, body, size, wait ms, priority index, task, queue, priority, record ttl ms
 --       (0: the task keeps no record), list ttl ms.
 -- Returns {batch job id, calls in the batch, due ms, 1 if this call flushed it}.
@@ -13,7 +16,8 @@ if not (size and size >= 1 and wait and wait >= 1 and ttl and ttl >= 1 and p and
   return redis.error_reply('ERR batch: bad arguments')
 end
 local queue = string.match(KEYS[1], '^([^:]+):batch:.')
-if not queue or KEYS[2] ~= queue .. ':schedule' then
+if not queue or KEYS[2] ~= queue .. ':schedule'
+    or KEYS[4] ~= queue .. ':batchcall:' .. ARGV[1] then
   return redis.error_reply('ERR batch: keys of another queue')
 end
 local now = now_ms()
@@ -34,7 +38,10 @@ if n == 1 then
   end
 else
   due = tonumber(redis.call('ZSCORE', KEYS[2], marker)) or now
-  if rec_ttl > 0 then redis.call('HSET', rec, 'batch', n) end
+  if rec_ttl > 0 then
+    redis.call('HSET', rec, 'batch', n)
+    redis.call('SET', KEYS[4], first, 'PX', wait + rec_ttl)
+  end
 end
 if n >= size then
   redis.call('ZREM', KEYS[2], marker)
