@@ -300,6 +300,37 @@ class QueueKeys:
         ``taskstats.lua`` from what workers write at most once per second; it expires."""
         return f"{self.queue}:taskstats:{span}:{start_ms}"
 
+    def fair_staged(self, priority: str, fair_key: str) -> str:
+        """A fair queue's jobs of one fairness key and priority that wait for their turn, out
+        of the stream, oldest first (a list of msgpack entry field arrays); the key's next one
+        enters the stream when one of its admitted jobs is delivered (docs/fairness.md)."""
+        return f"{self.queue}:fair:{priority}:k:{fair_key}"
+
+    def fair_slots(self, priority: str) -> str:
+        """Hash of a fair queue's keys with admitted jobs in the stream of one priority:
+        fairness key -> how many of its entries there wait undelivered (at most its
+        weight)."""
+        return f"{self.queue}:fair:{priority}:slots"
+
+    @property
+    def fair_waiting(self) -> str:
+        """Sorted set of a fair queue's active keys, scored by their waiting jobs (staged and
+        admitted, every priority): inspect's counts and top keys, paged with ZSCAN."""
+        return f"{self.queue}:fair:waiting"
+
+    @property
+    def fair_mode(self) -> str:
+        """``on`` while the queue is fair (set by its fair workers; ``taskq fair off`` clears
+        it after moving the staged jobs into the streams): producers stage only when it is."""
+        return f"{self.queue}:fair:mode"
+
+    @property
+    def fair_weights(self) -> str:
+        """Hash of the queue's fairness weights set at run time: key -> integer weight (1 is
+        the default and is not stored); no TTL. Apart from ``fair:*`` so that the ACL lets
+        producers stage jobs without changing weights."""
+        return f"{self.queue}:fairweights"
+
     def worker(self, worker_id: str) -> str:
         """Heartbeat record of one worker (expires when the worker stops beating)."""
         return f"{self.queue}:worker:{worker_id}"
