@@ -40,7 +40,7 @@ from taskq.worker.durations import CARRIED_TASKS, DurationMeter, TaskTime
 from taskq.worker.outcome import JobCounts
 from taskq.worker.record import WorkerRecord
 from taskq.worker.scaling import Scaler, waiting_mix
-from taskq.worker.scoreboard import Running, SlotView
+from taskq.worker.slotview import Running, SlotView
 from tests.redis_server import RedisServer
 
 QUEUE = "tasks"

@@ -144,13 +144,6 @@ from taskq.worker.pool import PoolOptions, run_pool
     help="Run between MIN (default 1) and MAX children, from the queues' autoscaling "
     "signal (replaces -c; docs/scaling.md).",
 )
-@click.option(
-    "--task-stats/--no-task-stats",
-    default=False,
-    envvar="TASKQ_TASK_STATS",
-    help="Count runs, failures and durations per task for the dashboard's Tasks page (each "
-    "child writes them at most once per second).",
-)
 @click.pass_obj
 def worker(
     obj: Context,
@@ -172,7 +165,6 @@ def worker(
     health_port: int | None,
     health_host: str,
     autoscale: tuple[int, int] | None,
-    task_stats: bool,
 ) -> None:
     """Run a prefork worker pool."""
     if metrics_port is not None:
@@ -193,11 +185,6 @@ def worker(
                 settings=app.settings,
             )
             app.add_middleware(metrics)
-        if task_stats:
-            from taskq.worker.taskstats import TaskStats
-
-            stats_app = app
-            app.add_middleware(TaskStats(lambda: stats_app.link))
     except BaseException:
         if metrics_port is not None:
             remove_created_dir()  # nothing else will

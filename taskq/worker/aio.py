@@ -249,7 +249,7 @@ class AsyncRunner:
         try:
             c.record(outcome)
             if c.slot is not None:
-                c.slot.finish(outcome.kind, at=run.at)
+                c.slot.finish(outcome.kind, at=run.at, ran_ms=outcome.duration_s * 1000)
         finally:
             del self.running[run.at]
             self._free.append(run.at)

@@ -34,7 +34,8 @@ from taskq.worker.maintenance import Maintenance
 from taskq.worker.outage import OutageWaiter
 from taskq.worker.outcome import Outcome
 from taskq.worker.pausing import PauseGate
-from taskq.worker.scoreboard import LOCK_TIMEOUT_S, Running, Scoreboard, SlotView
+from taskq.worker.scoreboard import LOCK_TIMEOUT_S, Scoreboard
+from taskq.worker.slotview import Running, SlotView
 
 logger = logging.getLogger(__name__)
 

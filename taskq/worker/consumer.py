@@ -321,7 +321,7 @@ class Consumer:
             self._pace(outcome.duration_s * 1000)
         self.record(outcome)
         if self.slot is not None:
-            self.slot.finish(outcome.kind)
+            self.slot.finish(outcome.kind, ran_ms=outcome.duration_s * 1000)
         self.jobs_done += 1
         return True
 

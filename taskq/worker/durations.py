@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
-    from taskq.worker.scoreboard import SlotView
+    from taskq.worker.slotview import SlotView
 
 WINDOW_S = 300.0
 """The minutes of history the means cover."""

@@ -24,6 +24,7 @@ from taskq.worker.executor import Executor
 from taskq.worker.finish import Finisher
 from taskq.worker.pausing import run_time_limits
 from taskq.worker.record import WorkerRecord
+from taskq.worker.taskstats import Take, TaskStatsWriter
 from taskq.worker.throughput import ThroughputWriter
 from taskq.worker.ticker import Ticker
 
@@ -50,6 +51,7 @@ class Maintenance:
         executor: Executor,
         *,
         periodic: bool = True,
+        runs: Take | None = None,
     ) -> None:
         self.app = app
         self.executor = executor
@@ -60,6 +62,7 @@ class Maintenance:
         self._visibility_conflict = False
         self.ticker = Ticker(app, queues) if periodic else None
         self.throughput = ThroughputWriter(worker_id)
+        self.task_stats = TaskStatsWriter(runs)
         self._redis_ok_at = 0.0
         self._redis_failing = False
 
@@ -108,9 +111,10 @@ class Maintenance:
             self._every("sweep", s.sweep_interval_ms / 1000, lambda b: self._sweep(b, consumers))
 
     def unregister(self, record: WorkerRecord) -> None:
-        """Write the last counts of the minute, then delete this worker's record (a clean
-        stop)."""
+        """Write the last counts of the minute and the last runs per task, then delete this
+        worker's record (a clean stop)."""
         self.step(lambda b: self.throughput.write(Series(b.link), b.queues, record.counts))
+        self.step(lambda b: self.task_stats.write(b.link))
         self.step(lambda b: WorkerRegistry(b.link, b.queues).unregister(self.worker_id))
 
     def claim_queues(self, record: WorkerRecord) -> None:
@@ -129,9 +133,11 @@ class Maintenance:
             raise ConfigError(conflict)
 
     def _beat(self, broker: Broker, record: WorkerRecord) -> None:
-        """The heartbeat, then the minute's job counts for the dashboard's charts."""
+        """The heartbeat, then the minute's job counts for the dashboard's charts and the
+        runs per task for its Tasks page."""
         self.beat(broker, record)
         self.throughput.write(Series(broker.link), broker.queues, record.counts)
+        self.task_stats.write(broker.link)
 
     def beat(self, broker: Broker, record: WorkerRecord) -> str | None:
         """Write the heartbeat record; returns (and logs once) a visibility-timeout conflict."""

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from taskq.keys import consumer_name
 from taskq.worker.cancels import Busy
 from taskq.worker.maintenance import Maintenance
-from taskq.worker.scoreboard import Running
+from taskq.worker.slotview import Running
 
 MARK_EVERY_S = 0.25
 

@@ -38,7 +38,9 @@ from taskq.worker.marks import RunningMarks
 from taskq.worker.outcome import JobCounts
 from taskq.worker.reclaim import Backoff, Reclaimer
 from taskq.worker.record import ChildRecord, WorkerRecord
-from taskq.worker.scoreboard import LOCK_TIMEOUT_S, Running, Scoreboard, SlotView
+from taskq.worker.scoreboard import LOCK_TIMEOUT_S, Scoreboard
+from taskq.worker.slotview import Running, SlotView
+from taskq.worker.taskstats import taken
 
 logger = logging.getLogger(__name__)
 
@@ -109,6 +111,7 @@ class Pool:
             self.worker_id,
             self.executor,
             periodic=self.options.periodic,
+            runs=lambda: taken(self.scoreboard, self.maintenance.broker.streams, self.children),
         )
         self.reclaimer = Reclaimer(self.maintenance, self.executor)
         self.canceller = Canceller(self.maintenance, self.scoreboard)
@@ -138,12 +141,8 @@ class Pool:
         for i in range(self.size):
             self._spawn(i)
         self.maintenance.step(lambda b: b.ensure_groups())
-        logger.info(
-            "worker %s: %d children on %s",
-            self.worker_id,
-            self.size,
-            ",".join(self.options.queues),
-        )
+        queues = ",".join(self.options.queues)
+        logger.info("worker %s: %d children on %s", self.worker_id, self.size, queues)
         while not self.stopping or self.children or self.reclaimer.busy:
             self._tick()
             pause(self.options.health, TICK_S, self._probe)
@@ -266,6 +265,8 @@ class Pool:
                 logger.warning("process %d exited: %s", pid, _describe(status, ""))
                 continue
             view = self.scoreboard.read(child.index)
+            streams = self.maintenance.broker.streams  # its runs, before its slot is reused
+            self.maintenance.task_stats.add(taken(self.scoreboard, streams, [child.index], True))
             cause = _describe(status, child.killed_for)
             self.reclaimer.child_exited(child.consumer, view, cause, child.culprits)
             del self.children[child.index]

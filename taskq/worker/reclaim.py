@@ -19,7 +19,7 @@ from taskq.worker.finish import Finisher
 from taskq.worker.maintenance import Maintenance
 from taskq.worker.outcome import JobCounts
 from taskq.worker.pausing import run_time_limits
-from taskq.worker.scoreboard import SlotView
+from taskq.worker.slotview import SlotView
 
 
 @dataclass

@@ -19,7 +19,7 @@ from taskq.worker.durations import CARRIED_TASKS, TaskTime
 from taskq.worker.outcome import JobCounts
 
 if TYPE_CHECKING:
-    from taskq.worker.scoreboard import Running
+    from taskq.worker.slotview import Running
 
 
 @dataclass(frozen=True)

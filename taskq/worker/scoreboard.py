@@ -28,9 +28,10 @@ import struct
 import time
 from collections.abc import Sequence
 from multiprocessing.synchronize import Lock
-from typing import NamedTuple
 
-from taskq.worker.outcome import COUNTED, COUNTERS, JobCounts
+from taskq.worker.outcome import COUNTED, COUNTERS, DEAD, OK, RETRY
+from taskq.worker.runstats import TABLE_SIZE, RunTable, TaskRuns, take
+from taskq.worker.slotview import Running, SlotView
 
 _JOB = struct.Struct("<qddqdq48s160s64s")
 """seq, started (wall s), started (monotonic s), stream index, hard deadline (monotonic s),
@@ -62,85 +63,14 @@ _STARTED = struct.Struct("<d")
 
 
 def slot_size(jobs: int) -> int:
-    """Bytes of a slot with ``jobs`` job entries, whole pages."""
-    need = _JOBS_AT + max(1, jobs) * _JOB.size
+    """Bytes of a slot with ``jobs`` job entries and its run table, whole pages."""
+    need = _runs_at(jobs) + TABLE_SIZE
     return -(-need // PAGE) * PAGE
 
 
-class Running(NamedTuple):
-    """One job a child runs (one coroutine of an async child), as its slot entry holds it:
-    the master's only shape of a running job, which the heartbeat record converts from
-    (:meth:`taskq.worker.record.ChildRecord.of`).
-
-    Attributes:
-        at: the entry's index in the slot.
-        seq: the slot's job number when it started; tells one job from the next.
-        started: wall-clock start (s), for display.
-        started_mono: monotonic start (s), for durations and limits.
-        stream_index: index of the job's stream in the worker's stream list.
-        hard_deadline: monotonic time (s) past which the master kills the child; 0: none.
-        cancel: the master asked the child to interrupt it (``cancel(terminate=True)``).
-        recorded: the job keeps a status record (it can be cancelled).
-    """
-
-    at: int
-    seq: int
-    started: float
-    started_mono: float
-    stream_index: int
-    hard_deadline: float
-    entry_id: str
-    task: str
-    job_id: str
-    cancel: bool = False
-    recorded: bool = True
-
-    def stream(self, streams: Sequence[str]) -> str:
-        """The job's stream, from the worker's stream list (``?`` if the index is off it)."""
-        return streams[self.stream_index] if 0 <= self.stream_index < len(streams) else "?"
-
-
-class SlotView(NamedTuple):
-    """A snapshot of one child's slot: its counters, its batch, and the jobs it runs.
-
-    Attributes:
-        batch_no, batch_len, batch_next: the listed batch, and the index of its next job.
-        revoked: the rest of the batch was handed back (by the master, or the child).
-        running: every job the child runs now, in the order they started.
-    """
-
-    pid: int
-    processed: int
-    failed: int
-    retried: int
-    dead: int
-    batch_no: int = 0
-    batch_len: int = 0
-    batch_next: int = 0
-    revoked: bool = False
-    running: tuple[Running, ...] = ()
-
-    @property
-    def busy(self) -> bool:
-        return bool(self.running)
-
-    @property
-    def oldest(self) -> Running | None:
-        """The job the child has run longest (what the heartbeat record names), if any."""
-        return self.running[0] if self.running else None
-
-    @property
-    def counts(self) -> JobCounts:
-        return JobCounts(self.processed, self.failed, self.retried, self.dead)
-
-    @property
-    def waiting_in_batch(self) -> int:
-        """Jobs of the listed batch not started yet (and not handed back)."""
-        return 0 if self.revoked else max(0, self.batch_len - self.batch_next)
-
-    def job(self, seq: int) -> Running | None:
-        """The running job number ``seq``, if the child still runs it."""
-        return next((j for j in self.running if j.seq == seq), None)
+def _runs_at(jobs: int) -> int:
+    """Where a slot's run table (:mod:`taskq.worker.runstats`) starts."""
+    return _JOBS_AT + max(1, jobs) * _JOB.size
 
 
 class Scoreboard:
@@ -156,6 +86,19 @@ class Scoreboard:
 
     def slot(self, index: int) -> Slot:
         return Slot(self._mem, index * self.slot_size, self._locks[index], self.jobs)
+
+    def take_runs(self, index: int, *, exited: bool = False) -> list[TaskRuns]:
+        """The runs a child counted since the last take, per (stream, task), emptied. A child
+        that ``exited`` may have died holding the lock: its table is read without it."""
+        lock = self._locks[index]
+        locked = lock.acquire(timeout=0 if exited else LOCK_TIMEOUT_S)
+        if not (locked or exited):
+            return []  # next heartbeat
+        try:
+            return take(self._mem, index * self.slot_size + _runs_at(self.jobs))
+        finally:
+            if locked:
+                lock.release()
 
     def lock(self, index: int) -> Lock:
         """The slot's lock, for the master to hold while it acts on what it read."""
@@ -259,6 +202,9 @@ class Slot:
         self._batch_no = 0
         self._in_use = 0
         self.counts = [0, 0, 0, 0]
+        self.runs = RunTable(mem, base + _runs_at(jobs))
+        self._ran = [_IDLE] * jobs
+        """(stream index, task field) of the job each entry runs, for its run's count."""
         self._task_field: dict[str, bytes] = {}
         """Task names as their slot field (clipped UTF-8): a child runs few distinct tasks."""
 
@@ -313,6 +259,7 @@ class Slot:
             if not claimed and not self._advance():
                 return False
             self._seq += 1
+            self._ran[at] = (stream_index, task_field)
             if at >= self._in_use:
                 self._in_use = at + 1
                 _IN_USE.pack_into(self._mem, self._base + _IN_USE_AT, self._in_use)
@@ -361,14 +308,19 @@ class Slot:
             _BATCH.pack_into(self._mem, self._base + _BATCH_AT, batch_no, length, nxt, 1)
             return True
 
-    def finish(self, kind: str, *, at: int = 0) -> None:
-        """Mark entry ``at`` idle and count the outcome (``ok``, ``retry`` or ``dead``)."""
+    def finish(self, kind: str, *, at: int = 0, ran_ms: float = 0.0) -> None:
+        """Mark entry ``at`` idle and count the outcome (``ok``, ``retry`` or ``dead``), and,
+        if the entry ran the job to that end, the run and its duration in the run table."""
         counts = self.counts
         for i in _COUNTED_AT[kind]:
             counts[i] += 1
         where = self._base + _JOBS_AT + at * _JOB.size
+        ran, self._ran[at] = self._ran[at], _IDLE
+        marks = _RUN_MARKS.get(kind)
         self._acquire()
         try:
+            if marks is not None and ran is not _IDLE:
+                self.runs.count(*ran, ran_ms, failed=marks[0], retried=marks[1])
             (seq,) = _SEQ.unpack_from(self._mem, where)
             _JOB.pack_into(self._mem, where, seq, 0.0, 0.0, -1, 0.0, 0, b"", b"", b"")
             _COUNTS.pack_into(self._mem, self._base + _COUNTS_AT, *counts)
@@ -376,6 +328,9 @@ class Slot:
             self._release()
 
 
+_IDLE = (-1, b"")
+_RUN_MARKS = {OK: (False, False), RETRY: (True, True), DEAD: (True, False)}
+"""The outcomes of a run that ended, as (failed, retried); other kinds did not end a run."""
 _COUNTED_AT = {kind: tuple(COUNTERS.index(n) for n in names) for kind, names in COUNTED.items()}
 """The slot counters an outcome kind adds one to, by index."""
 

@@ -1,84 +1,59 @@
-"""Per-task run summaries for the dashboard's Tasks page (``taskq worker --task-stats``): a
-middleware that counts each run in its child's memory and merges the counts into Redis
-(:mod:`taskq.broker.taskstats`) at most once per :data:`FLUSH_S`, never per job.
+"""The master's side of the per-task run summaries (:mod:`taskq.broker.taskstats`), for the
+dashboard's Tasks page: at each heartbeat the master takes what its children counted in their
+scoreboard slots (:mod:`taskq.worker.runstats`) and merges it into the queues' minute and
+hour buckets, one script call per queue, never a write per job.
 
-A run that ends while a write is not due is written by the next run's hook, or by a timer
-thread of the child one interval later, or when the child stops: nothing counted is kept
-back for longer than about one interval.
+Runs of a child that exited are taken when it is reaped, before its slot is reused. A write
+that fails keeps its runs for the next heartbeat (a Redis outage loses none; a reply lost
+after the write succeeded counts one heartbeat's runs twice).
 """
 
 from __future__ import annotations
 
-import logging
-import threading
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 
 from taskq.broker import taskstats
 from taskq.broker.link import Link
-from taskq.middleware import Middleware
-from taskq.worker.outcome import CANCELLED, DEAD, EXPIRED, OK, RETRY, Outcome
+from taskq.broker.replies import redis_ms
+from taskq.worker.runstats import TaskRuns
+from taskq.worker.scoreboard import Scoreboard
 
-logger = logging.getLogger(__name__)
-
-FLUSH_S = 1.0
-"""The longest a child keeps runs it counted before writing them."""
+Take = Callable[[], Iterable[tuple[str, TaskRuns]]]
+"""Takes the runs the live children counted, each with its queue."""
 
 
-class TaskStats(Middleware):
-    """Counts every run that ended (succeeded or raised) per queue and task.
+class TaskStatsWriter:
+    """Runs counted by one worker's children and not yet in Redis, per queue and task."""
 
-    Args:
-        link: opens the child's own link to Redis (called in the child, after the fork).
-    """
-
-    def __init__(self, link: Callable[[], Link], *, flush_s: float = FLUSH_S) -> None:
-        self.open_link = link
-        self.flush_s = flush_s
-        self._link: Link | None = None
+    def __init__(self, take: Take | None = None) -> None:
+        self.take = take
         self._pending: dict[str, dict[str, taskstats.Summary]] = {}
-        self._lock = threading.Lock()
-        self._written = time.monotonic()
-        self._timer: threading.Timer | None = None
 
-    def after_job(self, outcome: Outcome) -> None:
-        if outcome.kind in (EXPIRED, CANCELLED) or outcome.msg is None:
-            return  # it did not run to an end
-        if outcome.kind not in (OK, RETRY, DEAD) or outcome.error_type == "Rejected":
+    def add(self, found: Iterable[tuple[str, TaskRuns]]) -> None:
+        for queue, runs in found:
+            tasks = self._pending.setdefault(queue, {})
+            tasks.setdefault(runs.task, taskstats.Summary()).merge(runs.summary)
+
+    def write(self, link: Link) -> None:
+        """Take the live children's runs and write every queue's (nothing without runs)."""
+        if self.take is not None:
+            self.add(self.take())
+        if not self._pending:
             return
-        failed, retried = outcome.kind != OK, outcome.kind == RETRY
-        with self._lock:
-            tasks = self._pending.setdefault(outcome.delivery.queue, {})
-            summary = tasks.setdefault(outcome.msg.task, taskstats.Summary())
-            summary.add(outcome.duration_s * 1000, failed=failed, retried=retried)
-            due = time.monotonic() - self._written >= self.flush_s
-            if not due and self._timer is None:
-                self._timer = threading.Timer(self.flush_s, self.flush)
-                self._timer.daemon = True
-                self._timer.start()
-        if due:
-            self.flush()
+        now_ms = redis_ms(link.call("TIME"))
+        for queue in list(self._pending):
+            taskstats.write(link, [queue], now_ms, self._pending[queue])
+            del self._pending[queue]
 
-    def child_stop(self) -> None:
-        self.flush()
 
-    def flush(self) -> None:
-        """Write what was counted since the last write (a failed write is logged; its runs
-        are not counted again)."""
-        with self._lock:
-            pending, self._pending = self._pending, {}
-            self._written = time.monotonic()
-            timer, self._timer = self._timer, None
-        if timer is not None:
-            timer.cancel()
-        if not pending:
-            return
-        try:
-            if self._link is None:
-                self._link = self.open_link()
-            now = self._link.call("TIME")
-            now_ms = int(now[0]) * 1000 + int(now[1]) // 1000
-            for queue, summaries in pending.items():
-                taskstats.write(self._link, [queue], now_ms, summaries)
-        except Exception:
-            logger.warning("task statistics not written", exc_info=True)
+def taken(
+    board: Scoreboard, streams: Sequence[str], indexes: Iterable[int], exited: bool = False
+) -> list[tuple[str, TaskRuns]]:
+    """Take the runs the children in slots ``indexes`` counted, each with its queue (a
+    partitioned queue's partition: the job's stream without its priority)."""
+    found = [r for i in indexes for r in board.take_runs(i, exited=exited)]
+    return [
+        (streams[r.stream_index].rsplit(":", 1)[0], r)
+        for r in found
+        if r.stream_index < len(streams)
+    ]

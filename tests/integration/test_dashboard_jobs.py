@@ -291,7 +291,7 @@ def test_browser_tasks_page_counts_failures_and_p95(
 ) -> None:
     from selenium.webdriver.common.by import By
 
-    start_worker("-A", "tests.dashboard_tasks", "-Q", "tasks", "-c", "4", "--task-stats")
+    start_worker("-A", "tests.dashboard_tasks", "-Q", "tasks", "-c", "4")
     r.set(dashboard_tasks.BROKEN, 1)
     failing = [dashboard_tasks.fragile.delay(f"t{i}") for i in range(3)]
     naps = [dashboard_tasks.nap.delay(0.03 + 0.01 * i) for i in range(20)]

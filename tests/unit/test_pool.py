@@ -11,7 +11,7 @@ import pytest
 from taskq import App
 from taskq.worker.pool import Pool, PoolOptions, _Child, _describe, signal_name
 from taskq.worker.reclaim import Backoff
-from taskq.worker.scoreboard import SlotView
+from taskq.worker.slotview import SlotView
 
 app = App("redis://127.0.0.1:1/0", queue="unit")
 

@@ -22,7 +22,7 @@ from taskq.worker.scaling import (
     desired_processes,
     task_durations,
 )
-from taskq.worker.scoreboard import Running, SlotView
+from taskq.worker.slotview import Running, SlotView
 
 
 def test_nothing_waits_or_runs_wants_nothing() -> None:

@@ -47,3 +47,53 @@ def test_merge_and_pack() -> None:
     assert found is not None and found.buckets == {1: 2, 2: 1}
     assert Summary.unpack(b"not msgpack") is None
     assert Summary().percentile_ms(0.5) is None
+
+
+def test_children_count_runs_in_their_slot_and_the_master_takes_them() -> None:
+    """What the master sends with its heartbeat: each run that ended, per stream and task,
+    from the child's slot; a take empties the counts, and a job that did not run is not
+    counted."""
+    from taskq.worker.scoreboard import Scoreboard
+
+    board = Scoreboard(2)
+    slot = board.slot(1)
+    durations = [1.0 + i for i in range(40)]
+    for i, ms in enumerate(durations):
+        slot.start(0, f"1-{i}", "app.work", f"j{i}", None)
+        slot.finish("ok" if i % 4 else "retry", ran_ms=ms)
+    slot.start(1, "2-0", "app.other", "k", None)
+    slot.finish("dead", ran_ms=5.0)
+    slot.finish("dead")  # rejected before it started: no run
+    slot.start(1, "2-1", "app.other", "k2", None)
+    slot.finish("cancelled", ran_ms=3.0)  # cancelled while running: did not end a run
+    assert board.take_runs(0) == []
+    taken = {(r.stream_index, r.task): r.summary for r in board.take_runs(1)}
+    work, other = taken[0, "app.work"], taken[1, "app.other"]
+    assert (work.runs, work.failures, work.retries, work.max_ms) == (40, 10, 10, 40.0)
+    p95 = work.percentile_ms(0.95)
+    assert p95 is not None and abs(p95 - exact(durations, 0.95)) <= 0.1 * exact(durations, 0.95)
+    assert (other.runs, other.failures, other.retries) == (1, 1, 0)
+    assert board.take_runs(1) == []  # taken once
+    slot.start(0, "1-99", "app.work", "j99", None)
+    slot.finish("ok", ran_ms=2.0)
+    again = board.take_runs(1)
+    assert [(r.task, r.summary.runs, r.summary.max_ms) for r in again] == [("app.work", 1, 2.0)]
+
+
+def test_a_full_run_table_reuses_the_entries_the_master_emptied() -> None:
+    from taskq.worker.runstats import ENTRIES
+    from taskq.worker.scoreboard import Scoreboard
+
+    board = Scoreboard(1)
+    slot = board.slot(0)
+
+    def run(task: str) -> None:
+        slot.start(0, "1-1", task, "j", None)
+        slot.finish("ok", ran_ms=1.0)
+
+    for i in range(ENTRIES + 1):  # one task too many between two takes: not counted
+        run(f"t{i}")
+    assert len(board.take_runs(0)) == ENTRIES
+    run("late")
+    run("t0")
+    assert sorted(r.task for r in board.take_runs(0)) == ["late", "t0"]

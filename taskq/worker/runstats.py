@@ -1,0 +1,109 @@
+"""Per-task run summaries in a child's scoreboard slot, for the dashboard's Tasks page: the
+child counts each run that ended in its slot's run table (no system call, no Redis), and the
+master takes the table at each heartbeat and merges it into Redis
+(:mod:`taskq.worker.taskstats`), the way the slot's job counters reach the per-minute series.
+
+The table has :data:`ENTRIES` entries, one per (stream, task) the child ran since the master
+last took it: runs, failures, retries, the longest duration and a histogram of durations in
+the buckets of :mod:`taskq.broker.taskstats` (dense, so a run is two in-place updates). The
+master zeroes the counts it takes and leaves the names, so a child finds its entry again; an
+entry the master emptied may be given to another task once the table is full. Both sides
+work under the slot's lock.
+"""
+
+from __future__ import annotations
+
+import mmap
+import struct
+from typing import NamedTuple
+
+from taskq.broker.taskstats import Summary, bucket_of
+
+BUCKETS = 256
+"""Histogram buckets of an entry: 10 µs to about 90 hours in steps of 10 %; longer runs share
+the last one."""
+ENTRIES = 64
+"""Distinct (stream, task) pairs a child counts between two heartbeats of its master; runs
+of further tasks in that interval are not counted."""
+_HEAD = struct.Struct("<q160s")  # stream index, task (clipped UTF-8; empty: a free entry)
+_SUMS = struct.Struct("<qqqd")  # runs, failures, retries, longest duration (ms)
+_HIST = struct.Struct(f"<{BUCKETS}I")
+_COUNT = struct.Struct("<I")
+_SUMS_AT = _HEAD.size
+_HIST_AT = _SUMS_AT + _SUMS.size
+ENTRY_SIZE = _HIST_AT + _HIST.size
+TABLE_SIZE = ENTRIES * ENTRY_SIZE
+"""Bytes of a slot's run table."""
+
+
+class TaskRuns(NamedTuple):
+    """What one child ran of one task from one stream since the master last took the table."""
+
+    stream_index: int
+    task: str
+    summary: Summary
+
+
+class RunTable:
+    """The child's side of its slot's run table (the caller holds the slot's lock)."""
+
+    def __init__(self, mem: mmap.mmap, base: int) -> None:
+        self._mem = mem
+        self._base = base
+        self._at: dict[tuple[int, bytes], int] = {}
+        self._owner: dict[int, tuple[int, bytes]] = {}
+
+    def count(
+        self, stream_index: int, task: bytes, ms: float, *, failed: bool, retried: bool
+    ) -> None:
+        """Count one run that ended: O(1), two updates in place."""
+        at = self._at.get((stream_index, task))
+        if at is None:
+            at = self._claim(stream_index, task)
+            if at is None:
+                return
+        mem = self._mem
+        runs, failures, retries, longest = _SUMS.unpack_from(mem, at + _SUMS_AT)
+        _SUMS.pack_into(
+            mem, at + _SUMS_AT, runs + 1, failures + failed, retries + retried, max(longest, ms)
+        )
+        where = at + _HIST_AT + _COUNT.size * min(bucket_of(ms), BUCKETS - 1)
+        _COUNT.pack_into(mem, where, _COUNT.unpack_from(mem, where)[0] + 1)
+
+    def _claim(self, stream_index: int, task: bytes) -> int | None:
+        """A free entry, else one the master emptied (its task claims another when it runs
+        again), labelled for (stream, task)."""
+        emptied = None
+        for i in range(ENTRIES):
+            at = self._base + i * ENTRY_SIZE
+            if at not in self._owner:
+                return self._label(at, stream_index, task)
+            if emptied is None and not _SUMS.unpack_from(self._mem, at + _SUMS_AT)[0]:
+                emptied = at
+        if emptied is None:
+            return None
+        del self._at[self._owner[emptied]]
+        return self._label(emptied, stream_index, task)
+
+    def _label(self, at: int, stream_index: int, task: bytes) -> int:
+        _HEAD.pack_into(self._mem, at, stream_index, task)
+        self._at[stream_index, task] = at
+        self._owner[at] = (stream_index, task)
+        return at
+
+
+def take(mem: mmap.mmap, base: int) -> list[TaskRuns]:
+    """The master's side (under the slot's lock): every entry with runs, which it zeroes."""
+    found = []
+    for i in range(ENTRIES):
+        at = base + i * ENTRY_SIZE
+        runs, failures, retries, longest = _SUMS.unpack_from(mem, at + _SUMS_AT)
+        if runs <= 0:
+            continue
+        stream_index, label = _HEAD.unpack_from(mem, at)
+        counts = _HIST.unpack_from(mem, at + _HIST_AT)
+        buckets = {b: n for b, n in enumerate(counts) if n}
+        summary = Summary(runs, failures, retries, longest, buckets)
+        found.append(TaskRuns(stream_index, label.rstrip(b"\0").decode(errors="replace"), summary))
+        mem[at + _SUMS_AT : at + ENTRY_SIZE] = bytes(ENTRY_SIZE - _SUMS_AT)
+    return found
