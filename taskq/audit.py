@@ -1,6 +1,7 @@
 """The control plane's audit trail, as values: one :class:`AuditEntry` per pause, resume,
-limit change or cancel, in the stream ``<queue>:audit`` of the queue it acted on. Written
-with the change (the same script, where the change is one), read by ``taskq audit`` and the
+limit change or cancel, and per action taken on the dashboard, in the stream
+``<queue>:audit`` of the queue it acted on. Written with the change (the same script, where
+the change is one; after it, for the dashboard's), read by ``taskq audit`` and the
 dashboard."""
 
 from __future__ import annotations
@@ -12,6 +13,12 @@ from dataclasses import dataclass
 from typing import Any
 
 ACTIONS = ("pause", "resume", "limit_set", "limit_clear", "cancel")
+DASHBOARD_ACTIONS = (
+    "jobs_cancel", "jobs_delete", "jobs_retry", "jobs_move", "job_cancel",
+    "deadletter_retry", "deadletter_purge",
+)  # fmt: skip
+"""What the dashboard records: its user (the authenticated one, or ``dashboard``), the
+remote address as the host, and in ``detail`` the state, filter and how many jobs."""
 
 
 @dataclass(frozen=True)
@@ -28,9 +35,12 @@ class AuditEntry:
     entry_id: str = ""
 
     @staticmethod
-    def fields(action: str, user: str, detail: Mapping[str, Any]) -> list[str]:
-        """An entry's stream fields (the queue is the stream's; the time its id)."""
-        return ["action", action, "user", user, "host", socket.gethostname(), "detail",
+    def fields(
+        action: str, user: str, detail: Mapping[str, Any], host: str | None = None
+    ) -> list[str]:
+        """An entry's stream fields (the queue is the stream's; the time its id); the host
+        is this one unless given."""
+        return ["action", action, "user", user, "host", host or socket.gethostname(), "detail",
                 json.dumps(detail, sort_keys=True)]  # fmt: skip
 
     @classmethod

@@ -73,3 +73,8 @@ def nap(seconds: float) -> float:
     started = time.perf_counter()
     time.sleep(seconds)
     return (time.perf_counter() - started) * 1000
+
+
+@app.task(queue="backlog", batch_size=100, batch_wait_s=3600, batch_key=lambda key, note: key)
+def gather(calls: list[dict[str, object]]) -> None:
+    """Batches by key that fill on a queue no test worker serves."""

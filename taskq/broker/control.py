@@ -129,6 +129,16 @@ def _detail(p: Pause) -> dict[str, Any]:
     return {"task": p.task, "key": p.key}
 
 
+def append_audit(
+    link: Link, queue: str, cap: int, entry: tuple[str, str, str, Mapping[str, Any]]
+) -> None:
+    """Append one entry (action, user, host, detail) to a queue's audit stream, for an action
+    that was not one script with its entry (the dashboard's, after it acted)."""
+    action, user, host, detail = entry
+    fields = AuditEntry.fields(action, user, detail, host)
+    link.call("XADD", QueueKeys(queue).audit, "MAXLEN", "~", max(1, cap), "*", *fields)
+
+
 def read_audit(link: Link, queues: Sequence[str], since_ms: int = 0) -> list[AuditEntry]:
     """The audit entries of ``queues`` from ``since_ms`` on (Redis clock), oldest first."""
     replies = link.pipeline([("XRANGE", QueueKeys(q).audit, since_ms, "+") for q in queues])

@@ -9,6 +9,7 @@ redirects back with a signed one-line notice.
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import parse_qs, urlencode
 
 from starlette.concurrency import run_in_threadpool
@@ -16,6 +17,8 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
+from taskq.audit import DASHBOARD_ACTIONS
+from taskq.broker.control import append_audit
 from taskq.dashboard.pages import (
     Settings,
     base_path,
@@ -24,8 +27,9 @@ from taskq.dashboard.pages import (
     queue_place,
     segment,
 )
-from taskq.dashboard.security import CSRF_FIELD, csrf_ok, same_origin
-from taskq.ops.browse import Jobs
+from taskq.dashboard.security import CSRF_FIELD, csrf_ok, same_origin, user_of
+from taskq.ops.browse import Audit, Jobs
+from taskq.ops.jobrows import JobFilter
 
 MAX_FORM_BYTES = 1_000_000
 
@@ -59,6 +63,27 @@ async def _body(request: Request) -> bytes:
     return b"".join(chunks)
 
 
+def _audit(request: Request, **detail: Any) -> Audit:
+    """Records an action of this request in the queue's audit stream: who (the dashboard's
+    authenticated user, or ``dashboard``), from where (the remote address), what, on which
+    state and how many jobs (``detail`` adds the selection or filter)."""
+    settings: Settings = request.app.state.dashboard
+    app = settings.source.app
+    user = user_of(settings.access, request)
+    host = request.client.host if request.client else "?"
+
+    def audit(action: str, queue: str, state: str, count: int) -> None:
+        about = {**detail, "state": state, "jobs": count}
+        entry = (action if action in DASHBOARD_ACTIONS else f"jobs_{action}", user, host, about)
+        append_audit(app.link, queue, app.settings.audit_max_entries, entry)
+
+    return audit
+
+
+def _filter_detail(where: JobFilter) -> dict[str, str]:
+    return {k: v for k, v in where.__dict__.items() if v}
+
+
 def _one(fields: dict[str, list[str]], name: str) -> str:
     return (fields.get(name) or [""])[0].strip()
 
@@ -80,6 +105,8 @@ async def retry_deadletters(request: Request) -> Response:
     moved, skipped = await run_in_threadpool(
         lambda: source.retry(queue, ids, task=task, error=error)
     )
+    audit = _audit(request, ids=(ids or [])[:20], task=task, error=error, all=ids is None)
+    await run_in_threadpool(audit, "deadletter_retry", queue, "deadletter", moved)
     notice = f"re-enqueued {moved} job(s)"
     if skipped:
         notice += "; not re-enqueued: " + "; ".join(f"{i}: {why}" for i, why in skipped[:5])
@@ -91,6 +118,7 @@ async def purge_deadletters(request: Request) -> Response:
     queue = request.path_params["queue"]
     source = request.app.state.dashboard.source
     deleted = await run_in_threadpool(source.purge, queue)
+    await run_in_threadpool(_audit(request), "deadletter_purge", queue, "deadletter", deleted)
     return _back(request, "/deadletters", f"deleted {deleted} dead-lettered job(s)", queue=queue)
 
 
@@ -101,6 +129,9 @@ async def cancel_job(request: Request) -> Response:
     terminate = bool(_one(fields, "terminate"))
     source = request.app.state.dashboard.source
     outcomes = await run_in_threadpool(lambda: source.cancel(job_id, queue, terminate=terminate))
+    audit = _audit(request, job=job_id, terminate=terminate, outcomes=outcomes)
+    where = queue or source.app.settings.queue
+    await run_in_threadpool(audit, "job_cancel", where, "", len(outcomes))
     notice = "; ".join(f"{step}: {outcome}" for step, outcome in outcomes.items())
     return _back(request, f"/jobs/{segment(job_id)}", notice, queue=queue or "")
 
@@ -125,13 +156,14 @@ async def act_on_jobs(request: Request) -> Response:
     if _one(fields, "bulk"):
         spec = dict(queue=queue, state=state, priority=priority, where=where, to=to)
         spec["held_task"] = held_task
+        spec["audit"] = _audit(request, filter=_filter_detail(where), bulk=True)
         started = settings.bulks.start(app, action=_one(fields, "bulk"), **spec)
         return _back(request, f"/bulk/{started.id}", f"{started.action} started")
     action = _one(fields, "action")
     refs = [r for r in fields.get("refs", []) if r][:MAX_SELECTED]
     if not refs:
         raise HTTPException(400, "no job chosen")
-    jobs = Jobs(app, queue, held_task=held_task)
+    jobs = Jobs(app, queue, held_task=held_task, audit=_audit(request, refs=refs[:20]))
 
     def run() -> tuple[int, int]:
         rows = jobs.find(state, refs, priority=priority)

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from taskq.app import App
-from taskq.ops.browse import Jobs
-from taskq.ops.jobrows import PER_PRIORITY, STATES, JobFilter, JobsPage, check_action
+from taskq.ops import gathered
+from taskq.ops.browse import Audit, Jobs, no_audit
+from taskq.ops.jobrows import PAUSED, PER_PRIORITY, STATES, JobFilter, JobsPage, check_action
 
 PAGE_SIZE = 50
 MAX_BULKS = 100
@@ -37,12 +38,14 @@ class QueuePage:
     actions: tuple[str, ...]
     """The actions that apply to this state."""
     held_task: str = ""
-    """The task whose held jobs a ``held`` page lists (``?of=``)."""
+    """The task whose held jobs a ``held`` page lists, or the pause whose jobs a ``paused``
+    page lists (``?of=``)."""
     held_tasks: tuple[str, ...] = ()
 
 
 def figures(app: App, queue: str) -> dict[str, int]:
-    """The queue's jobs per state, as ``taskq inspect --json`` counts them."""
+    """The queue's jobs per state, as ``taskq inspect --json`` counts them (paused jobs, bursts
+    and batches as ``taskq inspect gathering`` and the pauses' sets hold them)."""
     snap = app.reader.queue(queue)
     out: dict[str, int] = {"scheduled": snap.scheduled, "held": snap.held}
     for s in snap.streams:
@@ -51,7 +54,7 @@ def figures(app: App, queue: str) -> dict[str, int]:
         out[f"retrying:{s.priority}"] = s.retrying
     for state in ("waiting", "running", "retrying"):
         out[state] = sum(s_n for k, s_n in out.items() if k.startswith(state + ":"))
-    return out
+    return {**out, **gathered.figures(app.link, queue)}
 
 
 def queue_page(
@@ -68,6 +71,8 @@ def queue_page(
     page = jobs.page(state, priority=priority, after=after, limit=PAGE_SIZE, where=where)
     applies = tuple(a for a in ("retry", "cancel", "delete", "move") if _applies(a, state))
     held = (jobs.held_task, tuple(jobs.held_tasks()))
+    if state == PAUSED:  # the tabs are the queue's pauses
+        held = (jobs.pause_field(), tuple(gathered.pause_fields(app.link, queue)))
     return QueuePage(queue, state, priority, figures(app, queue), page, where, applies, *held)
 
 
@@ -91,6 +96,8 @@ class Bulk:
     where: JobFilter
     to: str = ""
     held_task: str = ""
+    audit: Audit = no_audit
+    """Records the action once, when it ends, with how many jobs it acted on."""
     found: int = 0
     done: int = 0
     handled: int = 0
@@ -116,7 +123,14 @@ class Bulk:
             self.error = f"{type(exc).__name__}: {exc}"
         finally:
             self.elapsed_s = round(time.monotonic() - self.started, 3)
+            self._audited()
             self.finished = True
+
+    def _audited(self) -> None:
+        try:
+            self.audit(self.action, self.queue, self.state, self.done)
+        except Exception as exc:  # the jobs were acted on: say the entry is missing
+            self.error = self.error or f"not in the audit trail: {type(exc).__name__}: {exc}"
 
 
 class Bulks:

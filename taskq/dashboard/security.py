@@ -162,3 +162,18 @@ def same_origin(request: Request) -> bool:
         return True
     host = request.headers.get("host", "").lower()
     return bool(host) and origin.lower() in (f"http://{host}", f"https://{host}")
+
+
+def user_of(access: Access, request: Request) -> str:
+    """Who acts, for the audit trail: the HTTP basic user (once the request passed the
+    check), an embedding app's authenticated user (Starlette's ``request.user``), else
+    ``dashboard`` (a token names no one)."""
+    scheme, _, value = request.headers.get("authorization", "").partition(" ")
+    if access.basic is not None and scheme.lower() == "basic":
+        given = base64.b64decode(value.strip() + "==", validate=False).decode(errors="replace")
+        if hmac.compare_digest(given.encode(), access.basic.encode()):
+            return access.basic.partition(":")[0]
+    user = request.scope.get("user")
+    if getattr(user, "is_authenticated", False):
+        return str(getattr(user, "display_name", "") or "dashboard")[:200]
+    return "dashboard"

@@ -17,10 +17,14 @@ from typing import TYPE_CHECKING
 
 from taskq.broker.replies import as_int, entries, pending_rows, text
 from taskq.keys import GROUP, PRIORITIES, QueueKeys, check_job_id, check_priority
+from taskq.ops import gathered
 from taskq.ops.deadletters import SCAN_LIMIT
 from taskq.ops.jobrows import (
     ACTIONS,
+    BATCHING,
+    DEBOUNCED,
     HELD,
+    PAUSED,
     RETRYING,
     RUNNING,
     SCHEDULED,
@@ -69,6 +73,7 @@ class Jobs:
         self.queue = queue
         self.keys = QueueKeys(queue)
         self.audit = audit
+        self.of = held_task
         self.held_task = held_task or next(iter(self.held_tasks()), "")
 
     def held_tasks(self) -> list[str]:
@@ -82,10 +87,18 @@ class Jobs:
             and registry.get(name).options.limit_key is None
         )
 
+    def pause_field(self) -> str:
+        """The pause whose jobs a ``paused`` page lists: the one asked for (``of``) if it is
+        one of the queue's, else the first ('' when the queue has none)."""
+        fields = gathered.pause_fields(self.app.link, self.queue)
+        return self.of if self.of in fields else next(iter(fields), "")
+
     def _set_key(self, state: str, priority: str) -> str:
-        """The sorted set a state's jobs sit in."""
+        """The sorted set a state's jobs sit in (a debounced job's: the schedule)."""
         if state == HELD:
             return self.keys.held(self.held_task)
+        if state == PAUSED:
+            return self.keys.aside(self.pause_field())
         return self.keys.retry(priority) if state == RETRYING else self.keys.schedule
 
     # -- reading ---------------------------------------------------------------------------
@@ -144,6 +157,9 @@ class Jobs:
             return self._waiting(priority, after, count)
         if state == RUNNING:
             return self._running(priority, after, count)
+        if state in (DEBOUNCED, BATCHING):
+            read = gathered.debounced if state == DEBOUNCED else gathered.batching
+            return read(self.app.link, self.queue, after, count)
         return self._members(state, self._set_key(state, priority), after, count)
 
     def _waiting(
@@ -231,7 +247,7 @@ class Jobs:
         interrupts it; one without a record cannot be), the others removed from where they
         wait, a batch per script. Returns how many were."""
         check_action("cancel", state)
-        if state in (RUNNING, HELD):  # a held job's slot accounting is cancel.lua's
+        if state in (RUNNING, HELD, PAUSED):  # a held job's slot accounting is cancel.lua's
             done = sum(self._cancel_one(row) for row in rows if row.recorded and row.job_id)
         else:
             done = self._remove(state, rows, counted="cancelled")
@@ -363,7 +379,7 @@ class Jobs:
                 yield key, group[i : i + BATCH]
 
     def _key_of(self, state: str, row: JobRow) -> str:
-        if state == SCHEDULED:
+        if state in (SCHEDULED, DEBOUNCED):
             return self.keys.schedule
         priority = row.priority or "normal"
         check_priority(priority)
@@ -376,4 +392,6 @@ def _ref(state: str, reply: bytes) -> str | bytes:
 
 
 def _kind(state: str) -> str:
-    return {WAITING: "stream", RETRYING: "retry", SCHEDULED: "schedule"}[state]
+    return {WAITING: "stream", RETRYING: "retry", SCHEDULED: "schedule", DEBOUNCED: "schedule"}[
+        state
+    ]

@@ -19,18 +19,25 @@ from taskq.message import Message
 WAITING, RUNNING, RETRYING, SCHEDULED = "waiting", "running", "retrying", "scheduled"
 HELD = "held"
 """Jobs of a concurrency-limited task waiting for a slot, out of their stream."""
-STATES: tuple[str, ...] = (WAITING, RUNNING, RETRYING, SCHEDULED, HELD)
+PAUSED = "paused"
+"""Jobs a worker set aside under a pause (``taskq pause``), out of their stream."""
+DEBOUNCED, BATCHING = "debounced", "batching"
+"""The job of a debounce burst, waiting in the schedule for the burst to end; a batching
+task's calls, gathering in their batch until it is full or due (not a job yet)."""
+STATES: tuple[str, ...] = (WAITING, RUNNING, RETRYING, SCHEDULED, HELD, PAUSED, DEBOUNCED, BATCHING)
 """The states a queue's jobs can be browsed in."""
 PER_PRIORITY = frozenset({WAITING, RUNNING, RETRYING})
 """The states kept apart per priority (``?priority=``)."""
 
 ACTIONS: dict[str, frozenset[str]] = {
-    "cancel": frozenset({WAITING, RUNNING, RETRYING, SCHEDULED, HELD}),
-    "delete": frozenset({WAITING, RETRYING, SCHEDULED}),
-    "retry": frozenset({RETRYING, SCHEDULED}),
+    "cancel": frozenset({WAITING, RUNNING, RETRYING, SCHEDULED, HELD, PAUSED, DEBOUNCED}),
+    "delete": frozenset({WAITING, RETRYING, SCHEDULED, DEBOUNCED}),
+    "retry": frozenset({RETRYING, SCHEDULED, DEBOUNCED}),
     "move": frozenset({WAITING}),
 }
-"""Each action and the states it applies to."""
+"""Each action and the states it applies to. A paused job is only cancelled (through its
+record: the pause's count is ``cancel.lua``'s); the control plane has no "run one paused job
+now", so it is not offered. A filling batch has no action: its calls are not a job yet."""
 
 MAX_ARGS_CHARS = 300
 """Arguments are rendered up to this long in a row (and searched in that rendering)."""
@@ -122,6 +129,7 @@ class JobRow:
         enqueued_ms: when its entry was added (streams) or it was first enqueued.
         run_ms: how long a running job has run (its entry's idle time in the pending list).
         error: the last error of a retrying job that keeps a record.
+        calls: the calls a debounce burst or a batch gathered.
         member: the sorted-set member (not shown; what actions on it need).
     """
 
@@ -139,6 +147,7 @@ class JobRow:
     child: int | None = None
     error: str = ""
     recorded: bool = False
+    calls: int | None = None
     member: bytes = field(default=b"", repr=False, compare=False)
 
     def to_json(self) -> dict[str, Any]:
@@ -255,7 +264,7 @@ def member_row(member: bytes, score: int, state: str) -> JobRow:
         args=_call_text(msg),
         attempts=msg.retries if msg else 0,
         enqueued_ms=msg.created_ms if msg else None,
-        due_ms=None if state == HELD else score,
+        due_ms=None if state in (HELD, PAUSED) else score,
         recorded=bool(msg and msg.recorded),
         member=member,
     )
@@ -269,3 +278,25 @@ def error_text(raw: Any) -> str:
     if not isinstance(attempt, dict):
         return ""
     return f"{attempt.get('error_type', '')}: {attempt.get('error', '')}"[:MAX_ARGS_CHARS]
+
+
+def batch_row(call: bytes, due_ms: int, calls: int) -> JobRow | None:
+    """A filling batch, from its first call (``<call id>\n<body>``: the batch job's id and
+    its arguments) and its gathering index's due time; None if the call is malformed."""
+    call_id, sep, body = call.partition(b"\n")
+    msg = _decoded(body)
+    if not (sep and call_id and msg is not None):
+        return None
+    job_id = text(call_id)
+    return JobRow(
+        job_id=job_id,
+        task=msg.task,
+        state=BATCHING,
+        priority=None,
+        ref=f"{due_ms}/{job_id}",
+        args=_call_text(msg),
+        enqueued_ms=msg.created_ms,
+        due_ms=due_ms,
+        recorded=msg.recorded,
+        calls=calls,
+    )

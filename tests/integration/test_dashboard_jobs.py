@@ -15,6 +15,7 @@ import redis
 from starlette.testclient import TestClient
 
 from taskq import App
+from taskq.broker.control import read_audit
 from taskq.dashboard import asgi
 from taskq.keys import GROUP, QueueKeys
 from taskq.message import Message
@@ -83,6 +84,42 @@ def test_each_state_lists_what_redis_holds(client: TestClient, dash_app: App) ->
     assert [row["args"] for row in doc["rows"]] == [str(n) for n in range(60) if "5" in str(n)]
 
 
+def test_debounced_and_batching_pages_list_what_redis_holds_and_act(
+    client: TestClient, dash_app: App, r: redis.Redis
+) -> None:
+    bursts = [
+        dashboard_tasks.later.apply_async(
+            (f"{XSS} {i}",), debounce_key=f"k{i % 2}", debounce_s=3600
+        )
+        for i in range(5)
+    ]
+    for i in range(4):
+        dashboard_tasks.gather.delay(f"b{i % 2}", XSS)
+    batches = ids_in_redis(r, "backlog", "batching")
+    assert len(batches) == 2 and len({b.id for b in bursts}) == 2
+    debounced = client.get("/queues/backlog/debounced").text
+    assert shown(debounced) == ids_in_redis(r, "backlog", "debounced") != []
+    assert re.search(r'data-figure="debounced">2<', debounced)
+    assert re.findall(r'data-calls="(\d+)"', debounced) == ["3", "2"]
+    assert "<script>alert" not in debounced and "&lt;script&gt;alert(" in debounced
+    batching = client.get("/queues/backlog/batching").text
+    assert shown(batching) == batches and re.search(r'data-figure="batching">2<', batching)
+    assert "<script>alert" not in batching and "&lt;script&gt;alert(" in batching
+    assert 'name="refs"' not in batching  # a filling batch is not a job yet: no action
+    # Cancel one burst's job: it leaves the schedule, and the action is in the audit.
+    refs = re.findall(r'name="refs" value="([^"]+)"', debounced)
+    form = {"refs": refs[:1], "action": "cancel", "csrf": csrf_of(debounced)}
+    done = client.post("/queues/backlog/debounced/act", data=form, follow_redirects=False)
+    assert done.status_code == 303 and "cancel%3A+1+of+1" in done.headers["location"]
+    assert shown(client.get("/queues/backlog/debounced").text) == ids_in_redis(
+        r, "backlog", "debounced"
+    )
+    assert len(ids_in_redis(r, "backlog", "debounced")) == 1
+    [entry] = read_audit(dash_app.link, ["backlog"])
+    assert (entry.action, entry.user, entry.host) == ("jobs_cancel", "dashboard", "testclient")
+    assert entry.detail["state"] == "debounced" and entry.detail["jobs"] == 1
+
+
 def test_bad_names_are_refused(client: TestClient) -> None:
     assert client.get("/queues/backlog/nope").status_code == 400
     assert client.get("/queues/nosuchqueue/waiting").status_code == 404
@@ -115,6 +152,13 @@ def test_selected_jobs_are_acted_on_with_csrf(
     client.post("/queues/backlog/waiting/act", data=move)
     assert shown(client.get("/queues/backlog/waiting?priority=high").text) == [jobs[2].id]
     assert r.xlen(Q.stream("normal")) == 2
+    audit = read_audit(dash_app.link, ["backlog"])  # each action, the repeated one too
+    assert [(e.action, e.detail["jobs"]) for e in audit] == [
+        ("jobs_delete", 2),
+        ("jobs_delete", 0),
+        ("jobs_move", 1),
+    ]
+    assert audit[0].detail["refs"] == refs[:2]
 
 
 def test_all_matching_runs_with_progress(client: TestClient, dash_app: App, r: redis.Redis) -> None:
@@ -137,6 +181,15 @@ def test_all_matching_runs_with_progress(client: TestClient, dash_app: App, r: r
     assert [row["job_id"] for row in client.get("/api/queues/backlog/waiting").json()["rows"]] == [
         j.id for j in keep
     ]
+    # One audit entry for the whole bulk action: who, from where, what and how many.
+    [entry] = read_audit(dash_app.link, ["backlog"])
+    assert (entry.action, entry.user, entry.host) == ("jobs_cancel", "dashboard", "testclient")
+    assert entry.detail == {
+        "bulk": True,
+        "filter": {"args": "drop"},
+        "state": "waiting",
+        "jobs": 1200,
+    }
 
 
 def test_read_only_hides_and_refuses(dash_app: App) -> None:
@@ -165,11 +218,31 @@ def ids_in_redis(r: redis.Redis, queue: str, state: str) -> list[str]:
         pending = r.xpending_range(k.stream("normal"), GROUP, "-", "+", 100)
         bodies = [r.xrange(k.stream("normal"), p["message_id"], p["message_id"])[0][1][b"body"]
                   for p in pending]  # fmt: skip
+    elif state in ("debounced", "batching"):
+        return gathered_in_redis(r, queue, state)
+    elif state == "paused":
+        sets = [k.aside(f.decode()) for f in sorted(r.hkeys(k.paused))]
+        bodies = [m.split(b"\n", 2)[2] for key in sets for m in r.zrange(key, 0, -1)]
     else:
         key = k.retry("normal") if state == "retrying" else k.schedule
         skip = 3 if state == "retrying" else 2
         bodies = [m.split(b"\n", skip)[skip] for m in r.zrange(key, 0, -1)]
     return [Message.decode(b).id for b in bodies]
+
+
+def gathered_in_redis(r: redis.Redis, queue: str, state: str) -> list[str]:
+    """The job ids of the live debounce bursts (their job still in the schedule) or filling
+    batches (their first call's id) of the gathering index, soonest due first."""
+    k, ids = QueueKeys(queue), []
+    for member in r.zrange(k.gathering, 0, -1):
+        key = f"{queue}:{member.decode()}"
+        if state == "debounced" and member.startswith(b"debounce:"):
+            job, schedule_member = r.hmget(key, "job", "member")
+            if job and r.zscore(k.schedule, schedule_member) is not None:
+                ids.append(job.decode())
+        elif state == "batching" and member.startswith(b"batch:") and r.llen(key):
+            ids.append(r.lindex(key, 0).split(b"\n", 1)[0].decode())
+    return ids
 
 
 def rows_shown(browser: Any) -> list[str]:
@@ -192,7 +265,9 @@ def test_browser_each_state_shows_what_redis_holds_as_text(
     from selenium.webdriver.common.by import By
 
     # Given: a job retrying (its error carries a <script>), one running, waiting ones with a
-    # <script> in their arguments, a delayed one.
+    # <script> in their arguments, a delayed one, one paused (the worker starts paused).
+    dash_app.pause("tasks", task="tests.dashboard_tasks.show")
+    paused = dashboard_tasks.show.delay(XSS)
     start_worker("-A", "tests.dashboard_tasks", "-Q", "tasks", "-c", "2")
     r.set(dashboard_tasks.BROKEN, 1)
     failing = dashboard_tasks.flaky.delay(XSS)
@@ -202,10 +277,16 @@ def test_browser_each_state_shows_what_redis_holds_as_text(
     for _ in range(3):
         dashboard_tasks.later.delay(XSS)
     dashboard_tasks.show.apply_async((XSS,), countdown=3600)
+    # ... a job set aside under a pause, debounce bursts and filling batches.
+    wait_until(lambda: ids_in_redis(r, "tasks", "paused") == [paused.id], message="set aside")
+    for i in range(3):
+        dashboard_tasks.later.apply_async((XSS,), debounce_key=f"d{i % 2}", debounce_s=3600)
+        dashboard_tasks.gather.delay(f"b{i % 2}", XSS)
     dash = start_dashboard()
     # When / then: each state's page lists exactly the jobs raw Redis holds there.
     for queue, state in (("backlog", "waiting"), ("tasks", "running"), ("tasks", "retrying"),
-                         ("tasks", "scheduled")):  # fmt: skip
+                         ("tasks", "scheduled"), ("tasks", "paused"), ("backlog", "debounced"),
+                         ("backlog", "batching")):  # fmt: skip
         browser.get(f"{dash.url}/queues/{queue}/{state}")
         assert rows_shown(browser) == ids_in_redis(r, queue, state), (queue, state)
         assert rows_shown(browser), (queue, state)
