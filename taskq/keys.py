@@ -294,10 +294,17 @@ class QueueKeys:
         in that minute), written by worker masters for the dashboard's charts; it expires."""
         return f"{self.queue}:series:{minute_ms}"
 
+    def bulk(self, bulk_id: str) -> str:
+        """The progress of one of the dashboard's "all that match" actions (a hash: what it
+        does and how far it got), so every dashboard process, and a reloaded page, shows it;
+        it expires a day after its last update."""
+        return f"{self.queue}:bulk:{bulk_id}"
+
     def task_stats(self, span: str, start_ms: int) -> str:
         """Per-task run summaries of one minute (``span`` ``m``) or hour (``h``): a hash task
         name -> msgpack summary (runs, failures, retries, durations), merged by
-        ``taskstats.lua`` from what workers write at most once per second; it expires."""
+        ``taskstats.lua`` from what worker masters take from their children at each
+        heartbeat; it expires."""
         return f"{self.queue}:taskstats:{span}:{start_ms}"
 
     def fair_staged(self, priority: str, fair_key: str) -> str:

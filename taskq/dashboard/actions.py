@@ -158,7 +158,7 @@ async def act_on_jobs(request: Request) -> Response:
         spec["held_task"] = held_task
         spec["audit"] = _audit(request, filter=_filter_detail(where), bulk=True)
         started = settings.bulks.start(app, action=_one(fields, "bulk"), **spec)
-        return _back(request, f"/bulk/{started.id}", f"{started.action} started")
+        return _back(request, f"/bulk/{started.id}", f"{started.action} started", queue=queue)
     action = _one(fields, "action")
     refs = [r for r in fields.get("refs", []) if r][:MAX_SELECTED]
     if not refs:

@@ -269,9 +269,12 @@ async def queue_jobs_json(request: Request) -> Response:
 
 async def bulk(request: Request) -> Response:
     settings: Settings = request.app.state.dashboard
-    found = settings.bulks.get(request.path_params["bulk_id"])
+    source = _source(request)
+    queue = await run_in_threadpool(source.queue, request.query_params.get("queue", ""))
+    bulk_id, app = request.path_params["bulk_id"], source.app
+    found = await run_in_threadpool(lambda: settings.bulks.get(bulk_id, app, queue))
     if found is None:
-        raise ConfigError("no such bulk action (it ran in another dashboard process, or long ago)")
+        raise ConfigError("no such bulk action (on this queue, in the last day)")
     return render(request, "bulk", {"bulk": found})
 
 

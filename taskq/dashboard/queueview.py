@@ -8,6 +8,8 @@ The figures are the ones ``taskq inspect --json`` prints for the queue (the same
 
 from __future__ import annotations
 
+import json
+import logging
 import secrets
 import threading
 import time
@@ -15,11 +17,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from taskq.app import App
+from taskq.broker.replies import as_int, flat_pairs, text
+from taskq.errors import ConfigError
+from taskq.keys import QueueKeys
 from taskq.ops import gathered
 from taskq.ops.browse import Audit, Jobs, no_audit
 from taskq.ops.jobrows import PAUSED, PER_PRIORITY, STATES, JobFilter, JobsPage, check_action
 
+logger = logging.getLogger(__name__)
+
 PAGE_SIZE = 50
+BULK_TTL_MS = 86_400_000
+"""How long a bulk action's progress stays in Redis after its last update."""
 MAX_BULKS = 100
 """Bulk actions whose progress is kept (the oldest finished ones are forgotten first)."""
 
@@ -108,23 +117,61 @@ class Bulk:
 
     def run(self, app: App) -> None:
         """Find every matching job, then act on them a batch at a time (the figures move as
-        it goes). Errors end it and are shown, never raised."""
+        it goes, in this process and in Redis). Errors end it and are shown, never raised."""
         try:
             jobs = Jobs(app, self.queue, held_task=self.held_task)
             rows = []
             for batch in jobs.each(self.state, priority=self.priority, where=self.where):
                 rows += batch
                 self.found = len(rows)
+                self._save(app)
             for i in range(0, len(rows), 500):
                 batch = rows[i : i + 500]
                 self.done += jobs.act(self.action, self.state, batch, to=self.to)
                 self.handled += len(batch)
+                self._save(app)
         except Exception as exc:
             self.error = f"{type(exc).__name__}: {exc}"
         finally:
             self.elapsed_s = round(time.monotonic() - self.started, 3)
             self._audited()
             self.finished = True
+            self._save(app)
+
+    def _save(self, app: App) -> None:
+        """The progress in ``<queue>:bulk:<id>`` (one HSET and PEXPIRE per batch of jobs);
+        a failed write only leaves other processes a step behind."""
+        shown = {
+            "action": self.action, "state": self.state, "priority": self.priority,
+            "where": json.dumps(self.where.__dict__), "found": self.found, "done": self.done,
+            "handled": self.handled, "finished": int(self.finished), "error": self.error,
+            "elapsed_ms": int(self.elapsed_s * 1000),
+        }  # fmt: skip
+        fields = [x for k, v in shown.items() for x in (k, str(v))]
+        key = QueueKeys(self.queue).bulk(self.id)
+        try:
+            app.link.pipeline([("HSET", key, *fields), ("PEXPIRE", key, BULK_TTL_MS)])
+        except Exception:
+            logger.warning("bulk %s: progress not saved", self.id, exc_info=True)
+
+    @classmethod
+    def load(cls, app: App, queue: str, bulk_id: str) -> Bulk | None:
+        """A bulk action another process runs (or ran), from Redis; None if unknown. The
+        hash is untrusted: an action or state that is not one, or a bad id, reads as none."""
+        if not (len(bulk_id) == 16 and all(c in "0123456789abcdef" for c in bulk_id)):
+            return None
+        raw = app.link.call("HGETALL", QueueKeys(queue).bulk(bulk_id))
+        f = {text(k): text(v) for k, v in flat_pairs(raw).items()}
+        try:
+            check_action(f.get("action", ""), f.get("state", ""))
+            where = JobFilter(**json.loads(f.get("where", "{}")))
+        except (ConfigError, ValueError, TypeError):
+            return None
+        found = cls(bulk_id, f["action"], queue, f["state"], f.get("priority", ""), where)
+        found.found, found.done = as_int(f.get("found")), as_int(f.get("done"))
+        found.handled, found.finished = as_int(f.get("handled")), f.get("finished") == "1"
+        found.error, found.elapsed_s = f.get("error", "")[:1000], as_int(f.get("elapsed_ms")) / 1000
+        return found
 
     def _audited(self) -> None:
         try:
@@ -151,9 +198,12 @@ class Bulks:
         threading.Thread(target=bulk.run, args=(app,), name=f"bulk-{bulk.id}", daemon=True).start()
         return bulk
 
-    def get(self, bulk_id: str) -> Bulk | None:
+    def get(self, bulk_id: str, app: App, queue: str) -> Bulk | None:
+        """This process's bulk action, else the one Redis keeps for ``queue`` (run by another
+        dashboard process, or by this one before a restart)."""
         with self.lock:
-            return self.running.get(bulk_id)
+            found = self.running.get(bulk_id)
+        return found if found is not None else Bulk.load(app, queue, bulk_id)
 
 
 __all__ = ["PER_PRIORITY", "STATES", "Bulk", "Bulks", "QueuePage", "figures", "queue_page"]

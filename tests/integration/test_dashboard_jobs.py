@@ -172,12 +172,19 @@ def test_all_matching_runs_with_progress(client: TestClient, dash_app: App, r: r
     progress = started.headers["location"].split("?")[0]
 
     def finished() -> str | None:
-        live = client.get(progress + "?part=live")
+        live = client.get(progress + "?queue=backlog&part=live")
         assert live.headers["x-taskq-live"] == "bulk"
         return live.text if 'data-finished="yes"' in live.text else None
 
     text = wait_until(finished, timeout_s=20)
     assert re.search(r'data-figure="handled">1200<.*data-figure="found">1200<', text, re.S)
+    # Another dashboard process (or this one restarted) shows it too: the progress is in Redis.
+    with TestClient(asgi(dash_app)) as other:
+        again = other.get(started.headers["location"]).text
+        assert re.search(r'data-figure="handled">1200<.*data-figure="found">1200<', again, re.S)
+        assert 'data-finished="yes"' in again
+        assert other.get(progress + "?queue=backlog&part=live").headers["x-taskq-live"] == "bulk"
+        assert other.get(progress + "?queue=tasks").status_code == 400
     assert [row["job_id"] for row in client.get("/api/queues/backlog/waiting").json()["rows"]] == [
         j.id for j in keep
     ]

@@ -74,3 +74,21 @@ def test_move_to_high(dash_app: App, redis_url: str) -> None:
         taskq(redis_url, "list", "backlog", "--state", "waiting", "--priority", "high", "--json")
     )
     assert [row["job_id"] for row in doc["rows"]] == [job.id]
+
+
+def test_debounced_batching_and_paused_states(dash_app: App, redis_url: str) -> None:
+    burst = [
+        dashboard_tasks.show.apply_async((i,), debounce_key="k", debounce_s=3600) for i in range(3)
+    ]
+    call = dashboard_tasks.gather.delay("b", "first")
+    doc = json.loads(taskq(redis_url, "list", "tasks", "--state", "debounced", "--json"))
+    assert [(row["job_id"], row["calls"]) for row in doc["rows"]] == [(burst[0].id, 3)]
+    doc = json.loads(taskq(redis_url, "list", "backlog", "--state", "batching", "--json"))
+    assert [(row["job_id"], row["calls"]) for row in doc["rows"]] == [(call.id, 1)]
+    assert "no jobs" in taskq(redis_url, "list", "tasks", "--state", "paused")
+    # Run the burst's job now: it leaves the schedule (and with it the debounced page).
+    out = taskq(redis_url, "retry", "tasks", "--state", "debounced", "-y")
+    assert "retry: 1 of 1" in out
+    dash_app.broker.promote()
+    assert burst[0].status().state == "waiting"
+    assert "no jobs" in taskq(redis_url, "list", "tasks", "--state", "debounced")
