@@ -57,7 +57,9 @@ def _line(row: JobRow) -> str:
 @_filter
 @click.option("-n", "--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
 @click.option("--after", help="The cursor a previous page printed.")
-@click.option("--of", "held_task", default="", help="--state held: the limited task's jobs.")
+@click.option(
+    "--of", "held_task", default="", help="--state held: the limited task; paused: the pause."
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_obj
 def list_(

@@ -110,12 +110,20 @@ class Access:
             if hmac.compare_digest(cookie.encode(), self.login_value.encode()):
                 return True
         if self.basic is not None and scheme.lower() == "basic":
-            try:
-                given = base64.b64decode(value.strip(), validate=True).decode()
-            except (binascii.Error, UnicodeDecodeError):
-                return False
-            return hmac.compare_digest(given.encode(), self.basic.encode())
+            return self.basic_user(request) is not None
         return False
+
+    def basic_user(self, request: Request) -> str | None:
+        """The user of the request's HTTP basic credentials, if they are the right ones."""
+        scheme, _, value = request.headers.get("authorization", "").partition(" ")
+        if self.basic is None or scheme.lower() != "basic":
+            return None
+        try:
+            given = base64.b64decode(value.strip(), validate=True).decode()
+        except (binascii.Error, UnicodeDecodeError):
+            return None
+        right = hmac.compare_digest(given.encode(), self.basic.encode())
+        return self.basic.partition(":")[0] if right else None
 
     def sign(self, purpose: str, text: str) -> str:
         """An HMAC of ``text`` for one ``purpose`` (so a signature made for one use is
@@ -168,11 +176,9 @@ def user_of(access: Access, request: Request) -> str:
     """Who acts, for the audit trail: the HTTP basic user (once the request passed the
     check), an embedding app's authenticated user (Starlette's ``request.user``), else
     ``dashboard`` (a token names no one)."""
-    scheme, _, value = request.headers.get("authorization", "").partition(" ")
-    if access.basic is not None and scheme.lower() == "basic":
-        given = base64.b64decode(value.strip() + "==", validate=False).decode(errors="replace")
-        if hmac.compare_digest(given.encode(), access.basic.encode()):
-            return access.basic.partition(":")[0]
+    basic = access.basic_user(request)
+    if basic is not None:
+        return basic
     user = request.scope.get("user")
     if getattr(user, "is_authenticated", False):
         return str(getattr(user, "display_name", "") or "dashboard")[:200]

@@ -4,6 +4,7 @@ Starlette's TestClient against a real Redis: rows are what raw Redis holds, figu
 
 from __future__ import annotations
 
+import base64
 import math
 import re
 from collections.abc import Callable, Iterator
@@ -118,6 +119,18 @@ def test_debounced_and_batching_pages_list_what_redis_holds_and_act(
     [entry] = read_audit(dash_app.link, ["backlog"])
     assert (entry.action, entry.user, entry.host) == ("jobs_cancel", "dashboard", "testclient")
     assert entry.detail["state"] == "debounced" and entry.detail["jobs"] == 1
+
+
+def test_the_audit_names_the_basic_auth_user(dash_app: App) -> None:
+    dashboard_tasks.later.delay(1)
+    basic = {"authorization": "Basic " + base64.b64encode(b"ops:s3cret").decode()}
+    with TestClient(asgi(dash_app, basic_auth="ops:s3cret"), headers=basic) as c:
+        page = c.get("/queues/backlog/waiting").text
+        refs = re.findall(r'name="refs" value="([^"]+)"', page)
+        form = {"refs": refs, "action": "delete", "csrf": csrf_of(page)}
+        assert c.post("/queues/backlog/waiting/act", data=form).status_code == 200
+    [entry] = read_audit(dash_app.link, ["backlog"])
+    assert (entry.action, entry.user, entry.detail["jobs"]) == ("jobs_delete", "ops", 1)
 
 
 def test_bad_names_are_refused(client: TestClient) -> None:
