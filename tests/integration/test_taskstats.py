@@ -13,7 +13,8 @@ import redis
 from taskq import App
 from taskq.broker.taskstats import HOUR_MS, MINUTE_MS, Summary, write
 from taskq.keys import QueueKeys
-from taskq.ops.taskstats import task_history, task_table
+from taskq.ops.taskstats import TaskRow, task_history, task_table
+from tests.conftest import WorkerProcess, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -73,3 +74,28 @@ def test_72_hours_of_100_tasks_take_less_than_5_mb(
     used = sum(int(r.memory_usage(key) or 0) for key in keys)
     print(f"task statistics: {len(keys)} keys, {used / 1e6:.2f} MB for 72 h of 100 tasks")
     assert used < 5_000_000, used
+
+
+def test_a_master_writes_its_childrens_runs_with_its_heartbeat(
+    task_app: App, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    """Children that exit after two jobs each: their runs are taken when they are reaped,
+    the live child's at each heartbeat; a failure sent round again is a retry."""
+    from tests import tasks
+
+    start_worker("-A", "tests.tasks", "-c", "1", "--max-tasks-per-child", "2")
+    for i in range(5):
+        tasks.echo.delay(i)
+    tasks.always_fails.delay("x")
+
+    def rows() -> dict[str, TaskRow] | None:
+        found = {r.task: r for r in task_table(task_app.link, [task_app.settings.queue])[1]}
+        echo, fails = found.get("tests.tasks.echo"), found.get("tests.tasks.always_fails")
+        done = echo and echo.runs == 5 and fails and fails.failures >= 1
+        return found if done else None
+
+    found = wait_until(rows, message="the runs in the task statistics")
+    echo, fails = found["tests.tasks.echo"], found["tests.tasks.always_fails"]
+    assert (echo.failures, echo.retries) == (0, 0)
+    assert echo.p95_ms is not None and echo.p95_ms <= echo.max_ms
+    assert 1 <= fails.retries <= fails.failures  # its first failures go round again
