@@ -126,7 +126,9 @@ class Jobs:
         while len(rows) < limit and scanned < scan_limit:
             count = min(limit if not where else 200, scan_limit - scanned)
             got, cursor = self._read(state, priority, cursor, count)
-            scanned += len(got)
+            # A read that did not reach the end read ``count`` entries, whatever rows it gave
+            # (a gathering page passes over the other kind's members and stale ones).
+            scanned += count if cursor is not None else len(got)
             rows += [r for r in got if where.matches(r)][: limit - len(rows)]
             if cursor is None:
                 break

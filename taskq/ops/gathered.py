@@ -12,6 +12,8 @@ may hold fewer rows than it read.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from taskq.broker.control import read_pauses
 from taskq.broker.link import Link
 from taskq.broker.reads import gathering_rows, scored_text
@@ -72,7 +74,7 @@ def debounced(link: Link, queue: str, after: str | None, count: int) -> Page:
             continue
         row = member_row(member, int(float(score)), DEBOUNCED)
         if row.job_id == job:  # the hash is untrusted: its member must be its job's
-            rows.append(JobRow(**{**row.__dict__, "calls": max(1, as_int(calls, 1))}))
+            rows.append(replace(row, calls=max(1, as_int(calls, 1))))
     return rows, cursor
 
 
