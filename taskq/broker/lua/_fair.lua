@@ -1,0 +1,106 @@
+-- Shared prologue: fair queues (docs/fairness.md). A fair queue's admitted entries carry
+-- their fairness key in a last field 'fk'; each key has at most its weight of them
+-- undelivered in a priority's stream (<queue>:fair:<priority>:slots), the rest staged in
+-- its list (<queue>:fair:<priority>:k:<key>), and <queue>:fair:waiting counts its waiting
+-- jobs (staged and admitted). Every key is named from the stream's own name, so a script
+-- touches keys of that queue only (one hash tag).
+
+-- A key as producers check it: 1 to 200 bytes, no control characters or whitespace.
+local function fair_key_ok(key)
+  return type(key) == 'string' and #key >= 1 and #key <= 200 and not string.find(key, '[%c%s]')
+end
+
+-- The queue and priority of a stream "<queue>:<priority>".
+local function fair_parts(stream)
+  return string.match(stream, '^(.*):([^:]*)$')
+end
+
+-- A key's weight: an integer 1..1000 from the weights hash, 1 when unset or not one.
+local function fair_weight(queue, key)
+  local w = tonumber(redis.call('HGET', queue .. ':fairweights', key))
+  if not w or w ~= math.floor(w) or w < 1 or w > 1000 then return 1 end
+  return w
+end
+
+-- One waiting job of the key less (its member goes at 0).
+local function fair_unwait(queue, key)
+  local left = tonumber(redis.call('ZINCRBY', queue .. ':fair:waiting', -1, key))
+  if left <= 0 then redis.call('ZREM', queue .. ':fair:waiting', key) end
+end
+
+-- A staged element: the msgpack array of an entry's fields (task, body[, job, id]);
+-- anything else is nil.
+local function fair_fields(raw)
+  local ok, f = pcall(cmsgpack.unpack, raw)
+  if not ok or type(f) ~= 'table' or #f < 4 or #f % 2 ~= 0 or f[1] ~= 'task' then return nil end
+  for _, v in ipairs(f) do
+    if type(v) ~= 'string' then return nil end
+  end
+  return f
+end
+
+-- A staged job into `stream` (admitted with its key, or plain when `key` is nil); a job
+-- that keeps a record gets its new entry id there.
+local function fair_enter(stream, queue, fields, key)
+  if key then fields[#fields + 1], fields[#fields + 2] = 'fk', key end
+  local id = redis.call('XADD', stream, '*', unpack(fields))
+  if fields[5] == 'job' then
+    local rec = queue .. ':job:' .. fields[6]
+    if redis.call('HGET', rec, 'state') == 'waiting' then redis.call('HSET', rec, 'entry', id) end
+  end
+  return id
+end
+
+-- Admit the key's staged jobs into `stream` (at its tail) while it has fewer than its
+-- weight admitted. A job that keeps a record gets its new entry id there. An element that
+-- is not an entry's fields is dropped (and counted off). Returns how many went in.
+local function fair_admit(stream, key)
+  local queue, priority = fair_parts(stream)
+  local slots, staged = queue .. ':fair:' .. priority .. ':slots', queue .. ':fair:' .. priority .. ':k:' .. key
+  local n, w, moved = tonumber(redis.call('HGET', slots, key)) or 0, fair_weight(queue, key), 0
+  while n < w do
+    local raw = redis.call('LPOP', staged)
+    if not raw then break end
+    local f = fair_fields(raw)
+    if f then
+      fair_enter(stream, queue, f, key)
+      n, moved = n + 1, moved + 1
+      redis.call('HSET', slots, key, n)
+    else
+      fair_unwait(queue, key)
+    end
+  end
+  return moved
+end
+
+-- An admitted entry of the key left `stream` undelivered (delivered, cancelled, removed,
+-- moved): its slot frees, its waiting count drops, and its next staged jobs go in. An entry
+-- whose 'fk' is not a key is left alone.
+local function fair_release(stream, key)
+  if not fair_key_ok(key) then return end
+  local queue, priority = fair_parts(stream)
+  local slots = queue .. ':fair:' .. priority .. ':slots'
+  local n = (tonumber(redis.call('HGET', slots, key)) or 0) - 1
+  if n > 0 then redis.call('HSET', slots, key, n) else redis.call('HDEL', slots, key) end
+  fair_unwait(queue, key)
+  fair_admit(stream, key)
+end
+
+-- The 'fk' of an entry's field array (nil if it has none): its last field when admitted.
+local function entry_fair_key(fields)
+  for i = 1, #fields - 1, 2 do
+    if fields[i] == 'fk' then return fields[i + 1] end
+  end
+  return nil
+end
+
+-- An entry's fields without its 'fk': a copy of it is not admitted.
+local function without_fair_key(fields)
+  local out = {}
+  for i = 1, #fields - 1, 2 do
+    if fields[i] ~= 'fk' then
+      out[#out + 1], out[#out + 2] = fields[i], fields[i + 1]
+    end
+  end
+  return out
+end
