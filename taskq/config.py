@@ -214,9 +214,7 @@ class Settings:
         if self.signing_keys:
             Signer(self.signing_keys)  # each key non-empty, none twice
         object.__setattr__(self, "partitions", _checked_partitions(self.partitions))
-        object.__setattr__(self, "fair_queues", tuple(self.fair_queues))
-        for name in self.fair_queues:
-            check_queue_name(name)
+        object.__setattr__(self, "fair_queues", _checked_names(self.fair_queues))
 
     @property
     def signer(self) -> Signer | None:
@@ -313,6 +311,12 @@ def _checked_partitions(partitions: Mapping[str, int]) -> dict[str, int]:
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise ConfigError(f"partitions of {name!r} must be an int >= 1, not {n!r}")
     return dict(partitions)
+
+
+def _checked_names(queues: Sequence[str]) -> tuple[str, ...]:
+    for name in queues:
+        check_queue_name(name)
+    return tuple(queues)
 
 
 def _parse(name: str, raw: str, kind: type) -> Any:

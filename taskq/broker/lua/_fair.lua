@@ -104,3 +104,32 @@ local function without_fair_key(fields)
   end
   return out
 end
+
+-- Delete an undelivered entry (it is removed, cancelled, moved): an admitted one frees its
+-- key's slot. `fields` are its fields as XRANGE gave them. Returns XDEL's reply.
+local function fair_delete(stream, id, fields)
+  local n = redis.call('XDEL', stream, id)
+  local key = n == 1 and entry_fair_key(fields)
+  if key then fair_release(stream, key) end
+  return n
+end
+
+-- Take a staged job that keeps a record out of its key's list (a cancel): the list is read
+-- a page at a time for the element whose job id is `job`. Returns whether it was there.
+local function fair_unstage(stream, key, job)
+  if not fair_key_ok(key) then return false end
+  local queue, priority = fair_parts(stream)
+  local list = queue .. ':fair:' .. priority .. ':k:' .. key
+  local n = redis.call('LLEN', list)
+  for from = 0, n - 1, 1000 do
+    for _, raw in ipairs(redis.call('LRANGE', list, from, from + 999)) do
+      local f = fair_fields(raw)
+      if f and f[5] == 'job' and f[6] == job then
+        redis.call('LREM', list, 1, raw)
+        fair_unwait(queue, key)
+        return true
+      end
+    end
+  end
+  return false
+end
