@@ -10,22 +10,27 @@ local function fair_key_ok(key)
   return type(key) == 'string' and #key >= 1 and #key <= 200 and not string.find(key, '[%c%s]')
 end
 
--- The queue and priority of a stream "<queue>:<priority>".
-local function fair_parts(stream)
-  return string.match(stream, '^(.*):([^:]*)$')
+-- The fairness keys of a stream "<queue>:<priority>" (keys.py QueueKeys.fair_*): its
+-- slots hash, the staged list of `key` (if given), the queue's waiting keys and weights.
+local function fair_names(stream, key)
+  local queue, priority = string.match(stream, '^(.*):([^:]*)$')
+  local head = queue .. ':fair:'
+  local staged = key and (head .. priority .. ':k:' .. key)
+  return {slots = head .. priority .. ':slots', staged = staged, waiting = head .. 'waiting',
+    weights = queue .. ':fairweights'}
 end
 
 -- A key's weight: an integer 1..1000 from the weights hash, 1 when unset or not one.
-local function fair_weight(queue, key)
-  local w = tonumber(redis.call('HGET', queue .. ':fairweights', key))
+local function fair_weight(weights, key)
+  local w = tonumber(redis.call('HGET', weights, key))
   if not w or w ~= math.floor(w) or w < 1 or w > 1000 then return 1 end
   return w
 end
 
 -- One waiting job of the key less (its member goes at 0).
-local function fair_unwait(queue, key)
-  local left = tonumber(redis.call('ZINCRBY', queue .. ':fair:waiting', -1, key))
-  if left <= 0 then redis.call('ZREM', queue .. ':fair:waiting', key) end
+local function fair_unwait(waiting, key)
+  local left = tonumber(redis.call('ZINCRBY', waiting, -1, key))
+  if left <= 0 then redis.call('ZREM', waiting, key) end
 end
 
 -- A staged element: the msgpack array of an entry's fields (task, body[, job, id]);
@@ -41,11 +46,11 @@ end
 
 -- A staged job into `stream` (admitted with its key, or plain when `key` is nil); a job
 -- that keeps a record gets its new entry id there.
-local function fair_enter(stream, queue, fields, key)
+local function fair_enter(stream, fields, key)
   if key then fields[#fields + 1], fields[#fields + 2] = 'fk', key end
   local id = redis.call('XADD', stream, '*', unpack(fields))
   if fields[5] == 'job' then
-    local rec = queue .. ':job:' .. fields[6]
+    local rec = record_key(stream, fields[6])
     if redis.call('HGET', rec, 'state') == 'waiting' then redis.call('HSET', rec, 'entry', id) end
   end
   return id
@@ -55,19 +60,19 @@ end
 -- weight admitted. A job that keeps a record gets its new entry id there. An element that
 -- is not an entry's fields is dropped (and counted off). Returns how many went in.
 local function fair_admit(stream, key)
-  local queue, priority = fair_parts(stream)
-  local slots, staged = queue .. ':fair:' .. priority .. ':slots', queue .. ':fair:' .. priority .. ':k:' .. key
-  local n, w, moved = tonumber(redis.call('HGET', slots, key)) or 0, fair_weight(queue, key), 0
+  local names = fair_names(stream, key)
+  local n = tonumber(redis.call('HGET', names.slots, key)) or 0
+  local w, moved = fair_weight(names.weights, key), 0
   while n < w do
-    local raw = redis.call('LPOP', staged)
+    local raw = redis.call('LPOP', names.staged)
     if not raw then break end
     local f = fair_fields(raw)
     if f then
-      fair_enter(stream, queue, f, key)
+      fair_enter(stream, f, key)
       n, moved = n + 1, moved + 1
-      redis.call('HSET', slots, key, n)
+      redis.call('HSET', names.slots, key, n)
     else
-      fair_unwait(queue, key)
+      fair_unwait(names.waiting, key)
     end
   end
   return moved
@@ -78,11 +83,10 @@ end
 -- whose 'fk' is not a key is left alone.
 local function fair_release(stream, key)
   if not fair_key_ok(key) then return end
-  local queue, priority = fair_parts(stream)
-  local slots = queue .. ':fair:' .. priority .. ':slots'
-  local n = (tonumber(redis.call('HGET', slots, key)) or 0) - 1
-  if n > 0 then redis.call('HSET', slots, key, n) else redis.call('HDEL', slots, key) end
-  fair_unwait(queue, key)
+  local names = fair_names(stream)
+  local n = (tonumber(redis.call('HGET', names.slots, key)) or 0) - 1
+  if n > 0 then redis.call('HSET', names.slots, key, n) else redis.call('HDEL', names.slots, key) end
+  fair_unwait(names.waiting, key)
   fair_admit(stream, key)
 end
 
@@ -118,15 +122,15 @@ end
 -- a page at a time for the element whose job id is `job`. Returns whether it was there.
 local function fair_unstage(stream, key, job)
   if not fair_key_ok(key) then return false end
-  local queue, priority = fair_parts(stream)
-  local list = queue .. ':fair:' .. priority .. ':k:' .. key
+  local names = fair_names(stream, key)
+  local list = names.staged
   local n = redis.call('LLEN', list)
   for from = 0, n - 1, 1000 do
     for _, raw in ipairs(redis.call('LRANGE', list, from, from + 999)) do
       local f = fair_fields(raw)
       if f and f[5] == 'job' and f[6] == job then
         redis.call('LREM', list, 1, raw)
-        fair_unwait(queue, key)
+        fair_unwait(names.waiting, key)
         return true
       end
     end

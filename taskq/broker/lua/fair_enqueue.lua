@@ -10,7 +10,9 @@
 --       args (msgpack [args, kwargs]).
 -- Returns the entry id ('' when staged).
 local key = ARGV[3]
-if not fair_key_ok(key) then return redis.error_reply('ERR fair_enqueue: bad fairness key') end
+if not fair_key_ok(key) then
+  return redis.error_reply('ERR fair_enqueue: bad fairness key')
+end
 local recorded = #KEYS >= 8
 local fields = {'task', ARGV[1], 'body', ARGV[2]}
 if recorded then
@@ -31,7 +33,7 @@ if redis.call('GET', KEYS[2]) ~= 'on' then
 end
 redis.call('ZINCRBY', KEYS[5], 1, key)
 local admitted = tonumber(redis.call('HGET', KEYS[3], key)) or 0
-local room = admitted < fair_weight(fair_parts(KEYS[1]), key)
+local room = admitted < fair_weight(KEYS[6], key)
 if room and redis.call('LLEN', KEYS[4]) == 0 then
   fields[#fields + 1], fields[#fields + 2] = 'fk', key
   local id = redis.call('XADD', KEYS[1], '*', unpack(fields))

@@ -19,10 +19,9 @@ local keys = redis.call('ZRANGE', KEYS[2], from, from + nkeys - 1)
 local moved = 0
 for p = 1, 3 do
   local stream = KEYS[2 + p]
-  local queue, priority = fair_parts(stream)
   local live = {}
   for _, key in ipairs(keys) do
-    if fair_key_ok(key) then live[#live + 1] = queue .. ':fair:' .. priority .. ':k:' .. key end
+    if fair_key_ok(key) then live[#live + 1] = fair_names(stream, key).staged end
   end
   while #live > 0 do
     local still = {}
@@ -32,7 +31,7 @@ for p = 1, 3 do
       if raw then
         local f = fair_fields(raw)
         if f then
-          fair_enter(stream, queue, f, nil)
+          fair_enter(stream, f, nil)
           moved = moved + 1
         end
         still[#still + 1] = list
