@@ -109,7 +109,7 @@ def fair_publish_command(msg: Message, body: bytes, fair_key: str) -> Command:
     k = QueueKeys(msg.queue)
     p = msg.priority
     keys = [k.stream(p), k.fair_mode, k.fair_slots(p), k.fair_staged(p, fair_key)]
-    keys += [k.fair_waiting, k.fair_weights]
+    keys.append(k.fair_waiting)
     args: list[object] = [msg.task, body, fair_key]
     if msg.result_ttl_s is not None:
         keys += [k.job(msg.id), k.done(msg.id)]

@@ -88,7 +88,7 @@ KEY_KINDS = {
     ("_fair", "fair_enter", "rec"): "record",
     ("_fair", "fair_release", "names.slots"): "fair slots",
     ("fair_enqueue", MAIN, "KEYS[3]"): "fair slots",
-    ("fair_enqueue", "write_record", "KEYS[7]"): "record",
+    ("fair_enqueue", "write_record", "KEYS[6]"): "record",
     ("fair_weight", MAIN, "KEYS[1]"): "fair weights",
 }
 """Every key of a hash command in the scripts: a job's record, or another hash (the queue's

@@ -4,8 +4,9 @@
 -- marked it yet, or `taskq fair off` cleared it) gets the plain entry: nothing is staged
 -- where no worker admits it. A job that keeps a record gets it as enqueue.lua writes it
 -- (entry '' while staged) and its key in field 'fair_key'.
--- KEYS: stream, fair mode, slots hash, the key's staged list, waiting keys, weights hash,
---       then (a job that keeps a record) its record and done list.
+-- KEYS: stream, fair mode, slots hash, the key's staged list, waiting keys, then (a job
+--       that keeps a record) its record and done list. (The weights hash, which producers
+--       may only read, is named from the stream: Redis checks declared keys for writing.)
 -- ARGV: task, body, fairness key, then with a record: job id, ttl ms, queue, priority,
 --       args (msgpack [args, kwargs]).
 -- Returns the entry id ('' when staged).
@@ -13,18 +14,18 @@ local key = ARGV[3]
 if not fair_key_ok(key) then
   return redis.error_reply('ERR fair_enqueue: bad fairness key')
 end
-local recorded = #KEYS >= 8
+local recorded = #KEYS >= 7
 local fields = {'task', ARGV[1], 'body', ARGV[2]}
 if recorded then
   fields[5], fields[6] = 'job', ARGV[4]
-  fresh_record(KEYS[7], KEYS[8])
+  fresh_record(KEYS[6], KEYS[7])
 end
 local function write_record(id)
   if not recorded then return end
-  redis.call('HSET', KEYS[7], 'state', 'waiting', 'task', ARGV[1], 'queue', ARGV[6],
+  redis.call('HSET', KEYS[6], 'state', 'waiting', 'task', ARGV[1], 'queue', ARGV[6],
     'priority', ARGV[7], 'args', ARGV[8], 'enqueued_ms', now_ms(), 'entry', id,
     'fair_key', key)
-  redis.call('PEXPIRE', KEYS[7], ARGV[5])
+  redis.call('PEXPIRE', KEYS[6], ARGV[5])
 end
 if redis.call('GET', KEYS[2]) ~= 'on' then
   local id = redis.call('XADD', KEYS[1], '*', unpack(fields))
@@ -33,7 +34,7 @@ if redis.call('GET', KEYS[2]) ~= 'on' then
 end
 redis.call('ZINCRBY', KEYS[5], 1, key)
 local admitted = tonumber(redis.call('HGET', KEYS[3], key)) or 0
-local room = admitted < fair_weight(KEYS[6], key)
+local room = admitted < fair_weight(fair_names(KEYS[1]).weights, key)
 if room and redis.call('LLEN', KEYS[4]) == 0 then
   fields[#fields + 1], fields[#fields + 2] = 'fk', key
   local id = redis.call('XADD', KEYS[1], '*', unpack(fields))
