@@ -24,9 +24,11 @@ READ_APART_FROM = 8
 completions through ``fetch.lua`` and reads apart, without the script (see
 :meth:`SlotFetcher.fetch`): below it, one round trip costs more than the script's copies."""
 
-FAIR_MAX_BATCH = 8
-"""The most jobs a fetch takes from queues that include a fair one: a worker's batches, run
-in turn, must not let the jobs of one key start long after another key's arrived."""
+FAIR_MAX_BATCH = 32
+"""The most jobs a fetch takes from queues that include a fair one. A batch already takes
+the keys in turn (the stream holds the round robin), but the jobs a worker holds run before
+any key that arrives after its fetch: adaptive prefetch sizes a batch to about 20 ms of
+work, and this bounds it when the pace of recent jobs misjudges the next ones."""
 
 
 def ensure_groups(link: Link, streams: Sequence[str]) -> None:
