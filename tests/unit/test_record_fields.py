@@ -83,7 +83,7 @@ KEY_KINDS = {
     ("taskstats", MAIN, "KEYS[k]"): "task statistics",
     ("unique", MAIN, "KEYS[rec]"): "record",
     ("watch", MAIN, "KEYS[1]"): "record",
-    ("_fair", "fair_weight", "weights"): "fair weights",
+    ("_fair", "fair_weight", "names.weights"): "fair weights",
     ("_fair", "fair_admit", "names.slots"): "fair slots",
     ("_fair", "fair_enter", "rec"): "record",
     ("_fair", "fair_release", "names.slots"): "fair slots",

@@ -11,18 +11,26 @@ local function fair_key_ok(key)
 end
 
 -- The fairness keys of a stream "<queue>:<priority>" (keys.py QueueKeys.fair_*): its
--- slots hash, the staged list of `key` (if given), the queue's waiting keys and weights.
-local function fair_names(stream, key)
+-- slots hash, the head of its keys' staged lists (the list is head .. key), the queue's
+-- waiting keys and weights, and whether any weight is set. Named once per stream and call
+-- (a fetch releases many entries of one stream).
+local fair_known = {}
+local function fair_names(stream)
+  local names = fair_known[stream]
+  if names then return names end
   local queue, priority = string.match(stream, '^(.*):([^:]*)$')
   local head = queue .. ':fair:'
-  local staged = key and (head .. priority .. ':k:' .. key)
-  return {slots = head .. priority .. ':slots', staged = staged, waiting = head .. 'waiting',
-    weights = queue .. ':fairweights'}
+  names = {slots = head .. priority .. ':slots', staged = head .. priority .. ':k:',
+    waiting = head .. 'waiting', weights = queue .. ':fairweights'}
+  names.weighted = redis.call('EXISTS', names.weights) == 1
+  fair_known[stream] = names
+  return names
 end
 
 -- A key's weight: an integer 1..1000 from the weights hash, 1 when unset or not one.
-local function fair_weight(weights, key)
-  local w = tonumber(redis.call('HGET', weights, key))
+local function fair_weight(names, key)
+  if not names.weighted then return 1 end
+  local w = tonumber(redis.call('HGET', names.weights, key))
   if not w or w ~= math.floor(w) or w < 1 or w > 1000 then return 1 end
   return w
 end
@@ -57,14 +65,15 @@ local function fair_enter(stream, fields, key)
 end
 
 -- Admit the key's staged jobs into `stream` (at its tail) while it has fewer than its
--- weight admitted. A job that keeps a record gets its new entry id there. An element that
--- is not an entry's fields is dropped (and counted off). Returns how many went in.
-local function fair_admit(stream, key)
-  local names = fair_names(stream, key)
-  local n = tonumber(redis.call('HGET', names.slots, key)) or 0
-  local w, moved = fair_weight(names.weights, key), 0
+-- weight admitted (`n`, when the caller knows it). A job that keeps a record gets its new
+-- entry id there. An element that is not an entry's fields is dropped (and counted off).
+-- Returns how many went in.
+local function fair_admit(stream, key, n)
+  local names = fair_names(stream)
+  n = n or tonumber(redis.call('HGET', names.slots, key)) or 0
+  local w, moved = fair_weight(names, key), 0
   while n < w do
-    local raw = redis.call('LPOP', names.staged)
+    local raw = redis.call('LPOP', names.staged .. key)
     if not raw then break end
     local f = fair_fields(raw)
     if f then
@@ -84,14 +93,16 @@ end
 local function fair_release(stream, key)
   if not fair_key_ok(key) then return end
   local names = fair_names(stream)
-  local n = (tonumber(redis.call('HGET', names.slots, key)) or 0) - 1
-  if n > 0 then redis.call('HSET', names.slots, key, n) else redis.call('HDEL', names.slots, key) end
+  local n = math.max(0, (tonumber(redis.call('HGET', names.slots, key)) or 0) - 1)
   fair_unwait(names.waiting, key)
-  fair_admit(stream, key)
+  if fair_admit(stream, key, n) == 0 then  -- (else the admission wrote the count)
+    if n > 0 then redis.call('HSET', names.slots, key, n) else redis.call('HDEL', names.slots, key) end
+  end
 end
 
 -- The 'fk' of an entry's field array (nil if it has none): its last field when admitted.
 local function entry_fair_key(fields)
+  if fields[#fields - 1] == 'fk' then return fields[#fields] end  -- (where admissions put it)
   for i = 1, #fields - 1, 2 do
     if fields[i] == 'fk' then return fields[i + 1] end
   end
@@ -122,8 +133,8 @@ end
 -- a page at a time for the element whose job id is `job`. Returns whether it was there.
 local function fair_unstage(stream, key, job)
   if not fair_key_ok(key) then return false end
-  local names = fair_names(stream, key)
-  local list = names.staged
+  local names = fair_names(stream)
+  local list = names.staged .. key
   local n = redis.call('LLEN', list)
   for from = 0, n - 1, 1000 do
     for _, raw in ipairs(redis.call('LRANGE', list, from, from + 999)) do

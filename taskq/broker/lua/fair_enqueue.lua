@@ -34,7 +34,7 @@ if redis.call('GET', KEYS[2]) ~= 'on' then
 end
 redis.call('ZINCRBY', KEYS[5], 1, key)
 local admitted = tonumber(redis.call('HGET', KEYS[3], key)) or 0
-local room = admitted < fair_weight(fair_names(KEYS[1]).weights, key)
+local room = admitted < fair_weight(fair_names(KEYS[1]), key)
 if room and redis.call('LLEN', KEYS[4]) == 0 then
   fields[#fields + 1], fields[#fields + 2] = 'fk', key
   local id = redis.call('XADD', KEYS[1], '*', unpack(fields))

@@ -21,7 +21,7 @@ for p = 1, 3 do
   local stream = KEYS[2 + p]
   local live = {}
   for _, key in ipairs(keys) do
-    if fair_key_ok(key) then live[#live + 1] = fair_names(stream, key).staged end
+    if fair_key_ok(key) then live[#live + 1] = fair_names(stream).staged .. key end
   end
   while #live > 0 do
     local still = {}
