@@ -290,3 +290,14 @@ def test_slots_match_the_admitted_entries_under_random_operations(
             d = held.pop(rng.randrange(len(held)))
             broker.requeue(d, task="tests.tasks.fair_job", body=d.body or b"", owner="c")
         check_invariant(r)
+
+
+def test_a_staged_job_without_a_record_is_cancelled_by_its_tombstone(
+    fair_app: App, start_worker: StartWorker, r: redis.Redis
+) -> None:
+    jobs = [tasks.fair_job.apply_async(("A", n)) for n in range(3)]
+    assert jobs[2].cancel() == "requested"  # staged: not found in the stream
+    worker(start_worker, "-c", "1", **FAIR)
+    wait_until(lambda: r.hget("fair:counts", "cancelled") == b"1", message="the cancel honoured")
+    wait_until(lambda: r.zcard(K.fair_waiting) == 0, message="nothing left waiting")
+    assert starts(r) == ["A:0", "A:1"]
