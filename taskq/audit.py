@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-ACTIONS = ("pause", "resume", "limit_set", "limit_clear", "cancel")
+ACTIONS = ("pause", "resume", "limit_set", "limit_clear", "cancel", "fair_weight")
 
 
 @dataclass(frozen=True)
