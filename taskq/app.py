@@ -216,7 +216,8 @@ class App(ControlPlane):
         from taskq.broker.broker import Broker
 
         names, groups = expand(self.settings.partitions, queues)
-        return Broker(self.link, names, groups=groups)
+        fair = expand(self.settings.partitions, self.settings.fair_queues)[0]
+        return Broker(self.link, names, groups=groups, fair=fair)
 
     @property
     def reader(self) -> Reader:

@@ -38,6 +38,7 @@ class ApplyOptions(TypedDict, total=False):
     unique_mode: str | None
     job_id: str | None
     partition_key: str | None
+    fair_key: str | None
     debounce_key: str | None
     debounce_s: float | None
     debounce_max_wait_s: float | None
@@ -67,6 +68,7 @@ def apply_plan(
         eta_ms=eta_ms,
         queue=o.get("queue"),
         partition_key=o.get("partition_key"),
+        fair_key=o.get("fair_key"),
     )
     if expires is not None:
         msg = msg._replace(expires_ms=expiry_ms(expires))

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-ACTIONS = ("pause", "resume", "limit_set", "limit_clear", "cancel")
+ACTIONS = ("pause", "resume", "limit_set", "limit_clear", "cancel", "fair_weight")
 DASHBOARD_ACTIONS = (
     "jobs_cancel", "jobs_delete", "jobs_retry", "jobs_move", "job_cancel",
     "deadletter_retry", "deadletter_purge",

@@ -56,6 +56,7 @@ class SettingsArgs(TypedDict, total=False):
     durable_enqueue: bool
     durable_enqueue_timeout_ms: int
     partitions: Mapping[str, int]
+    fair_queues: Sequence[str]
     target_time_to_start_s: float
     scale_horizon_s: float
     autoscale_idle_s: float
@@ -109,6 +110,8 @@ class Settings:
             that one busy queue spreads over the shards of a Redis Cluster. Producers spread
             its jobs round robin (or by ``partition_key=``), workers read every partition.
             See docs/scaling.md.
+        fair_queues: queues whose workers share them fairly across the jobs' fairness keys
+            (``TASKQ_FAIR_QUEUES=a,b``; docs/fairness.md). Others keep the plain layout.
         target_time_to_start_s: the autoscaling signal (``taskq scale``) asks for enough
             worker processes that a waiting job starts within this many seconds.
         scale_horizon_s: delayed jobs and retries due within this many seconds count as
@@ -153,6 +156,7 @@ class Settings:
     durable_enqueue: bool = False
     durable_enqueue_timeout_ms: int = 1_000
     partitions: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    fair_queues: tuple[str, ...] = ()
     target_time_to_start_s: float = 10.0
     scale_horizon_s: float = 60.0
     autoscale_idle_s: float = 60.0
@@ -210,6 +214,7 @@ class Settings:
         if self.signing_keys:
             Signer(self.signing_keys)  # each key non-empty, none twice
         object.__setattr__(self, "partitions", _checked_partitions(self.partitions))
+        object.__setattr__(self, "fair_queues", _checked_names(self.fair_queues))
 
     @property
     def signer(self) -> Signer | None:
@@ -306,6 +311,12 @@ def _checked_partitions(partitions: Mapping[str, int]) -> dict[str, int]:
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise ConfigError(f"partitions of {name!r} must be an int >= 1, not {n!r}")
     return dict(partitions)
+
+
+def _checked_names(queues: Sequence[str]) -> tuple[str, ...]:
+    for name in queues:
+        check_queue_name(name)
+    return tuple(queues)
 
 
 def _parse(name: str, raw: str, kind: type) -> Any:

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from taskq.broker import control
+from taskq.broker import control, fairness
 from taskq.config import Settings, check_queue_name
 from taskq.errors import ConfigError, TaskNotFound
-from taskq.keys import QueueKeys
+from taskq.keys import QueueKeys, check_fair_key
 from taskq.partitions import expand
 from taskq.pauses import LimitOverride, Pause
 
@@ -102,6 +102,19 @@ class ControlPlane:
                 k = QueueKeys(q)
                 self.link.call("DEL", k.running(task, key))  # no slot to count any more
                 control.release_held(self.link, q, k.held(task, key))
+
+    def set_fair_weight(self, queue: str, key: str, weight: int) -> None:
+        """Give fairness ``key`` of ``queue`` (every partition of a partitioned one) the
+        ``weight`` (1 to 1,000; 1, the default, is not stored): it gets that many jobs
+        started for every one of a key of weight 1 while both wait (docs/fairness.md).
+        Audited; fetches use it as they admit the key's next jobs.
+
+        Raises:
+            ConfigError: a bad key or weight.
+        """
+        check_fair_key(key)
+        for q in self._control_queues(queue):
+            fairness.set_weight(self.auditor, q, key, weight)
 
     def _queue_of(self, task: str) -> str:
         """The queue a task's jobs go to (the app's, for a task not registered here)."""

@@ -28,6 +28,32 @@ def check_priority(priority: str) -> None:
 MAX_JOB_ID_CHARS = 200
 
 
+MAX_FAIR_KEY_CHARS = 200
+"""The longest fairness key: it names a list key and a hash field of its queue."""
+DEFAULT_FAIR_KEY = "default"
+"""The key of a fair queue's jobs that name none."""
+
+
+def check_fair_key(key: object) -> str:
+    """A fairness key (docs/fairness.md) names a key of its queue: a string of 1 to 200
+    printable characters without whitespace.
+
+    Raises:
+        ConfigError: it is not.
+    """
+    if (
+        not isinstance(key, str)
+        or not 1 <= len(key) <= MAX_FAIR_KEY_CHARS
+        or not key.isprintable()
+        or any(c.isspace() for c in key)
+    ):
+        raise ConfigError(
+            f"invalid fair_key {key!r}: 1 to {MAX_FAIR_KEY_CHARS} printable characters, "
+            "no whitespace"
+        )
+    return key
+
+
 def check_job_id(job_id: str) -> None:
     """A job id names keys and appears in URLs: it must be non-empty, short, and free of
     spaces, control characters, slashes and ``..`` (so that no id reads as a path).

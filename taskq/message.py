@@ -57,6 +57,7 @@ class _MessageFields(NamedTuple):
     expires_ms: int | None
     unique: str | None
     headers: dict[str, str] | None
+    fair_key: str | None
 
 
 class Message(_MessageFields):
@@ -70,7 +71,8 @@ class Message(_MessageFields):
     periodic job (when its schedule said it was due); ``expires_ms``, when set, is the time
     after which the job is not started any more. ``unique`` is the key of the uniqueness lock
     that the job's end releases (``unique_key``). ``headers`` are strings that middleware
-    passes from producer to worker, opaque to taskq (a trace context, say). (A named tuple
+    passes from producer to worker, opaque to taskq (a trace context, say). ``fair_key``,
+    set only for a fair queue, steers the enqueue and is not in the body. (A named tuple
     rather than a frozen dataclass: bulk enqueue builds one per job.)
     """
 
@@ -93,6 +95,7 @@ class Message(_MessageFields):
         expires_ms: int | None = None,
         unique: str | None = None,
         headers: dict[str, str] | None = None,
+        fair_key: str | None = None,
     ) -> Message:
         return super().__new__(
             cls,
@@ -111,6 +114,7 @@ class Message(_MessageFields):
             expires_ms,
             unique,
             headers,
+            fair_key,
         )
 
     @property
@@ -218,7 +222,7 @@ class Message(_MessageFields):
             _check_maps(body, headers, wf, unique, queue, digests=signer is not None)
         # Every field is set, so the tuple is built directly, without __new__'s defaults.
         fields = (task, tuple(args), kwargs, msg_id, queue, priority, created_ms, retries)
-        optional = (eta_ms, result_ttl_s, wf, tick_ms, expires_ms, unique, headers)
+        optional = (eta_ms, result_ttl_s, wf, tick_ms, expires_ms, unique, headers, None)
         return tuple.__new__(cls, fields + optional)
 
 

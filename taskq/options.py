@@ -43,6 +43,7 @@ class TaskOptionArgs(TypedDict, total=False):
     rate_limit: str
     concurrency_limit: int
     limit_key: Callable[..., Any]
+    fair_key: Callable[..., str]
     validate: bool
     max_run_s: float
     debounce_key: Callable[..., str]
@@ -94,6 +95,8 @@ class TaskOptions:
     """At most this many of the task's jobs run at once across the fleet."""
     limit_key: Callable[..., Any] | None = None
     """Called with the job's arguments: one limit (rate, concurrency) per value it returns."""
+    fair_key: Callable[..., str] | None = None
+    """Called with the job's arguments: its fairness key on a fair queue (docs/fairness.md)."""
     validate: bool | None = None
     """Check argument values against the annotations at enqueue (None: the app's setting)."""
     max_run_s: float | None = None
@@ -157,6 +160,8 @@ class TaskOptions:
         Raises:
             ConfigError: a key that is not a function, or a bad or missing time.
         """
+        if self.fair_key is not None and not callable(self.fair_key):
+            raise ConfigError("fair_key must be a function of the job's arguments")
         if self.debounce_key is not None and not callable(self.debounce_key):
             raise ConfigError("debounce_key must be a function of the job's arguments")
         if self.debounce_key is not None and self.debounce_s is None:

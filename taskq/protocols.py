@@ -82,4 +82,5 @@ class TaskLike(Protocol):
         eta_ms: int | None = None,
         queue: str | None = None,
         partition_key: str | None = None,
+        fair_key: str | None = None,
     ) -> Message: ...

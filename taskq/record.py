@@ -62,11 +62,13 @@ CAUSE, CAUSE_TASK, CAUSE_TYPE, CAUSE_ERROR = "cause", "cause_task", "cause_type"
 earlier step that failed."""
 BATCH = "batch"
 """A batch job (``taskq.batching``): how many calls it holds (so far, while it fills)."""
+FAIR_KEY = "fair_key"
+"""A job on a fair queue: its fairness key (its ``entry`` is '' while it is staged)."""
 
 FIELDS = (
     STATE, TASK, QUEUE, PRIORITY, ARGS, ENQUEUED_MS, ENTRY, DUE_MS, WORKER, STARTED_MS,
     ATTEMPTS, ATTEMPT_PREFIX + "<n>", FINISHED_MS, RESULT, WAITED, HELD, SLOT_FOR, UNIQUE, LATER,
-    CAUSE, CAUSE_TASK, CAUSE_TYPE, CAUSE_ERROR, BATCH,
+    CAUSE, CAUSE_TASK, CAUSE_TYPE, CAUSE_ERROR, BATCH, FAIR_KEY,
 )  # fmt: skip
 """Every field of the record, as docs/protocol.md lists them (``attempt:<n>`` for each
 failed attempt)."""

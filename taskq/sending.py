@@ -64,7 +64,9 @@ def send_many_steps(app: Producer, messages: Iterable[Message]) -> Steps[list[Jo
 
 
 def handle(app: Producer, msg: Message, entry_id: str | None) -> Job:
-    """The job's handle; ``eta_ms`` only for a job that waits in the schedule (no entry id)."""
+    """The job's handle; ``eta_ms`` only for a job that waits in the schedule (no entry id;
+    '' for a job staged on a fair queue, which has none yet either)."""
+    entry_id = entry_id or None
     eta = None if entry_id else msg.eta_ms
     stores = msg.recorded
     return Job(msg.id, msg.task, msg.queue, msg.priority, entry_id, eta, stores, app)

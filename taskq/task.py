@@ -19,7 +19,7 @@ from taskq.context import JobContext, current_job, reset_current, set_current
 from taskq.current import current_producer
 from taskq.errors import ConfigError
 from taskq.job import Job
-from taskq.keys import check_priority
+from taskq.keys import DEFAULT_FAIR_KEY, check_fair_key, check_priority
 from taskq.message import Message, new_job_id
 from taskq.options import TaskOptions
 from taskq.partitions import partition_of
@@ -161,7 +161,10 @@ class Task(Generic[P, R]):
             debounce_max_wait_s: but never later than this many seconds after the burst's
                 first enqueue (default: ten times ``debounce_s``).
             partition_key: for a partitioned queue, the key whose partition the job goes to
-                (jobs of one key keep their order); without it, round robin.
+                (jobs of one key keep their order); without it, round robin (on a fair
+                queue: the partition of the fairness key).
+            fair_key: on a fair queue, the job's fairness key (a tenant, say; the task's
+                ``fair_key`` function gives a default, else ``default``; docs/fairness.md).
         """
         args, kwargs = tuple(args), kwargs or {}
         self.check(args, kwargs)
@@ -198,10 +201,12 @@ class Task(Generic[P, R]):
         if self.options.unique or self.options.debounce_key or self.options.batch_size:
             return [self.apply_async(tuple(item)) for item in items]
         checked = (self._checked(tuple(item)) for item in items)  # (per batch, before it goes)
+        settings = self.app.settings
+        if settings.partitions or (self.options.queue or settings.queue) in settings.fair_queues:
+            # each job to its own turn's partition, or with its own fairness key
+            return self.app.enqueue_many(self.message(item, {}) for item in checked)
         first = self.message((), {})  # queue and priority are checked once, not per job
         name, queue, priority, ttl = self.name, first.queue, first.priority, first.result_ttl_s
-        if self.app.settings.partitions:  # each job to its own turn's partition
-            return self.app.enqueue_many(self.message(item, {}) for item in checked)
         return self.app.enqueue_many(
             Message(name, item, {}, queue=queue, priority=priority, result_ttl_s=ttl)
             for item in checked
@@ -234,16 +239,19 @@ class Task(Generic[P, R]):
         eta_ms: int | None = None,
         queue: str | None = None,
         partition_key: str | None = None,
+        fair_key: str | None = None,
     ) -> Message:
         """The Message that enqueueing these arguments would send (to one partition of a
-        partitioned queue: by ``partition_key``, else round robin)."""
+        partitioned queue: by ``partition_key``, else by the fairness key on a fair queue,
+        else round robin)."""
         priority = priority or self.options.priority
         check_priority(priority)
         settings = self.app.settings
         queue = queue or self.options.queue or settings.queue
         check_queue_name(queue)
+        fair = self.fair_key_of(args, kwargs, fair_key) if queue in settings.fair_queues else None
         if settings.partitions:
-            queue = partition_of(settings.partitions, queue, partition_key)
+            queue = partition_of(settings.partitions, queue, partition_key or fair)
         return Message(
             self.name,
             args,
@@ -252,7 +260,15 @@ class Task(Generic[P, R]):
             priority=priority,
             eta_ms=eta_ms,
             result_ttl_s=self.result_ttl_s(settings.store_results, settings.result_ttl_s),
+            fair_key=fair,
         )
+
+    def fair_key_of(self, args: tuple[Any, ...], kwargs: dict[str, Any], given: str | None) -> str:
+        """A job's fairness key on a fair queue: the call's, else the task's ``fair_key``
+        function of the arguments, else the default key (checked: it names Redis keys)."""
+        if given is None and self.options.fair_key is not None:
+            given = self.options.fair_key(*args, **kwargs)
+        return check_fair_key(DEFAULT_FAIR_KEY if given is None else given)
 
     def result_ttl_s(self, app_stores: bool, app_ttl_s: int) -> int | None:
         """How long this task's results live (None: it stores none), from its options and

@@ -23,6 +23,7 @@ from typing import Any
 
 from taskq.app import App
 from taskq.broker import Broker
+from taskq.broker.fairness import claim_fairness
 from taskq.config import Settings
 from taskq.errors import TaskqError
 from taskq.middleware import Middleware
@@ -131,6 +132,8 @@ def drain(
         DrainTimeout: the deadline passed while jobs were still running, ready or (with
             ``wait_for_retries``) due.
         ValueError: ``max_jobs`` is below 1.
+        ConfigError: a queue the app does not name fair has jobs staged by fairness (as a
+            worker refuses it); a fair one it marks fair, as a worker's start does.
     """
     if max_jobs is not None and max_jobs < 1:
         raise ValueError("max_jobs must be at least 1")
@@ -142,6 +145,7 @@ def drain(
     app.middleware.append(recorder)
     try:
         broker.ensure_groups()
+        claim_fairness(broker.link, broker.queues, broker.fair)  # as a worker's start does
         while True:
             # The worker masters' housekeeping, done here: due delayed jobs and retries move
             # into their streams before each burst.

@@ -458,3 +458,14 @@ def exclusive_digest(calls: list[dict[str, object]]) -> int:
     time.sleep(0.3)
     record(tag="exclusive_digest", ns=[c["args"][0] for c in calls], start=start, end=time.time())  # type: ignore[index]
     return len(calls)
+
+
+# -- tasks for fair queues (integration/test_fair.py) -------------------------------------
+
+
+@app.task(queue="fair", fair_key=lambda tenant, n, seconds=0.0: tenant)
+def fair_job(tenant: str, n: int, seconds: float = 0.0) -> None:
+    """Pushes ``<tenant>:<n>`` to the list ``fair_starts`` as it starts, then sleeps."""
+    _redis().rpush("fair_starts", f"{tenant}:{n}")
+    if seconds:
+        time.sleep(seconds)

@@ -14,7 +14,7 @@ starve its lease. Only an entry whose whole worker died stays idle long enough f
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from taskq.broker.delivery import Delivery, Fetched, delivery
@@ -52,10 +52,17 @@ class Broker:
     """
 
     def __init__(
-        self, link: Link, queues: Sequence[str], *, groups: Sequence[Sequence[str]] = ()
+        self,
+        link: Link,
+        queues: Sequence[str],
+        *,
+        groups: Sequence[Sequence[str]] = (),
+        fair: Collection[str] = (),
     ) -> None:
         self.link = link
-        self.fetcher = Fetcher(link, queues, groups=groups)
+        self.fetcher = Fetcher(link, queues, groups=groups, fair=fair)
+        self.fair = frozenset(fair)
+        """The fair queues (docs/fairness.md): their workers mark them so at start."""
         """The read side: every fetch and blocking read goes through it."""
         whole = self.fetcher.whole
         self.queues = whole.queues

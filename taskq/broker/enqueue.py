@@ -11,7 +11,10 @@ from taskq.results import encode_args
 
 
 def publish_command(msg: Message, body: bytes) -> Command:
-    """XADD the job to its priority stream (``enqueue.lua`` when it keeps a record)."""
+    """XADD the job to its priority stream (``enqueue.lua`` when it keeps a record;
+    ``fair_enqueue.lua`` on a fair queue)."""
+    if msg.fair_key is not None:
+        return fair_publish_command(msg, body, msg.fair_key)
     if msg.result_ttl_s is None:
         return ("XADD", stream_key(msg.queue, msg.priority), "*", "task", msg.task, "body", body)
     k = QueueKeys(msg.queue)
@@ -98,3 +101,18 @@ def batch_command(
     args = [msg.id, body, size, wait_ms, PRIORITIES.index(msg.priority), msg.task, msg.queue]
     args += [msg.priority, (msg.result_ttl_s or 0) * 1000, ttl_ms]
     return script_command("batch", [batch, k.schedule, k.due, k.batch_call(msg.id)], args)
+
+
+def fair_publish_command(msg: Message, body: bytes, fair_key: str) -> Command:
+    """``fair_enqueue.lua``: the job on a fair queue, admitted or staged by its key (a
+    plain entry while the queue is not marked fair)."""
+    k = QueueKeys(msg.queue)
+    p = msg.priority
+    keys = [k.stream(p), k.fair_mode, k.fair_slots(p), k.fair_staged(p, fair_key)]
+    keys.append(k.fair_waiting)
+    args: list[object] = [msg.task, body, fair_key]
+    if msg.result_ttl_s is not None:
+        keys += [k.job(msg.id), k.done(msg.id)]
+        args += [msg.id, msg.result_ttl_s * 1000, msg.queue, p]
+        args.append(encode_args(msg.args, msg.kwargs))
+    return script_command("fair_enqueue", keys, args)

@@ -5,7 +5,7 @@ fetchers (:mod:`taskq.broker.fetching`), never in the Broker."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from taskq.broker.delivery import Delivery, Fetched
 from taskq.broker.fetching import SlotFetcher
@@ -22,19 +22,25 @@ class Fetcher:
         link: the connection pool (shared, thread-safe).
         queues: the queues, in the order a worker reads them.
         groups: the partitions of each partitioned queue among them.
+        fair: the fair queues among them (each partition of a fair partitioned queue).
     """
 
     def __init__(
-        self, link: Link, queues: Sequence[str], *, groups: Sequence[Sequence[str]] = ()
+        self,
+        link: Link,
+        queues: Sequence[str],
+        *,
+        groups: Sequence[Sequence[str]] = (),
+        fair: Collection[str] = (),
     ) -> None:
-        self.whole = SlotFetcher(link, queues)
+        self.whole = SlotFetcher(link, queues, fair)
         """Every queue: the fetcher that reads when they share one slot and none is
         partitioned (its connection is the consumer's own either way)."""
         runs = slot_runs(link, self.whole.queues)
-        self.parts = [SlotFetcher(link, run) for run in runs] if len(runs) > 1 else []
+        self.parts = [SlotFetcher(link, run, fair) for run in runs] if len(runs) > 1 else []
         """On a Redis Cluster, a fetcher per run of consecutive queues that share a hash
         slot: each call goes to one slot, never across (empty: all queues share one slot)."""
-        self._units = units_of(link, self.whole.queues, groups)
+        self._units = units_of(link, self.whole.queues, groups, fair)
         """With partitioned queues (``groups``: the partitions of each), what a fetch reads
         in turn: each run of other queues, and each queue's partitions as one group."""
 

@@ -7,13 +7,13 @@ fetch, live here, with the reads that move them."""
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from taskq.broker.completions import completions_arg
 from taskq.broker.delivery import Delivery, Fetched, delivery
 from taskq.broker.link import Direct, Link, script_command
-from taskq.broker.replies import as_int, entries, flat_pairs, redis_ms, text
+from taskq.broker.replies import as_int, entries, flat_pairs, info_records, redis_ms, text
 from taskq.broker.resp import Command
 from taskq.errors import BrokerError, BrokerRefused
 from taskq.keys import GROUP, PRIORITIES, QueueKeys
@@ -23,6 +23,12 @@ READ_APART_FROM = 8
 """Jobs a fetch takes from which, after jobs that keep records, it sends their acks and
 completions through ``fetch.lua`` and reads apart, without the script (see
 :meth:`SlotFetcher.fetch`): below it, one round trip costs more than the script's copies."""
+
+FAIR_MAX_BATCH = 32
+"""The most jobs a fetch takes from queues that include a fair one. A batch already takes
+the keys in turn (the stream holds the round robin), but the jobs a worker holds run before
+any key that arrives after its fetch: adaptive prefetch sizes a batch to about 20 ms of
+work, and this bounds it when the pace of recent jobs misjudges the next ones."""
 
 
 def ensure_groups(link: Link, streams: Sequence[str]) -> None:
@@ -43,15 +49,24 @@ class SlotFetcher:
     Args:
         link: the connection pool (shared, thread-safe).
         queues: its queues, in the order a worker reads them.
+        fair: the fair queues among them (docs/fairness.md).
     """
 
-    def __init__(self, link: Link, queues: Sequence[str]) -> None:
+    def __init__(self, link: Link, queues: Sequence[str], fair: Collection[str] = ()) -> None:
         self.link = link
         self.queues = tuple(queues)
         self.keys = {q: QueueKeys(q) for q in self.queues}
         self.streams = [s for k in self.keys.values() for s in k.streams]
         """The job streams, in the order a worker reads them."""
         self.stream_position = {s: i for i, s in enumerate(self.streams)}
+        self.fair_streams = [
+            self.stream_position[s] + 1
+            for q, k in self.keys.items()
+            if q in fair
+            for s in k.streams
+        ]
+        """The fetch script's key indexes of the fair queues' streams: every read of this
+        slot goes through the script, which admits the next jobs of the keys it delivers."""
         """Stream → its index in ``streams``."""
         self.where = [(k.stream(p), q, p) for q, k in self.keys.items() for p in PRIORITIES]
         """Per stream index: (stream, queue, priority), what a delivery from it carries."""
@@ -110,7 +125,9 @@ class SlotFetcher:
         dirty: Sequence[str] = (),
     ) -> Fetched:
         """:meth:`taskq.broker.Broker.fetch` on this slot's queues."""
-        if not (fence_acks and acks) and not completions and not self._recorded:
+        if self.fair_streams:
+            count = min(count, FAIR_MAX_BATCH)
+        elif not (fence_acks and acks) and not completions and not self._recorded:
             finished = sorted({*dirty, *(d.stream for d in acks)})
             fetched = self.fetch_pipelined(consumer, count, acks, finished if trim else ())
             self.note_records(fetched.deliveries)
@@ -118,7 +135,7 @@ class SlotFetcher:
                 # Nothing new: a burst ended, so trim the streams its jobs finished in.
                 self.direct.script("trim", finished, [GROUP])
             return fetched
-        if count >= READ_APART_FROM and not (fence_acks and acks):
+        if count >= READ_APART_FROM and not (fence_acks and acks) and not self.fair_streams:
             return self._end_then_read(consumer, count, acks, completions, trim, dirty)
         keys, argv = self.script_args(consumer, count, acks, completions, fence_acks, trim, dirty)
         return self.script_replies(self.direct.script("fetch", keys, argv))
@@ -285,6 +302,7 @@ class SlotFetcher:
         )
         argv: list[Any] = [GROUP, consumer, count, int(fence_acks), int(trim), len(acks)]
         argv += (len(self.streams), len(ends), len(self._fetch_keys))
+        argv += (len(self.fair_streams), *self.fair_streams)
         for d in acks:
             argv += (self.stream_position[d.stream] + 1, d.entry_id)
         keys: list[Any] = self._fetch_keys
@@ -312,6 +330,8 @@ class SlotFetcher:
 
     def read_blocking(self, consumer: str, count: int, block_ms: int) -> list[Delivery]:
         """:meth:`taskq.broker.Broker.read_blocking` on this slot's streams."""
+        if self.fair_streams:
+            return self._wait_then_fetch(consumer, count, block_ms)
         streams = self.streams
         args: list[Any] = ["GROUP", GROUP, consumer, "COUNT", count, "BLOCK", max(1, block_ms)]
         args += ["STREAMS", *streams, *([">"] * len(streams))]
@@ -331,6 +351,31 @@ class SlotFetcher:
         out.sort(key=lambda d: self.stream_position[d.stream])
         self.note_records(out)
         return out
+
+    def _wait_then_fetch(self, consumer: str, count: int, block_ms: int) -> list[Delivery]:
+        """The blocking read of a slot with fair queues, which delivers nothing outside the
+        fetch script: wait (XREAD, no group) for an entry past each stream's last delivered
+        one, then fetch with the script. An entry another consumer takes meanwhile only
+        wakes this one for a fetch that finds nothing."""
+        infos = self.direct.pipeline([("XINFO", "GROUPS", s) for s in self.streams])
+        after = [_last_delivered(info) for info in infos]
+        if any(a is None for a in after):  # the stream or its group is gone
+            self.ensure_groups()
+            return []
+        args: list[Any] = ["COUNT", 1, "BLOCK", max(1, block_ms), "STREAMS", *self.streams]
+        if not self.direct.call("XREAD", *args, *after):
+            return []
+        return list(self.fetch(consumer, count).deliveries)
+
+
+def _last_delivered(info: Any) -> str | None:
+    """The group's last delivered id in an XINFO GROUPS reply (None: no group, or an error)."""
+    if isinstance(info, BrokerError):
+        return None
+    for g in info_records(info):
+        if text(g.get("name", "")) == GROUP:
+            return text(g.get("last-delivered-id", "0-0"))
+    return None
 
 
 def due_in_ms(now_ms: int, due_keys: Sequence[Any]) -> int:

@@ -34,9 +34,10 @@ Fence = Callable[[Connection], bool]
 now); closes it and returns True if not, so that it is opened again before its next use."""
 
 
-PROLOGUES = ("_fence", "_now", "_stream", "_record", "_flow")
+PROLOGUES = ("_fence", "_now", "_stream", "_record", "_flow", "_fair")
 """Helper functions every script starts with: the ownership fence, the Redis clock, stream
-ids and the trim of finished jobs, and the job status records."""
+ids and the trim of finished jobs, the job status records, workflows, and fair queues'
+slots."""
 
 
 @functools.cache

@@ -18,7 +18,7 @@ partition's own fetch script first (one call per partition that has them).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from taskq.broker.delivery import Delivery, Fetched, delivery
@@ -32,7 +32,10 @@ from taskq.results import Completion
 
 
 def units_of(
-    link: Link, queues: Sequence[str], groups: Sequence[Sequence[str]]
+    link: Link,
+    queues: Sequence[str],
+    groups: Sequence[Sequence[str]],
+    fair: Collection[str] = (),
 ) -> list[SlotFetcher | PartitionGroup]:
     """What a fetch over ``queues`` reads in turn: each run of queues that are no partitions
     (a fetcher of its own), and the partitions of each queue (a group). Empty without
@@ -49,9 +52,9 @@ def units_of(
         else:
             specs.append([q])
     return [
-        SlotFetcher(link, spec)
+        SlotFetcher(link, spec, fair)
         if isinstance(spec, list)
-        else PartitionGroup([SlotFetcher(link, [p]) for p in spec])
+        else PartitionGroup([SlotFetcher(link, [p], fair) for p in spec])
         for spec in specs
     ]
 
@@ -129,6 +132,11 @@ class PartitionGroup:
         got: list[Delivery] = []
         for i in order:
             part = self.parts[i]
+            if part.fair_streams:  # read by its fetch script, which admits the keys' next
+                got += part.fetch(consumer, count - len(got)).deliveries
+                if len(got) >= count:
+                    break
+                continue
             stream = part.streams[level]
             args = ("XREADGROUP", "GROUP", GROUP, consumer, "COUNT", count - len(got))
             [reply] = part.direct.pipeline([(*args, "STREAMS", stream, ">")])

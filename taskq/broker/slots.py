@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from taskq.broker.delivery import Delivery, Fetched
-from taskq.broker.fetching import SlotFetcher
+from taskq.broker.fetching import FAIR_MAX_BATCH, SlotFetcher
 from taskq.broker.link import Link, script_command
 from taskq.broker.partitioned import PartitionGroup
 from taskq.broker.resp import Command
@@ -105,7 +105,7 @@ def fetch_one_round(
     pipeline (the cluster link writes to every node before it reads any), plus the acks of
     the slots after it: one round for the worker however many slots come before its job.
     None when it found nothing (the caller's slot-by-slot path then trims and looks again)."""
-    if any(p.recorded for p in parts):
+    if any(p.recorded or p.fair_streams for p in parts):  # (these read by their script)
         return None
     reach = next((i for i, p in enumerate(parts) if p.was_reached), 0)
     commands: list[Command] = []
@@ -166,7 +166,7 @@ def fetch_script_round(
             continue
         done = {d: c for d, c in (completions or {}).items() if d.queue in part.keys}
         stale = [s for s in dirty if s in part.stream_position]
-        want = count if i <= reach else 0
+        want = (min(count, FAIR_MAX_BATCH) if part.fair_streams else count) if i <= reach else 0
         keys, argv = part.script_args(consumer, want, mine, done, fence_acks, trim, stale)
         commands.append(script_command("fetch", keys, argv))
         used.append(part)

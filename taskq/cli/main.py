@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "acl": "taskq.cli.acl:acl",
     "audit": "taskq.cli.control:audit",
     "dashboard": "taskq.cli.dashboard:dashboard",
+    "fair": "taskq.cli.fair:fair",
     "deadletter": "taskq.cli.deadletter:deadletter",
     "inspect": "taskq.cli.inspect:inspect",
     "job": "taskq.cli.job:job",

@@ -47,6 +47,7 @@ PRODUCER_COMMANDS = (
     "exists",  # app.job(id), app.flow(id): which queue holds the record
     "blmove",  # job.result(): blocks on the job's done list
     "wait",  # durable_enqueue: a replica has the job
+    "zincrby",  # a fair queue: its key's waiting jobs (staging uses rpush, llen, lpop too)
     # job.progress(), job.stream(), job.logs(): a job's telemetry keys, read only
     "xread",
     "lrange",
@@ -105,6 +106,7 @@ WORKER_COMMANDS = (
     "pttl",  # the end of a cancelled or expired job without a record: how long it is kept
     "llen",  # a due batch (promote.lua)
     "lpop",  # ... leaves its list for its stream
+    "zincrby",  # a fair queue's fetch: its keys' waiting jobs
 )
 
 OPERATOR_COMMANDS = (
@@ -159,6 +161,10 @@ OPERATOR_COMMANDS = (
     # taskq inspect gathering (and the overview): the bursts and batches waiting
     "llen",
     "lindex",
+    # a fair queue's staged jobs: admitted when one is removed, cancelled, or fair off
+    "lpop",
+    "lrem",
+    "zincrby",
 )
 
 
@@ -177,7 +183,8 @@ def _worker_keys(k: QueueKeys) -> tuple[str, ...]:
     kinds += ("progress", "output", "logs", "logsize")  # a job's telemetry
     names: tuple[str, ...] = (k.deadletter, k.schedule, k.due, k.visibility, k.sweeper)
     names += (k.workers, k.counts, k.periodic, k.cancelled, k.ended, k.gathering)
-    read_only = (f"%R~{k.paused}", f"%R~{k.limits}")
+    kinds += ("fair",)  # a fair queue's slots, staged jobs, waiting keys and mark
+    read_only = (f"%R~{k.paused}", f"%R~{k.limits}", f"%R~{k.fair_weights}")
     return (*k.streams, *names, *(f"{q}:{kind}:*" for kind in kinds), *read_only)
 
 
@@ -188,8 +195,9 @@ def _producer_keys(k: QueueKeys) -> tuple[str, ...]:
     ids += ("debounce", "keeplast", "batch", "batchcall")  # flow control at enqueue
     ids += ("steps",)  # read by job.status()
     ids += ("progress", "output", "logs", "logsize")  # read by job.progress(), stream(), logs()
+    ids += ("fair",)  # a fair queue's staged jobs, slots and waiting keys (read: its mark)
     keys = (*k.streams, k.schedule, k.due, k.gathering)
-    return (*keys, *(f"{k.queue}:{kind}:*" for kind in ids))
+    return (*keys, *(f"{k.queue}:{kind}:*" for kind in ids), f"%R~{k.fair_weights}")
 
 
 @dataclass(frozen=True)

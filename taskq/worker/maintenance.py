@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 
 from taskq.app import App
 from taskq.broker import Broker
+from taskq.broker.fairness import claim_fairness
 from taskq.broker.schedules import Schedules
 from taskq.broker.series import Series
 from taskq.broker.workers import WorkerRegistry
@@ -119,12 +120,14 @@ class Maintenance:
 
     def claim_queues(self, record: WorkerRecord) -> None:
         """The first heartbeat, before any child exists: refuse to serve queues whose live
-        workers use another visibility timeout.
+        workers use another visibility timeout, or plainly a queue with jobs staged by
+        fairness; mark the fair queues fair.
 
         Raises:
             ConfigError: they do.
         """
         try:
+            claim_fairness(self.broker.link, self.broker.queues, self.broker.fair)
             conflict = self.beat(self.broker, record)
         except BrokerError as exc:
             logger.warning("first heartbeat failed (%s); will retry", exc)

@@ -565,3 +565,38 @@ def test_only_the_operator_pauses_resumes_and_sets_limits(
         pytest.raises(redis.exceptions.NoPermissionError),
     ):
         client.xrange("tasks:audit")
+
+
+def test_each_role_does_its_part_of_a_fair_queue(server: RedisServer, admin: redis.Redis) -> None:
+    # given the queue acl marked fair by a worker's start, and a producer that names it fair
+    from taskq.broker.fairness import claim_fairness
+
+    worker_app, producer_app = App(url(server, "worker")), App(url(server, "producer"))
+    operator_app = App(url(server, "operator"))
+    producer_app.settings = producer_app.settings.replace(queue="acl", fair_queues=("acl",))
+    worker_app.settings = worker_app.settings.replace(fair_queues=("acl",))
+    try:
+        claim_fairness(worker_app.link, ["acl"], {"acl"})
+        job = producer_app.task(name="fair.t", store_result=True)(lambda n: n)
+        jobs = [job.apply_async((n,), fair_key="A") for n in range(6)]
+        plain = producer_app.task(name="fair.p")(lambda n: n)
+        plain.apply_async((9,), fair_key="B")
+        # when the producer sets a weight, Redis refuses it; the operator may
+        with pytest.raises(BrokerRefused, match="no permissions"):
+            producer_app.set_fair_weight("acl", "A", 2)
+        admin.acl_log_reset()
+        assert "weight 2" in operator(server, "fair", "weight", "acl", "A", "2")
+        # and the worker's fetches admit each key's next jobs, the operator cancels a staged
+        # one and moves the rest into the stream
+        broker = worker_app.broker_for(["acl"])
+        broker.ensure_groups()
+        got = broker.fetch("c1", 3).deliveries
+        assert len(got) == 3
+        assert operator_app.job(jobs[5].id, queue="acl").cancel() == "cancelled"
+        assert "1 staged job(s) moved" in operator(server, "fair", "off", "acl")
+        assert not admin.keys("acl:fair:*")
+    finally:
+        for app in (worker_app, producer_app, operator_app):
+            app.close()
+    # then nothing any of them did was refused
+    assert denials(admin) == []

@@ -21,9 +21,11 @@ import pytest
 from taskq import App, chain, chord, current_job, group
 from taskq.broker import connect
 from taskq.broker import link as link_module
+from taskq.broker.fairness import claim_fairness, fair_off
 from taskq.broker.link import script_sha
 from taskq.broker.slots import slot_runs
 from taskq.errors import BrokerUnavailable, ConfigError
+from taskq.partitions import partition_of
 from taskq.testing import drain
 from tests.conftest import FAST_SETTINGS, ROOT, WorkerProcess, wait_until
 from tests.redis_server import RedisServer
@@ -459,6 +461,37 @@ def test_debounce_batching_and_keep_last(capp: Callable[..., App]) -> None:
     assert burst[0].result(timeout=2) == 2
     assert batched[0].result(timeout=2) == [0, 1, 2] and batched[3].result(timeout=2) == [3]
     assert kept[0].result(timeout=2) == 7
+
+
+def test_a_partitioned_fair_queue_is_fair_within_each_partition(
+    capp: Callable[..., App],
+) -> None:
+    app = capp("{tasks}", partitions={"fair": 3}, fair_queues=["fair"])
+    names = [f"{{fair.{i}}}" for i in range(3)]
+    claim_fairness(app.link, names, set(names))  # as the queue's first worker does
+    tenants = [f"t{i}" for i in range(40)]
+    where = {t: partition_of(app.settings.partitions, "fair", t) for t in tenants}
+    big = tenants[0]
+    small = next(t for t in tenants[1:] if where[t] == where[big])  # sharing its partition
+    t = app.task(name="f", queue="fair", fair_key=lambda tenant, n: tenant)(lambda tenant, n: n)
+    jobs = t.starmap((big, n) for n in range(20))
+    jobs += t.starmap((small, n) for n in range(2))
+    others = [x for x in tenants[2:] if where[x] != where[big]][:6]
+    jobs += [t.apply_async((x, 0)) for x in others]
+    assert {j.queue for j in jobs[:22]} == {where[big]}
+    part = app.broker_for([where[big]])
+    part.ensure_groups()
+    first = [d.body for d in part.fetch("c1", 4).deliveries]
+    assert len(first) == 4
+    small_ids = {j.id for j in jobs[20:22]}
+    assert sum(any(i.encode() in b for i in small_ids) for b in first if b) == 2
+    app.set_fair_weight("fair", big, 2)
+    with pytest.raises(ConfigError, match="taskq fair off"):
+        claim_fairness(app.link, [where[big]], set())
+    assert fair_off(app.link, where[big]) == 20 - 3  # 1 admitted then 2 delivered of the big
+    claim_fairness(app.link, names, set(names))
+    result = drain(app, queues=["fair"], timeout_s=20)
+    assert len(result.outcomes) == len(jobs) - 4
 
 
 def test_every_script_ran_on_the_cluster(

@@ -1,5 +1,6 @@
-"""The flow-control examples of docs/unique.md (keep last, debounce) and docs/tasks.md
-(batching by key) run as written, each a program of its own on a private Redis."""
+"""The flow-control examples of docs/unique.md (keep last, debounce), docs/tasks.md
+(batching by key) and docs/fairness.md (fair queues) run as written, each a program of its
+own on a private Redis."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ BLOCK = re.compile(r"```python\n# (\S+_example\.py)\n(.*?)```", re.DOTALL)
 PAGES = {
     "unique.md": {"keep_last_example.py", "debounce_example.py", "debounce_default_example.py"},
     "tasks.md": {"batching_example.py"},
+    "fairness.md": {"fair_example.py"},
 }
 EXAMPLES = [
     (page, name, text)

@@ -77,6 +77,7 @@ WRONG_TYPES = {
     "validate": "yes",
     "durable_enqueue_timeout_ms": 1.0,
     "partitions": 3,
+    "fair_queues": "tasks",
     "target_time_to_start_s": "10",
     "scale_horizon_s": None,
     "autoscale_idle_s": [60],
@@ -118,3 +119,9 @@ def test_a_tls_option_without_tls_is_a_config_error(url: str) -> None:
 def test_tls_options_on_a_tls_url_are_kept() -> None:
     url = "rediss://h:6379/0?ssl_password=x&ssl_ca_certs=/ca.pem"
     assert Settings(redis_url=url).redis_url == url
+
+
+def test_fair_queues_come_from_the_environment_and_their_names_are_checked() -> None:
+    assert Settings.from_env({"TASKQ_FAIR_QUEUES": "a, b"}).fair_queues == ("a", "b")
+    with pytest.raises(ConfigError, match="invalid queue name"):
+        Settings(fair_queues=["a:b"])

@@ -87,6 +87,7 @@ _HOLDER_RECORD = (
     "local h = redis.call('HMGET', queue .. ':job:' .. held, 'state', 'entry', 'priority')"
 )
 
+_FAIR_SLOTS = "names = {slots = head .. priority .. ':slots', staged = head .. priority .. ':k:',"
 _BATCH_STREAM = "flush_batch(KEYS[1], queue .. ':' .. ({'high', 'normal', 'low'})[p + 1], ARGV[6])"
 
 
@@ -110,6 +111,10 @@ def test_scripts_declare_their_keys() -> None:
     # script also got) or a declared stream's prefix, so it carries the queue's hash tag; the
     # chord checks build names only to compare a stored key with the one it must be.
     assert built == [
+        # (a fair stream's keys: its queue's, from the stream's own name)
+        ("_fair.lua", "local head = queue .. ':fair:'"),
+        ("_fair.lua", _FAIR_SLOTS),
+        ("_fair.lua", "waiting = head .. 'waiting', weights = queue .. ':fairweights'}"),
         ("_flow.lua", "redis.call('HINCRBY', prefix .. ':counts', 'held', -1)"),
         ("_flow.lua", "local stream = prefix .. ':' .. PRIORITY_NAMES[p + 1]"),
         ("_flow.lua", "local rec = prefix .. ':job:' .. job"),

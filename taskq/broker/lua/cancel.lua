@@ -53,7 +53,7 @@ local function cancel_unrecorded(id, keep, ttl, terminate, group)
     for _, e in ipairs(redis.call('XRANGE', KEYS[k], from, '+', 'COUNT', SCAN_MAX)) do
       for f = 1, #e[2], 2 do
         if e[2][f] == 'body' and body_is(e[2][f + 1], id) then
-          redis.call('XDEL', KEYS[k], e[1])
+          fair_delete(KEYS[k], e[1], e[2])
           return removed()
         end
       end
@@ -185,8 +185,11 @@ if state == 'waiting' and held then  -- waiting for a concurrency slot, out of i
 elseif state == 'waiting' then
   local entry = redis.call('HGET', rec, 'entry')
   local stream = KEYS[2 + p]
-  if entry and undelivered(stream, entry) then
-    removed = redis.call('XDEL', stream, entry) == 1
+  if entry == '' then  -- staged by its fairness key (docs/fairness.md)
+    removed = fair_unstage(stream, redis.call('HGET', rec, 'fair_key'), id)
+  elseif entry and undelivered(stream, entry) then
+    local row = redis.call('XRANGE', stream, entry, entry)[1]
+    removed = row and fair_delete(stream, entry, row[2]) == 1 or false
   end
 elseif state == 'scheduled' or state == 'retrying' or state == 'snoozed' then
   local due = redis.call('HGET', rec, 'due_ms')

@@ -12,7 +12,8 @@
 -- KEYS: the job streams, in read order, then each queue's due key, then every key the
 --       completions touch.
 -- ARGV: group, consumer, count, fence (0/1), trim (0/1), n_acks, number of streams,
---       n_completions, number of streams and due keys, then n_acks pairs (stream key index,
+--       n_completions, number of streams and due keys, n_fair, then the key indexes of the
+--       n_fair streams of fair queues, then n_acks pairs (stream key index,
 --       entry id), then (if n_completions > 0) the completions, one msgpack array of
 --       {index of its ack (1-based), ms since the run ended, job id (nil: no record),
 --       record ttl ms, result, attempts, run ms, ops}; then the key indexes of the streams
@@ -26,6 +27,12 @@ local count, nacks, nstreams = tonumber(ARGV[3]), tonumber(ARGV[6]), tonumber(AR
 local ncompletions, nfetchkeys = tonumber(ARGV[8]), tonumber(ARGV[9])
 local fence, trim = ARGV[4] == '1', ARGV[5] == '1'
 local PAGE = 1000
+-- A fair stream's delivered entries free their keys' slots and admit the keys' next jobs at
+-- its tail (_fair.lua), so its read goes on until `count` or nothing new: a batch takes the
+-- keys in turn.
+local fair = {}
+for i = 11, 10 + tonumber(ARGV[10]) do fair[tonumber(ARGV[i])] = true end
+local first_ack = 11 + tonumber(ARGV[10])
 
 -- The entries pending under this consumer, read in pages (there may be more than a page).
 local function pending_here(key)
@@ -44,7 +51,7 @@ end
 -- caller skips the fence for jobs it fetched less than half a visibility timeout ago: the
 -- sweep only takes entries idle for a whole one. One XACK per stream for the whole batch.
 local acked, order = {}, {}
-local a = 10
+local a = first_ack
 for _ = 1, nacks do
   local k = tonumber(ARGV[a])
   if not acked[k] then
@@ -73,7 +80,7 @@ local now
 if ncompletions > 0 then
   now = now_ms()
   for _, c in ipairs(cmsgpack.unpack(ARGV[a])) do
-    local i = 10 + 2 * (c[1] - 1)
+    local i = first_ack + 2 * (c[1] - 1)
     if done[ARGV[i] .. ' ' .. ARGV[i + 1]] then
       local first, ended = 1, now - c[2]
       if c[3] then
@@ -88,25 +95,35 @@ if ncompletions > 0 then
 end
 
 local out, got = {-1}, 0
-for k = 1, nstreams do
-  if got >= count then break end
+local function read(k)
   local r = redis.pcall('XREADGROUP', 'GROUP', group, consumer, 'COUNT', count - got,
     'STREAMS', KEYS[k], '>')
   if type(r) == 'table' and r.err then
-    if not string.find(r.err, 'NOGROUP', 1, true) then return redis.error_reply(r.err) end
+    if not string.find(r.err, 'NOGROUP', 1, true) then error(r) end
     -- The stream or its group was deleted (FLUSHALL, DEL): recreate it, read from the start.
     redis.call('XGROUP', 'CREATE', KEYS[k], group, '0', 'MKSTREAM')
     r = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', count - got,
       'STREAMS', KEYS[k], '>')
   end
+  local n = 0
   if r and r[1] then
     for _, e in ipairs(r[1][2]) do
       out[#out + 1] = k
       out[#out + 1] = e[1]
       out[#out + 1] = e[2]
-      got = got + 1
+      got, n = got + 1, n + 1
+      if fair[k] then
+        local key = entry_fair_key(e[2])
+        if key then fair_release(KEYS[k], key) end
+      end
     end
   end
+  return n
+end
+for k = 1, nstreams do
+  if got >= count then break end
+  local n = read(k)
+  while fair[k] and n > 0 and got < count do n = read(k) end
 end
 
 -- Finished jobs leave their stream by trimming: when the caller asks (every few dozen acks),

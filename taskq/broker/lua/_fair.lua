@@ -1,0 +1,150 @@
+-- Shared prologue: fair queues (docs/fairness.md). A fair queue's admitted entries carry
+-- their fairness key in a last field 'fk'; each key has at most its weight of them
+-- undelivered in a priority's stream (<queue>:fair:<priority>:slots), the rest staged in
+-- its list (<queue>:fair:<priority>:k:<key>), and <queue>:fair:waiting counts its waiting
+-- jobs (staged and admitted). Every key is named from the stream's own name, so a script
+-- touches keys of that queue only (one hash tag).
+
+-- A key as producers check it: 1 to 200 bytes, no control characters or whitespace.
+local function fair_key_ok(key)
+  return type(key) == 'string' and #key >= 1 and #key <= 200 and not string.find(key, '[%c%s]')
+end
+
+-- The fairness keys of a stream "<queue>:<priority>" (keys.py QueueKeys.fair_*): its
+-- slots hash, the head of its keys' staged lists (the list is head .. key), the queue's
+-- waiting keys and weights, and whether any weight is set. Named once per stream and call
+-- (a fetch releases many entries of one stream).
+local fair_known = {}
+local function fair_names(stream)
+  local names = fair_known[stream]
+  if names then return names end
+  local queue, priority = string.match(stream, '^(.*):([^:]*)$')
+  local head = queue .. ':fair:'
+  names = {slots = head .. priority .. ':slots', staged = head .. priority .. ':k:',
+    waiting = head .. 'waiting', weights = queue .. ':fairweights'}
+  names.weighted = redis.call('EXISTS', names.weights) == 1
+  fair_known[stream] = names
+  return names
+end
+
+-- A key's weight: an integer 1..1000 from the weights hash, 1 when unset or not one.
+local function fair_weight(names, key)
+  if not names.weighted then return 1 end
+  local w = tonumber(redis.call('HGET', names.weights, key))
+  if not w or w ~= math.floor(w) or w < 1 or w > 1000 then return 1 end
+  return w
+end
+
+-- One waiting job of the key less (its member goes at 0).
+local function fair_unwait(waiting, key)
+  local left = tonumber(redis.call('ZINCRBY', waiting, -1, key))
+  if left <= 0 then redis.call('ZREM', waiting, key) end
+end
+
+-- A staged element: the msgpack array of an entry's fields (task, body[, job, id]);
+-- anything else is nil.
+local function fair_fields(raw)
+  local ok, f = pcall(cmsgpack.unpack, raw)
+  if not ok or type(f) ~= 'table' or #f < 4 or #f % 2 ~= 0 or f[1] ~= 'task' then return nil end
+  for _, v in ipairs(f) do
+    if type(v) ~= 'string' then return nil end
+  end
+  return f
+end
+
+-- A staged job into `stream` (admitted with its key, or plain when `key` is nil); a job
+-- that keeps a record gets its new entry id there.
+local function fair_enter(stream, fields, key)
+  if key then fields[#fields + 1], fields[#fields + 2] = 'fk', key end
+  local id = redis.call('XADD', stream, '*', unpack(fields))
+  if fields[5] == 'job' then
+    local rec = record_key(stream, fields[6])
+    if redis.call('HGET', rec, 'state') == 'waiting' then redis.call('HSET', rec, 'entry', id) end
+  end
+  return id
+end
+
+-- Admit the key's staged jobs into `stream` (at its tail) while it has fewer than its
+-- weight admitted (`n`, when the caller knows it). A job that keeps a record gets its new
+-- entry id there. An element that is not an entry's fields is dropped (and counted off).
+-- Returns how many went in.
+local function fair_admit(stream, key, n)
+  local names = fair_names(stream)
+  n = n or tonumber(redis.call('HGET', names.slots, key)) or 0
+  local w, moved = fair_weight(names, key), 0
+  while n < w do
+    local raw = redis.call('LPOP', names.staged .. key)
+    if not raw then break end
+    local f = fair_fields(raw)
+    if f then
+      fair_enter(stream, f, key)
+      n, moved = n + 1, moved + 1
+      redis.call('HSET', names.slots, key, n)
+    else
+      fair_unwait(names.waiting, key)
+    end
+  end
+  return moved
+end
+
+-- An admitted entry of the key left `stream` undelivered (delivered, cancelled, removed,
+-- moved): its slot frees, its waiting count drops, and its next staged jobs go in. An entry
+-- whose 'fk' is not a key is left alone.
+local function fair_release(stream, key)
+  if not fair_key_ok(key) then return end
+  local names = fair_names(stream)
+  local n = math.max(0, (tonumber(redis.call('HGET', names.slots, key)) or 0) - 1)
+  fair_unwait(names.waiting, key)
+  if fair_admit(stream, key, n) == 0 then  -- (else the admission wrote the count)
+    if n > 0 then redis.call('HSET', names.slots, key, n) else redis.call('HDEL', names.slots, key) end
+  end
+end
+
+-- The 'fk' of an entry's field array (nil if it has none): its last field when admitted.
+local function entry_fair_key(fields)
+  if fields[#fields - 1] == 'fk' then return fields[#fields] end  -- (where admissions put it)
+  for i = 1, #fields - 1, 2 do
+    if fields[i] == 'fk' then return fields[i + 1] end
+  end
+  return nil
+end
+
+-- An entry's fields without its 'fk': a copy of it is not admitted.
+local function without_fair_key(fields)
+  local out = {}
+  for i = 1, #fields - 1, 2 do
+    if fields[i] ~= 'fk' then
+      out[#out + 1], out[#out + 2] = fields[i], fields[i + 1]
+    end
+  end
+  return out
+end
+
+-- Delete an undelivered entry (it is removed, cancelled, moved): an admitted one frees its
+-- key's slot. `fields` are its fields as XRANGE gave them. Returns XDEL's reply.
+local function fair_delete(stream, id, fields)
+  local n = redis.call('XDEL', stream, id)
+  local key = n == 1 and entry_fair_key(fields)
+  if key then fair_release(stream, key) end
+  return n
+end
+
+-- Take a staged job that keeps a record out of its key's list (a cancel): the list is read
+-- a page at a time for the element whose job id is `job`. Returns whether it was there.
+local function fair_unstage(stream, key, job)
+  if not fair_key_ok(key) then return false end
+  local names = fair_names(stream)
+  local list = names.staged .. key
+  local n = redis.call('LLEN', list)
+  for from = 0, n - 1, 1000 do
+    for _, raw in ipairs(redis.call('LRANGE', list, from, from + 999)) do
+      local f = fair_fields(raw)
+      if f and f[5] == 'job' and f[6] == job then
+        redis.call('LREM', list, 1, raw)
+        fair_unwait(names.waiting, key)
+        return true
+      end
+    end
+  end
+  return false
+end

@@ -1,0 +1,303 @@
+"""Fair queues (docs/fairness.md): real Redis, real workers. Tenants share the workers in
+weighted round robin within a priority; nothing is lost or run twice while its worker lives;
+fairness turns off with a migration; hostile stored data harms nothing outside the queue."""
+
+from __future__ import annotations
+
+import collections
+import random
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from taskq import App
+from taskq.broker.delivery import Delivery
+from taskq.broker.fairness import claim_fairness, fair_off
+from taskq.errors import BrokerError, ConfigError
+from taskq.keys import GROUP, PRIORITIES, QueueKeys
+from tests import tasks
+from tests.conftest import WorkerProcess, wait_until
+from tests.integration.test_chaos import completions
+
+pytestmark = pytest.mark.integration
+StartWorker = Callable[..., WorkerProcess]
+FAIR = {"TASKQ_FAIR_QUEUES": "fair"}
+K = QueueKeys("fair")
+
+
+@pytest.fixture
+def fair_app(task_app: App) -> Iterator[App]:
+    """``tests.tasks.app`` naming the queue ``fair`` fair, with the queue marked fair (as its
+    first worker's start does), so that enqueues stage from the first."""
+    task_app.settings = task_app.settings.replace(fair_queues=("fair",))
+    claim_fairness(task_app.link, ["fair"], {"fair"})
+    yield task_app
+    task_app.settings = task_app.settings.replace(fair_queues=())
+
+
+def starts(r: redis.Redis, since: int = 0) -> list[str]:
+    """The ``<tenant>:<n>`` of each fair_job start, in start order, from position ``since``."""
+    return [x.decode() for x in r.lrange("fair_starts", since, -1)]
+
+
+def enqueue(tenant: str, n: int, seconds: float = 0.0, priority: str = "normal") -> None:
+    """``n`` fair_job jobs of ``tenant``, pipelined (each staged or admitted by its key)."""
+    if priority == "normal":
+        tasks.fair_job.starmap([(tenant, i, seconds) for i in range(n)])
+    else:
+        for i in range(n):
+            tasks.fair_job.apply_async((tenant, i, seconds), priority=priority)
+
+
+def worker(start_worker: StartWorker, *args: str, **env: str) -> WorkerProcess:
+    return start_worker("-A", "tests.tasks", "-Q", "fair", "--loglevel", "warning", *args, **env)
+
+
+def test_a_small_tenant_is_not_stuck_behind_a_flood(
+    fair_app: App, start_worker: StartWorker, r: redis.Redis
+) -> None:
+    enqueue("A", 10_000, 0.005)
+    for _ in range(2):
+        worker(start_worker, "-c", "4", **FAIR)
+    wait_until(lambda: r.llen("fair_starts") >= 200, timeout_s=30, message="A's drain")
+    since = r.llen("fair_starts")
+    enqueue("B", 10, 0.005)
+    wait_until(lambda: sum(s.startswith("B:") for s in starts(r, since)) == 10, timeout_s=30)
+    after = starts(r, since)
+    last_b = max(i for i, s in enumerate(after) if s.startswith("B:"))
+    a_before = sum(s.startswith("A:") for s in after[:last_b])
+    assert a_before < 100, f"{a_before} of A's jobs started before B's last"
+
+
+def test_weights_share_the_starts_three_to_one(
+    fair_app: App, start_worker: StartWorker, r: redis.Redis
+) -> None:
+    fair_app.set_fair_weight("fair", "A", 3)
+    assert r.hget(K.fair_weights, "A") == b"3"
+    enqueue("A", 3_000)
+    enqueue("B", 1_000)
+    worker(start_worker, "-c", "2", **FAIR)
+    wait_until(lambda: r.llen("fair_starts") >= 2_000, timeout_s=30, message="2,000 starts")
+    count = collections.Counter(s.split(":")[0] for s in starts(r)[:2_000])
+    assert 2.7 <= count["A"] / count["B"] <= 3.3, count
+    assert any(b"fair_weight" in e[1].get(b"action", b"") for e in r.xrange(K.audit))
+
+
+def test_a_high_job_of_another_tenant_starts_before_every_waiting_normal_job(
+    fair_app: App, start_worker: StartWorker, r: redis.Redis
+) -> None:
+    enqueue("A", 50)
+    enqueue("B", 50)
+    enqueue("C", 1, priority="high")
+    worker(start_worker, "-c", "1", **FAIR)
+    wait_until(lambda: r.llen("fair_starts") == 101, timeout_s=30, message="every job")
+    order = starts(r)
+    assert order[0] == "C:0"
+    first_a, first_b = order.index("A:0"), order.index("B:0")
+    assert max(first_a, first_b) <= 2  # the keys' turns interleave from the first fetch
+
+
+@pytest.mark.slow
+def test_a_hundred_thousand_tenants_with_one_job_each_drain(
+    fair_app: App, start_worker: StartWorker, r: redis.Redis
+) -> None:
+    msgs = (tasks.fair_job.message((f"t{i}", 0), {}) for i in range(100_000))
+    fair_app.enqueue_many(msgs)
+    assert r.zcard(K.fair_waiting) == 100_000
+    for _ in range(2):
+        worker(start_worker, "-c", "2", **FAIR)
+    wait_until(lambda: r.llen("fair_starts") == 100_000, timeout_s=240, message="the drain")
+    wait_until(lambda: r.zcard(K.fair_waiting) == 0, message="no key left waiting")
+    assert not r.exists(K.fair_slots("normal"))
+    assert len(set(starts(r))) == 100_000
+
+
+def test_sigkill_mid_drain_loses_no_job_and_runs_none_twice_while_its_worker_lived(
+    fair_app: App, start_worker: StartWorker, r: redis.Redis, tmp_path: Path
+) -> None:
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    msgs = [
+        tasks.mark.message((i, 0.002), {}, queue="fair", fair_key=f"t{i % 7}") for i in range(1500)
+    ]
+    ids = {j.id for j in fair_app.enqueue_many(msgs)}
+    env = {**FAIR, "TASKQ_TEST_MARK_DIR": str(marks), "TASKQ_VISIBILITY_TIMEOUT_MS": "1500"}
+    w = worker(start_worker, "-c", "2", **env)
+    wait_until(lambda: sum(completions(marks).values()) >= 300, timeout_s=30)
+    w.kill_all()
+    killed = {f.name for f in marks.glob("*.log")}
+    worker(start_worker, "-c", "2", **env)
+    wait_until(lambda: set(completions(marks)) >= ids, timeout_s=90, message="every job")
+    for name in {f.name for f in marks.glob("*.log")}:  # each process ran each job once
+        lines = (marks / name).read_text().split("\n")
+        ran = collections.Counter(x.split()[0] for x in lines if x.strip())
+        assert max(ran.values()) == 1, name
+    twice = [j for j, n in completions(marks).items() if n > 1]
+    survivors = {f.name for f in marks.glob("*.log")} - killed
+    for job in twice:  # the first run's worker died: only then does a job run again
+        per_file = [(marks / f).read_text().count(job) for f in killed]
+        assert sum(per_file) >= 1, job
+    assert survivors
+    wait_until(lambda: r.zcard(K.fair_waiting) == 0, message="no key left waiting")
+
+
+def test_fair_off_moves_the_staged_jobs_and_a_plain_worker_drains_them(
+    fair_app: App, start_worker: StartWorker, r: redis.Redis
+) -> None:
+    enqueue("A", 300)
+    enqueue("B", 200)
+    enqueue("C", 5, priority="high")
+    assert r.llen(K.fair_staged("normal", "A")) == 299
+    with pytest.raises(ConfigError, match="taskq fair off fair"):
+        claim_fairness(fair_app.link, ["fair"], set())  # a plain worker's start
+    assert fair_off(fair_app.link, "fair") == 299 + 199 + 4
+    assert not r.keys("fair:fair:*")
+    assert r.xlen("fair:normal") == 500 and r.xlen("fair:high") == 5
+    fair_app.settings = fair_app.settings.replace(fair_queues=())
+    worker(start_worker, "-c", "2")
+    wait_until(lambda: r.llen("fair_starts") == 505, timeout_s=30, message="every job")
+    assert len(set(starts(r))) == 505
+
+
+def test_a_plain_worker_refuses_to_start_while_jobs_are_staged(
+    fair_app: App, start_worker: StartWorker
+) -> None:
+    enqueue("A", 3)
+    w = worker(start_worker, "-c", "1")
+    assert w.wait(30) != 0
+    assert "taskq fair off fair" in w.output()
+
+
+def test_a_staged_job_is_cancelled_and_an_admitted_one_lets_the_next_in(
+    fair_app: App, r: redis.Redis
+) -> None:
+    first, second, third = (
+        tasks.add.apply_async((i, 1), queue="fair", fair_key="A") for i in range(3)
+    )
+    assert first.entry_id and not second.entry_id and not third.entry_id
+    assert r.hget(K.job(second.id), "entry") == b""
+    assert second.cancel() == "cancelled"
+    assert r.llen(K.fair_staged("normal", "A")) == 1
+    assert r.zscore(K.fair_waiting, "A") == 2
+    assert first.cancel() == "cancelled"  # its slot goes to the next staged job: the third
+    assert r.xlen("fair:normal") == 1
+    assert r.hget(K.job(third.id), "entry") == r.xrange("fair:normal")[0][0]
+    assert r.hget(K.job(third.id), "fair_key") == b"A"
+    assert r.zscore(K.fair_waiting, "A") == 1
+    assert second.status().state == "cancelled"
+
+
+def test_an_enqueue_before_any_fair_worker_marked_the_queue_is_plain(
+    task_app: App, r: redis.Redis
+) -> None:
+    task_app.settings = task_app.settings.replace(fair_queues=("fair",))
+    try:
+        enqueue("A", 3)
+    finally:
+        task_app.settings = task_app.settings.replace(fair_queues=())
+    assert r.xlen("fair:normal") == 3
+    assert not r.keys("fair:fair:*")
+    assert all(b"fk" not in f for _, f in r.xrange("fair:normal"))
+
+
+def test_hostile_fair_data_is_skipped_and_touches_nothing_outside_the_queue(
+    fair_app: App, r: redis.Redis
+) -> None:
+    r.hset(K.fair_weights, "A", "lots")  # a bad weight: 1
+    r.set("elsewhere", "untouched")
+    enqueue("A", 2)
+    staged = K.fair_staged("normal", "A")
+    r.rpush(staged, b"\xc1 not msgpack", b"\x93\xa1a\xa1b\xa1c")  # neither is an entry
+    enqueue("A", 1)
+    r.xadd("fair:normal", {"task": "tests.tasks.fair_job", "body": b"x", "fk": "a b"})
+    r.xadd("fair:normal", {"task": "tests.tasks.fair_job", "body": b"x", "fk": "x" * 300})
+    broker = fair_app.broker_for(["fair"])
+    broker.ensure_groups()
+    got: list[Delivery] = []
+    for _ in range(10):
+        got += broker.fetch("c", 8).deliveries
+    assert len(got) == 3 + 2  # the three jobs and the two entries with a bad key
+    assert r.get("elsewhere") == b"untouched"
+    assert not r.exists(staged)
+    assert r.zcard(K.fair_waiting) == 0  # the dropped elements were counted off
+    with pytest.raises(BrokerError):  # a bad key or weight is refused before any write
+        fair_app.link.script("fair_weight", [K.fair_weights, K.audit], ["a b", 2, 10, "x", "y"])
+
+
+# -- the invariant, under random operations -----------------------------------------------
+
+
+def check_invariant(r: redis.Redis) -> None:
+    """For every key and priority: its slots are its undelivered entries with 'fk' in that
+    stream; a key with staged jobs has a slot; its waiting count is staged + admitted."""
+    waiting: collections.Counter[str] = collections.Counter()
+    for p in PRIORITIES:
+        stream = K.stream(p)
+        info = {g["name"]: g for g in r.xinfo_groups(stream)} if r.exists(stream) else {}
+        last = info.get(GROUP.encode(), {}).get("last-delivered-id", b"0-0").decode()
+        undelivered = r.xrange(stream, f"({last}", "+") if last != "0-0" else r.xrange(stream)
+        admitted = collections.Counter(f[b"fk"].decode() for _, f in undelivered if b"fk" in f)
+        slots = {k.decode(): int(v) for k, v in r.hgetall(K.fair_slots(p)).items()}
+        assert slots == dict(admitted), p
+        for key in ("A", "B", "C", "default"):
+            n = r.llen(K.fair_staged(p, key))
+            if n:
+                assert slots.get(key, 0) >= 1, (p, key)
+            waiting[key] += n + admitted[key]
+    stored = {k.decode(): int(v) for k, v in r.zrange(K.fair_waiting, 0, -1, withscores=True)}
+    assert stored == {k: n for k, n in waiting.items() if n}
+
+
+def test_slots_match_the_admitted_entries_under_random_operations(
+    fair_app: App, r: redis.Redis
+) -> None:
+    rng = random.Random(37)
+    fair_app.set_fair_weight("fair", "B", 2)
+    broker = fair_app.broker_for(["fair"])
+    broker.ensure_groups()
+    held: list[Delivery] = []
+    jobs = []
+    for step in range(300):
+        op = rng.choice("eeeeffcrmph")
+        if op == "e":
+            key, p = rng.choice(["A", "B", "C", None]), rng.choice(PRIORITIES)
+            task = rng.choice([tasks.fair_job, tasks.add])
+            if task is tasks.add:
+                jobs.append(task.apply_async((1, 2), queue="fair", priority=p, fair_key=key))
+            else:
+                task.apply_async((key or "default", step), priority=p, fair_key=key)
+        elif op == "f":
+            n = rng.randint(0, len(held))
+            got = broker.fetch("c", rng.randint(1, 6), held[:n])
+            held = held[n:] + list(got.deliveries)
+        elif op == "c" and jobs:
+            rng.choice(jobs).cancel()
+        elif op in "rm":
+            p = rng.choice(PRIORITIES)
+            ids = [e.decode() for e, _ in r.xrevrange(K.stream(p), count=3)]
+            if op == "r":
+                fair_app.link.script(
+                    "jobs_remove", [K.stream(p), K.counts], [GROUP, "stream", 1000, "", *ids]
+                )
+            else:
+                to = rng.choice(PRIORITIES)
+                fair_app.link.script("jobs_move", [K.stream(p), K.stream(to)], [GROUP, to, *ids])
+        elif op == "p":
+            fair_app.operators.purge_waiting("fair", [rng.choice(PRIORITIES)])
+        elif op == "h" and held:
+            d = held.pop(rng.randrange(len(held)))
+            broker.requeue(d, task="tests.tasks.fair_job", body=d.body or b"", owner="c")
+        check_invariant(r)
+
+
+def test_a_staged_job_without_a_record_is_cancelled_by_its_tombstone(
+    fair_app: App, start_worker: StartWorker, r: redis.Redis
+) -> None:
+    jobs = [tasks.fair_job.apply_async(("A", n)) for n in range(3)]
+    assert jobs[2].cancel() == "requested"  # staged: not found in the stream
+    worker(start_worker, "-c", "1", **FAIR)
+    wait_until(lambda: r.hget("fair:counts", "cancelled") == b"1", message="the cancel honoured")
+    wait_until(lambda: r.zcard(K.fair_waiting) == 0, message="nothing left waiting")
+    assert starts(r) == ["A:0", "A:1"]
