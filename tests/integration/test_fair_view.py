@@ -182,3 +182,43 @@ def test_hostile_contents_are_skipped_or_marked(r: redis.Redis, redis_url: str) 
     assert keys["esc"] == (7, INVALID_WEIGHT) and keys["\ufffd\ufffd"] == (5, 1)
     assert keys["H" * KEY_SHOWN_BYTES + "…"] == (6, 1)
     assert not {"frac", "neg", "zero"} & set(keys)
+
+
+def scrape(redis_url: str, queues: list[str]) -> dict[tuple[str, frozenset[Any]], float]:
+    """The queue metrics as a scrape reads them: exposed as text, then parsed."""
+    pytest.importorskip("prometheus_client")
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from taskq.ops.queue_metrics import QueueDepth
+
+    registry = CollectorRegistry()
+    registry.register(QueueDepth(redis_url, queues))
+    exposed = generate_latest(registry).decode()
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(exposed)
+        for s in family.samples
+        if s.name.startswith("taskq_fair_")
+    }
+
+
+def test_metrics_show_active_keys_and_top_keys_escaped(r: redis.Redis, redis_url: str) -> None:
+    # Given: a fair queue whose keys hold quotes, backslashes and new lines, and hostile ones.
+    nasty = 'a"b\\c\nd} x{y="z"'
+    lay_out(r, "tasks", {nasty: 50, **{f"t{i}": i + 1 for i in range(12)}})
+    hostile(r)
+    samples = scrape(redis_url, ["tasks", "plain", "wrong", "odd"])
+    # Then: the figures are Redis's, the label values come back as they were.
+    assert samples[("taskq_fair_active_keys", frozenset({("queue", "tasks")}))] == 13
+    held = truth(r, "tasks")
+    expected = sorted(held.items(), key=lambda kv: -kv[1])[:TOP_KEYS]  # (counts all differ)
+    tasks_tops = {
+        dict(lb)["key"]: v
+        for (name, lb), v in samples.items()
+        if name == "taskq_fair_key_waiting" and dict(lb)["queue"] == "tasks"
+    }
+    assert tasks_tops == {m.decode(): float(n) for m, n in expected}
+    assert tasks_tops[nasty] == 50
+    queues = {dict(lb)["queue"] for (_, lb) in samples}
+    assert queues == {"tasks", "odd"}  # plain and wrong are not fair
