@@ -2,7 +2,8 @@
 and the bulk actions ("all that match") that run in a thread while a page shows "N of M".
 
 The figures are the ones ``taskq inspect --json`` prints for the queue (the same
-:meth:`~taskq.broker.reads.Reader.queue` snapshot); the rows come from
+:meth:`~taskq.broker.reads.Reader.queue` snapshot, and for a fair queue the same read of its
+keys); the rows come from
 :class:`~taskq.ops.browse.Jobs`, a page at a time.
 """
 
@@ -15,6 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from taskq.app import App
+from taskq.broker.fairreads import fair_stats_steps
+from taskq.broker.steps import run
+from taskq.fairview import FairStats
 from taskq.ops.browse import Jobs
 from taskq.ops.jobrows import PER_PRIORITY, STATES, JobFilter, JobsPage, check_action
 
@@ -39,6 +43,8 @@ class QueuePage:
     held_task: str = ""
     """The task whose held jobs a ``held`` page lists (``?of=``)."""
     held_tasks: tuple[str, ...] = ()
+    fair: FairStats | None = None
+    """A fair queue's active keys and top keys (None: the queue is not fair)."""
 
 
 def figures(app: App, queue: str) -> dict[str, int]:
@@ -68,7 +74,10 @@ def queue_page(
     page = jobs.page(state, priority=priority, after=after, limit=PAGE_SIZE, where=where)
     applies = tuple(a for a in ("retry", "cancel", "delete", "move") if _applies(a, state))
     held = (jobs.held_task, tuple(jobs.held_tasks()))
-    return QueuePage(queue, state, priority, figures(app, queue), page, where, applies, *held)
+    fair = run(app.link, fair_stats_steps([queue]), errors=False).get(queue)
+    return QueuePage(
+        queue, state, priority, figures(app, queue), page, where, applies, *held, fair=fair
+    )
 
 
 def _applies(action: str, state: str) -> bool:

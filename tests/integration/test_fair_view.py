@@ -7,8 +7,10 @@ skipped or marked, never crash a reader."""
 from __future__ import annotations
 
 import asyncio
+import html
 import json
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -16,6 +18,7 @@ import redis
 from click.testing import CliRunner
 
 from taskq import App, FairKey
+from taskq.dashboard import asgi
 from taskq.fairview import INVALID_WEIGHT, KEY_SHOWN_BYTES, TOP_KEYS
 from taskq.keys import QueueKeys, partition_names
 
@@ -222,3 +225,49 @@ def test_metrics_show_active_keys_and_top_keys_escaped(r: redis.Redis, redis_url
     assert tasks_tops[nasty] == 50
     queues = {dict(lb)["queue"] for (_, lb) in samples}
     assert queues == {"tasks", "odd"}  # plain and wrong are not fair
+
+
+XSS = "<script>alert('key')</script>"
+
+
+@pytest.fixture
+def dash_app(redis_url: str) -> Iterator[App]:
+    from tests import dashboard_tasks
+
+    app = dashboard_tasks.app
+    app.settings = app.settings.replace(redis_url=redis_url)
+    yield app
+    app.close()
+
+
+def test_dashboard_queue_page_shows_the_fair_keys_escaped(dash_app: App, r: redis.Redis) -> None:
+    from starlette.testclient import TestClient
+
+    # Given: the backlog queue fair, with a key that is markup among 14 active keys.
+    lay_out(r, "backlog", {XSS: 40, **{f"t{i}": i + 1 for i in range(13)}})
+    r.hset(QueueKeys("backlog").fair_weights, mapping={XSS: 7, "t12": "junk"})
+    with TestClient(asgi(dash_app), raise_server_exceptions=False) as client:
+        page = client.get("/queues/backlog/waiting")
+        doc = client.get("/api/queues/backlog/waiting").json()
+        plain = client.get(f"/queues/{dash_app.settings.queue}/waiting").text
+    # Then: the figures are Redis's, the key is text, the security headers stand.
+    assert page.status_code == 200
+    assert "script-src 'self'" in page.headers["content-security-policy"]
+    text = page.text
+    assert "<script>alert" not in text and "&lt;script&gt;alert(" in text
+    assert re.search(r'data-figure="active-keys">14<', text)
+    rows = re.findall(
+        r'<tr data-fair-key="([^"]*)">.*?"key-waiting">(\d+)<.*?"key-weight">(\w+)<', text
+    )
+    held = truth(r, "backlog")
+    expected = sorted(held.items(), key=lambda kv: -kv[1])[:TOP_KEYS]  # (counts all differ)
+    assert [(html.unescape(k), int(n)) for k, n, _ in rows] == [
+        (m.decode(), n) for m, n in expected
+    ]
+    assert rows[0][2] == "7" and rows[1][2] == "invalid" and rows[2][2] == "1"
+    assert doc["fair"]["active_keys"] == 14 and doc["fair"]["top"][0] == {
+        "key": XSS,
+        "weight": 7,
+        "waiting": 40,
+    }
+    assert 'id="fair"' not in plain  # a queue that is not fair shows no such section
