@@ -107,8 +107,13 @@ def _keys(scored: Scored, weights: dict[bytes, int]) -> tuple[FairKey, ...]:
 
 
 def _ok(reply: Any) -> Any:
-    """A reply, or None in place of an error reply (a key of the wrong type)."""
-    return None if isinstance(reply, BrokerError) else reply
+    """A reply, or None in place of a key of the wrong type; any other error reply (a
+    command the ACL refuses) is raised, not read as empty."""
+    if isinstance(reply, BrokerError):
+        if "WRONGTYPE Operation against a key" not in str(reply):
+            raise reply
+        return None
+    return reply
 
 
 def _count(reply: Any) -> int:
