@@ -12,6 +12,7 @@ O(keys).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from taskq.broker.replies import text
@@ -53,6 +54,8 @@ def fair_stats_steps(
     """The :class:`FairStats` of each of ``queues`` that is fair (marked ``on``, or with keys
     waiting); with ``keys_cursor``, also the ZSCAN page of its keys from that cursor (``"0"``:
     the first)."""
+    if not queues:
+        return {}
     per = 4 if keys_cursor is not None else 3
     commands: list[Command] = []
     for q in queues:
@@ -62,24 +65,35 @@ def fair_stats_steps(
         if keys_cursor is not None:
             commands.append(("ZSCAN", k.fair_waiting, keys_cursor, "COUNT", KEYS_PAGE))
     replies = yield commands
-    found: dict[str, tuple[bool, int, Scored, Scored | None, str | None]] = {}
-    for i, q in enumerate(queues):
-        mode, count, top, *page = (_ok(r) for r in replies[i * per : (i + 1) * per])
-        on, active = mode is not None and text(mode) == "on", _count(count)
-        if on or active:
-            scanned, cursor = _scan(page[0]) if page else (None, None)
-            found[q] = (on, active, _scored(top), scanned, cursor)
-    weights = yield from _weights_steps({q: [*f[2], *(f[3] or [])] for q, f in found.items()})
-    return {
-        q: FairStats(
-            on,
-            active,
-            _keys(top, weights[q]),
-            _keys(page or [], weights[q]),
-            cursor if cursor != "0" else None,
+    read = {q: _read(replies[i * per : (i + 1) * per]) for i, q in enumerate(queues)}
+    fair = {q: r for q, r in read.items() if r.on or r.active}
+    weights = yield from _weights_steps({q: [*r.top, *r.page] for q, r in fair.items()})
+    return {q: r.stats(weights[q]) for q, r in fair.items()}
+
+
+@dataclass(frozen=True)
+class _Read:
+    """One queue's replies, parsed."""
+
+    on: bool
+    active: int
+    top: Scored
+    page: Scored
+    cursor: str | None
+
+    def stats(self, weights: dict[bytes, int]) -> FairStats:
+        cursor = self.cursor if self.cursor != "0" else None
+        return FairStats(
+            self.on, self.active, _keys(self.top, weights), _keys(self.page, weights), cursor
         )
-        for q, (on, active, top, page, cursor) in found.items()
-    }
+
+
+def _read(replies: Sequence[Any]) -> _Read:
+    """GET of the mode, ZCARD, ZRANGE of the top keys, and the ZSCAN page if asked."""
+    mode, count, top, *page = (_ok(r) for r in replies)
+    scanned, cursor = _scan(page[0]) if page else ([], None)
+    on = mode is not None and text(mode) == "on"
+    return _Read(on, _count(count), _scored(top), scanned, cursor)
 
 
 def _weights_steps(members: dict[str, Scored]) -> Steps[dict[str, dict[bytes, int]]]:
@@ -128,7 +142,7 @@ def _scored(reply: Any) -> Scored:
     return [(m, n) for m, s in pairs if isinstance(m, bytes) and (n := waiting_of(s)) is not None]
 
 
-def _scan(reply: Any) -> tuple[Scored, str]:
+def _scan(reply: Any) -> tuple[Scored, str | None]:
     """ZSCAN's ``[cursor, [member, score, ...]]``: the page, and the next cursor."""
     if not isinstance(reply, list) or len(reply) != 2 or not isinstance(reply[1], list):
         return [], "0"
