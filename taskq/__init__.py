@@ -51,6 +51,7 @@ if TYPE_CHECKING:  # what mypy and editors see; at run time LAZY loads the same 
     from taskq.config import Settings
     from taskq.context import JobContext, current_job
     from taskq.deadletter import Deadletter
+    from taskq.fairview import FairKey
     from taskq.job import Flow, Job
     from taskq.middleware import Middleware
     from taskq.ops.deadletters import Deadletters
@@ -77,6 +78,7 @@ LAZY: dict[str, str] = {
     "JobContext": "taskq.context",
     "current_job": "taskq.context",
     "Deadletter": "taskq.deadletter",
+    "FairKey": "taskq.fairview",
     "Flow": "taskq.job",
     "Job": "taskq.job",
     "Middleware": "taskq.middleware",
@@ -134,6 +136,7 @@ __all__ = [
     "Deadletters",
     "DecodeError",
     "EnqueueError",
+    "FairKey",
     "Flow",
     "Group",
     "Job",

@@ -25,6 +25,7 @@ from taskq.config import Settings, redact
 from taskq.control import ControlPlane
 from taskq.current import current_producer, set_current_app
 from taskq.errors import ConfigError
+from taskq.fairquery import FairQueries
 from taskq.job import Flow, Job
 from taskq.keys import check_job_id
 from taskq.loaded_late import flow_handle, launch_steps, run_job, run_workflow
@@ -47,7 +48,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-class App(ControlPlane):
+class App(ControlPlane, FairQueries):
     """A taskq application: settings, registered tasks and a lazily opened Redis link.
 
     Args:

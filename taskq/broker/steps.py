@@ -43,8 +43,8 @@ def one(command: Command) -> Steps[Any]:
     return reply
 
 
-def run(link: Link, steps: Steps[T]) -> T:
-    """Drive ``steps`` on the blocking link."""
+def run(link: Link, steps: Steps[T], *, errors: bool = True) -> T:
+    """Drive ``steps`` on the blocking link (``errors``: see ``Link.pipeline``)."""
     try:
         step = next(steps)
         while True:
@@ -53,7 +53,7 @@ def run(link: Link, steps: Steps[T]) -> T:
                 step = steps.send(None)
                 continue
             try:
-                replies = link.pipeline(step)
+                replies = link.pipeline(step, errors=errors)
             except BrokerError as exc:
                 step = steps.throw(exc)
             else:
@@ -62,7 +62,7 @@ def run(link: Link, steps: Steps[T]) -> T:
         return done.value  # type: ignore[no-any-return]
 
 
-async def arun(link: AsyncLink, steps: Steps[T]) -> T:
+async def arun(link: AsyncLink, steps: Steps[T], *, errors: bool = True) -> T:
     """Drive ``steps`` on the asyncio link, never blocking the event loop."""
     try:
         step = next(steps)
@@ -72,7 +72,7 @@ async def arun(link: AsyncLink, steps: Steps[T]) -> T:
                 step = steps.send(None)
                 continue
             try:
-                replies = await link.pipeline(step)
+                replies = await link.pipeline(step, errors=errors)
             except BrokerError as exc:
                 step = steps.throw(exc)
             else:

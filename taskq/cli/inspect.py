@@ -37,17 +37,42 @@ CLEAR = "\x1b[H\x1b[2J"
 """Cursor home + clear screen: how ``--watch`` redraws in place on a terminal."""
 
 
-def _inspector(obj: Any, queues: str | None) -> Callable[[], Inspector]:
+def _inspector(
+    obj: Any, queues: str | None, keys_cursor: str | None = None
+) -> Callable[[], Inspector]:
     """The inspector for ``-Q``, else for the app's queues plus those its workers serve
     (looked up again at each call, so ``--watch`` sees workers that start later)."""
     app = obj.app()
     if queues:
         try:
-            fixed = Inspector(app.reader, expand(app.settings.partitions, parse_queues(queues))[0])
+            names = expand(app.settings.partitions, parse_queues(queues))[0]
         except ConfigError as exc:
             raise click.BadParameter(str(exc), param_hint="-Q") from None
+        if keys_cursor not in (None, "0") and len(names) != 1:
+            raise click.BadParameter(KEYS_CURSOR_ONE_QUEUE, param_hint="--keys-cursor")
+        fixed = Inspector(app.reader, names, keys_cursor=keys_cursor)
         return lambda: fixed
-    return lambda: Inspector.for_app(app)
+    if keys_cursor not in (None, "0"):
+        raise click.BadParameter(KEYS_CURSOR_ONE_QUEUE, param_hint="--keys-cursor")
+    return lambda: Inspector.for_app(app, keys_cursor=keys_cursor)
+
+
+KEYS_CURSOR_ONE_QUEUE = (
+    "a cursor continues the key list of the queue it came from: name that one queue (a "
+    "partition of a partitioned queue) with -Q"
+)
+
+
+def _keys_cursor(given: str | None, as_json: bool) -> str | None:
+    """The ZSCAN cursor of the fair keys' page to read: ``--keys-cursor``, else the first
+    page with ``--json``; none for the text views, which show the top keys only."""
+    if given is not None and not as_json:
+        raise click.BadParameter(
+            "pages the key list of --json: add --json", param_hint="--keys-cursor"
+        )
+    if given is not None and not (given.isascii() and given.isdigit() and len(given) <= 20):
+        raise click.BadParameter(f"{given!r} is not a cursor", param_hint="--keys-cursor")
+    return (given or "0") if as_json else None
 
 
 def _options(**given: Any) -> dict[str, Any]:
@@ -73,13 +98,14 @@ def show(
     as_json: bool = False,
     watch: float | None = None,
     count: int | None = None,
+    keys_cursor: str | None = None,
 ) -> None:
     """Print one view; with ``watch``, redraw it every ``watch`` seconds until Ctrl-C.
 
     On a terminal each frame replaces the last; otherwise frames follow each other, one
     compact JSON document per line with ``as_json``. ``count`` bounds the frames (tests).
     """
-    make = _inspector(obj, queues)
+    make = _inspector(obj, queues, _keys_cursor(keys_cursor, as_json))
     if watch is None:
         _print(view(make()), render, as_json, compact=False)
         return
@@ -117,20 +143,34 @@ _watch = click.option(
 _count = click.option("--count", type=click.IntRange(1), hidden=True, help="Stop after N frames.")
 
 
+_keys_cursor_option = click.option(
+    "--keys-cursor",
+    metavar="C",
+    help="With --json: the next page of each fair queue's keys (its keys_cursor).",
+)
+
+
 def _common(f: Callable[..., Any]) -> Callable[..., Any]:
     return _queues(_json(_watch(_count(f))))
 
 
 @click.group(invoke_without_command=True)
 @_common
+@_keys_cursor_option
 @click.pass_context
 def inspect(
-    ctx: click.Context, queues: str | None, as_json: bool, watch: float | None, count: int | None
+    ctx: click.Context,
+    queues: str | None,
+    as_json: bool,
+    watch: float | None,
+    count: int | None,
+    keys_cursor: str | None,
 ) -> None:
     """Show what the queues and workers are doing (read from Redis; never waits on workers).
 
     With no subcommand: for each queue and priority, jobs waiting and pending and the age of
-    the oldest of each, scheduled and dead-lettered jobs; then the live workers.
+    the oldest of each, scheduled and dead-lettered jobs; each fair queue's active keys and
+    top keys; then the live workers.
     """
     if ctx.invoked_subcommand is None:
         show(ctx.obj, Inspector.overview, render_overview, **ctx.params)
@@ -138,6 +178,7 @@ def inspect(
 
 @inspect.command("queues")
 @_common
+@_keys_cursor_option
 @click.pass_obj
 def queues_(obj: Any, /, **opts: Any) -> None:
     """Per stream: length, waiting, pending, consumers, group cursor."""

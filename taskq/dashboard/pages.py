@@ -7,7 +7,7 @@ that every two seconds and swaps it in (no reload, no client-side templating).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import quote
 
@@ -263,6 +263,7 @@ async def queue_jobs_json(request: Request) -> Response:
         "rows": [r.to_json() for r in view.page.rows],
         "after": view.page.after,
         "scanned": view.page.scanned,
+        "fair": None if view.fair is None else asdict(view.fair),
     }
     return JSONResponse(doc)
 

@@ -2,7 +2,8 @@
 and the bulk actions ("all that match") that run in a thread while a page shows "N of M".
 
 The figures are the ones ``taskq inspect --json`` prints for the queue (the same
-:meth:`~taskq.broker.reads.Reader.queue` snapshot); the rows come from
+:meth:`~taskq.broker.reads.Reader.queue` snapshot, and for a fair queue the same read of its
+keys); the rows come from
 :class:`~taskq.ops.browse.Jobs`, a page at a time.
 """
 
@@ -17,8 +18,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from taskq.app import App
+from taskq.broker.fairreads import fair_stats_steps
 from taskq.broker.replies import as_int, flat_pairs, text
+from taskq.broker.steps import run
 from taskq.errors import ConfigError
+from taskq.fairview import FairStats
 from taskq.keys import QueueKeys
 from taskq.ops import gathered
 from taskq.ops.browse import Audit, Jobs, no_audit
@@ -50,6 +54,8 @@ class QueuePage:
     """The task whose held jobs a ``held`` page lists, or the pause whose jobs a ``paused``
     page lists (``?of=``)."""
     held_tasks: tuple[str, ...] = ()
+    fair: FairStats | None = None
+    """A fair queue's active keys and top keys (None: the queue is not fair)."""
 
 
 def figures(app: App, queue: str) -> dict[str, int]:
@@ -82,7 +88,10 @@ def queue_page(
     held = (jobs.held_task, tuple(jobs.held_tasks()))
     if state == PAUSED:  # the tabs are the queue's pauses
         held = (jobs.pause_field(), tuple(gathered.pause_fields(app.link, queue)))
-    return QueuePage(queue, state, priority, figures(app, queue), page, where, applies, *held)
+    fair = run(app.link, fair_stats_steps([queue]), errors=False).get(queue)
+    return QueuePage(
+        queue, state, priority, figures(app, queue), page, where, applies, *held, fair=fair
+    )
 
 
 def _applies(action: str, state: str) -> bool:

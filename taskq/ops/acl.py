@@ -122,6 +122,7 @@ OPERATOR_COMMANDS = (
     "xinfo|groups",
     "zrange",
     "zcard",
+    "zscan",  # taskq inspect --json: a fair queue's keys, a page at a time
     "zcount",  # taskq scale: delayed jobs and retries due within the horizon
     "hgetall",
     "hmget",

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from taskq.broker.control import read_pauses
+from taskq.broker.fairreads import fair_stats_steps
 from taskq.broker.reads import (
     GatheringRow,
     QueueSnapshot,
@@ -24,6 +25,8 @@ from taskq.broker.reads import (
     entry_ms,
     gathering_rows,
 )
+from taskq.broker.steps import run
+from taskq.fairview import FairStats
 from taskq.ops.pendingview import PendingJob, pending_job
 from taskq.pauses import Pause
 from taskq.worker.record import ChildRecord, WorkerRecord
@@ -91,6 +94,8 @@ class QueueStats:
     paused: tuple[dict[str, Any], ...] = ()
     """The queue's pauses (``taskq pause``): each ``{"task", "key", "since_ms"}``, ``None``
     for "every"; jobs set aside under them count in ``held``."""
+    fair: FairStats | None = None
+    """A fair queue's active keys and top keys (None: the queue is not fair)."""
 
 
 @dataclass(frozen=True)
@@ -221,32 +226,46 @@ def to_json(view: Any) -> Any:
 class Inspector:
     """Read-only queries over ``queues`` on one Redis server."""
 
-    def __init__(self, reader: Reader, queues: Sequence[str]) -> None:
+    def __init__(
+        self, reader: Reader, queues: Sequence[str], *, keys_cursor: str | None = None
+    ) -> None:
         self.reader = reader
         self.queues = tuple(dict.fromkeys(queues))
+        self.keys_cursor = keys_cursor
+        """Also read each fair queue's page of keys from this ZSCAN cursor (``--json``)."""
 
     @classmethod
-    def for_app(cls, app: App) -> Inspector:
+    def for_app(cls, app: App, *, keys_cursor: str | None = None) -> Inspector:
         """The app's queues plus those its workers serve: what ``taskq inspect`` shows without
         ``-Q``, and what the dashboard shows."""
-        return cls(app.reader, app.queues()).widened()
+        return cls(app.reader, app.queues(), keys_cursor=keys_cursor).widened()
 
     def widened(self) -> Inspector:
         """Also cover the queues that the workers registered on ``queues`` serve."""
         served = [q for w in self.workers() for q in w.queues]
-        return Inspector(self.reader, [*self.queues, *served])
+        return Inspector(self.reader, [*self.queues, *served], keys_cursor=self.keys_cursor)
 
     # -- queues ----------------------------------------------------------------------------
 
     def queue_stats(self) -> list[QueueStats]:
         """Figures of every queue: one MULTI per queue, then one pipelined XRANGE per stream
-        with waiting jobs, whatever the streams' lengths."""
+        with waiting jobs, whatever the streams' lengths, and the fair queues' keys."""
         snapshots = [self.reader.queue(q) for q in self.queues]
         oldest = self.reader.oldest_waiting([s for q in snapshots for s in q.streams])
         pauses = read_pauses(self.reader.link, self.queues)
+        fair = self.fair()
         return [
-            replace(_queue(q, oldest), paused=_pauses(pauses.get(q.queue, {}))) for q in snapshots
+            replace(
+                _queue(q, oldest), paused=_pauses(pauses.get(q.queue, {})), fair=fair.get(q.queue)
+            )
+            for q in snapshots
         ]
+
+    def fair(self) -> dict[str, FairStats]:
+        """The fair queues among these: their active keys, top keys and (with
+        ``keys_cursor``) a page of their keys; two round trips for all the queues."""
+        steps = fair_stats_steps(self.queues, keys_cursor=self.keys_cursor)
+        return run(self.reader.link, steps, errors=False)
 
     # -- workers ---------------------------------------------------------------------------
 

@@ -1,6 +1,7 @@
 """The queues' figures as Prometheus metrics, read from Redis at each scrape: depths per
-priority, scheduled, held, dead, ended, pauses, and the autoscaling signal
-(``taskq_desired_processes``). Served by :mod:`taskq.ops.metrics`' server process.
+priority, scheduled, held, dead, ended, pauses, fair queues' active and top keys, and
+the autoscaling signal (``taskq_desired_processes``). Served by :mod:`taskq.ops.metrics`'
+server process.
 
 prometheus_client is imported inside functions only (see :mod:`taskq.ops.metrics`: its
 multiprocess mode is chosen at its first import).
@@ -142,6 +143,7 @@ def _depth_families(stats: Sequence[QueueStats]) -> Iterator[Metric]:
     yield held
     yield from ended.values()
     yield _paused_family(stats)
+    yield from _fair_families(stats)
 
 
 def _paused_family(stats: Sequence[QueueStats]) -> Metric:
@@ -155,3 +157,31 @@ def _paused_family(stats: Sequence[QueueStats]) -> Metric:
         for p in q.paused:
             paused.add_metric([q.queue, p["task"] or "", p["key"] or ""], 1)
     return paused
+
+
+def _fair_families(stats: Sequence[QueueStats]) -> Iterator[Metric]:
+    """``taskq_fair_active_keys{queue}`` per fair queue, ``taskq_fair_key_waiting{queue,key}``
+    for its top keys. Keys are user data: prometheus_client escapes label values (``\\``,
+    ``"``, new lines), and a key shown twice (two long keys cut to one) is kept once, as a
+    scrape refuses a series twice."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    active = GaugeMetricFamily(
+        "taskq_fair_active_keys", "Fairness keys with jobs waiting.", labels=["queue"]
+    )
+    top = GaugeMetricFamily(
+        "taskq_fair_key_waiting",
+        "Jobs waiting, for the fairness keys with the most.",
+        labels=["queue", "key"],
+    )
+    for q in stats:
+        if q.fair is None:
+            continue
+        active.add_metric([q.queue], q.fair.active_keys)
+        shown: set[str] = set()
+        for k in q.fair.top:
+            if k.key not in shown:
+                shown.add(k.key)
+                top.add_metric([q.queue, k.key], k.waiting)
+    yield active
+    yield top

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from taskq.broker.reads import GatheringRow
+from taskq.fairview import INVALID_WEIGHT, FairStats
 from taskq.ops.inspect import ChildState, Overview, Ping, QueueStats, WorkerState
 from taskq.ops.pendingview import PendingJob
 
@@ -77,7 +78,41 @@ def render_queues(queues: Sequence[QueueStats]) -> list[str]:
         )
         lines.append(line)
         lines += [f"{q.queue}: paused ({_paused(p)})" for p in q.paused]
+        if q.fair is not None:
+            lines += render_fair(q.queue, q.fair)
     return lines
+
+
+def render_fair(queue: str, fair: FairStats) -> list[str]:
+    """A fair queue's active keys, then its top keys by waiting jobs, indented."""
+    mark = "" if fair.on else " (not marked on: keys left waiting)"
+    head = f"{queue}: fair{mark}, {fair.active_keys} active key(s)"
+    if not fair.top:
+        return [head]
+    rows = [(_cut(printable(k.key)), k.waiting, _weight(k.weight)) for k in fair.top]
+    return [f"{head}, top {len(rows)} by waiting jobs:"] + [
+        "  " + line for line in table(("KEY", "WAITING", "WEIGHT"), rows)
+    ]
+
+
+KEY_CHARS = 80
+"""Longer keys are cut to this in the text view (``--json`` has them whole)."""
+
+
+def _cut(key: str) -> str:
+    return key if len(key) <= KEY_CHARS else key[: KEY_CHARS - 1] + "…"
+
+
+def _weight(weight: int) -> int | str:
+    return "invalid" if weight == INVALID_WEIGHT else weight
+
+
+def printable(key: str) -> str:
+    """A key (user data) for a terminal: characters that are not printable (escape
+    sequences, new lines) written as Python escapes, so a key cannot redraw the screen."""
+    if key.isprintable():
+        return key
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in key)
 
 
 def _paused(p: dict[str, Any]) -> str:

@@ -313,6 +313,31 @@ def test_queue_depth_metrics(capp: Callable[..., App]) -> None:
     assert waiting and sum(s.value for s in waiting[0].samples) == 3
 
 
+def test_fair_keys_are_read_from_every_partition(
+    redis_cluster: RedisCluster, capp: Callable[..., App]
+) -> None:
+    from taskq.fairview import FairKey
+    from taskq.keys import QueueKeys, partition_names
+    from taskq.ops.inspect import Inspector
+
+    # Given: a partitioned fair queue whose partitions live on different masters.
+    app = capp("{tasks}", partitions={"work": 3})
+    names = partition_names("work", 3)
+    assert len({redis_cluster.master_of(f"{n}:fair:waiting").port for n in names}) >= 2
+    for i, name in enumerate(names):
+        k = QueueKeys(name)
+        app.link.pipeline(
+            [("SET", k.fair_mode, "on"), ("ZADD", k.fair_waiting, i + 1, "a", 9, f"only-{i}"),
+             ("HSET", k.fair_weights, "a", 4)]
+        )  # fmt: skip
+    # Then: app.fair_key sums the partitions; inspect reads each one on its own node.
+    assert app.fair_key("work", "a") == FairKey("a", 4, 1 + 2 + 3)
+    fair = Inspector(app.reader, names).fair()
+    assert {n: (f.active_keys, f.top[0].key, f.top[1]) for n, f in fair.items()} == {
+        n: (2, f"only-{i}", FairKey("a", 4, i + 1)) for i, n in enumerate(names)
+    }
+
+
 # -- bad input ---------------------------------------------------------------------------
 
 

@@ -460,3 +460,31 @@ def test_figures_are_inspects_and_the_pages_are_guarded(
         assert locked.post("/queues/backlog/waiting/act", data={}).status_code == 401
         ok = locked.get("/queues/backlog/waiting", headers={"authorization": "Bearer s3cret"})
         assert ok.status_code == 200
+
+
+def test_browser_fair_queue_page_shows_its_keys_as_text(
+    browser: Any, start_dashboard: Callable[..., DashboardProcess], r: redis.Redis
+) -> None:
+    from selenium.common.exceptions import NoAlertPresentException
+    from selenium.webdriver.common.by import By
+
+    # Given: the backlog queue fair (its keys laid out as docs/fairness.md has them), one
+    # key markup, one weighted.
+    r.set(Q.fair_mode, "on")
+    r.zadd(Q.fair_waiting, {XSS: 9, "tenant-a": 4, "tenant-b": 1})
+    r.hset(Q.fair_weights, "tenant-a", 3)
+    dash = start_dashboard()
+    # When / then: its page lists the keys as Redis holds them, the markup as text.
+    browser.get(f"{dash.url}/queues/backlog/waiting")
+    fair = browser.find_element(By.ID, "fair")
+    assert fair.find_element(By.CSS_SELECTOR, '[data-figure="active-keys"]').text == "3"
+    rows = [
+        [td.text for td in tr.find_elements(By.TAG_NAME, "td")]
+        for tr in fair.find_elements(By.CSS_SELECTOR, "tr[data-fair-key]")
+    ]
+    held = r.zrange(Q.fair_waiting, 0, -1, desc=True, withscores=True)
+    assert [row[:2] for row in rows] == [[m.decode(), str(int(n))] for m, n in held]
+    assert [row[2] for row in rows] == ["1", "3", "1"]
+    with pytest.raises(NoAlertPresentException):
+        browser.switch_to.alert.accept()
+    assert browser.find_elements(By.CSS_SELECTOR, "main script") == []
