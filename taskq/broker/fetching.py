@@ -59,6 +59,7 @@ class SlotFetcher:
         self.streams = [s for k in self.keys.values() for s in k.streams]
         """The job streams, in the order a worker reads them."""
         self.stream_position = {s: i for i, s in enumerate(self.streams)}
+        """Stream → its index in ``streams``."""
         self.fair_streams = [
             self.stream_position[s] + 1
             for q, k in self.keys.items()
@@ -67,7 +68,6 @@ class SlotFetcher:
         ]
         """The fetch script's key indexes of the fair queues' streams: every read of this
         slot goes through the script, which admits the next jobs of the keys it delivers."""
-        """Stream → its index in ``streams``."""
         self.where = [(k.stream(p), q, p) for q, k in self.keys.items() for p in PRIORITIES]
         """Per stream index: (stream, queue, priority), what a delivery from it carries."""
         self._fetch_keys = [*self.streams, *(k.due for k in self.keys.values())]
