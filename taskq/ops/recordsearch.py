@@ -12,6 +12,11 @@ next one. SCAN returns every record that exists for the whole walk at least once
 may come back twice (a page lists it once), and records made or gone during the walk may
 or may not be seen.
 
+On Redis Cluster a queue's records share its hash tag, so they are all on one node: the SCAN
+is sent there (after an EXISTS of one of the queue's keys, which it rides with). A slot that
+moves to another node during a walk leaves the cursor pointing into the old one: records may
+then be missed; start again.
+
 Records are untrusted: a key of another type, a field missing or malformed, arguments that
 do not decode, read as what :meth:`~taskq.results.JobStatus.from_record` makes of them, or
 the record is passed over.
@@ -25,7 +30,6 @@ from typing import TYPE_CHECKING, Any
 from taskq import record
 from taskq.broker.replies import as_int, text
 from taskq.broker.resp import Command
-from taskq.broker.topology import kind_of
 from taskq.errors import ConfigError
 from taskq.keys import QueueKeys, check_job_id
 from taskq.ops.jobrows import JobFilter, JobRow, call_text, error_text
@@ -82,19 +86,10 @@ def _glob_escaped(text_: str) -> str:
 
 
 class Records:
-    """The status records of one queue, searched a SCAN page at a time.
-
-    Raises:
-        ConfigError: on Redis Cluster (see :meth:`page`).
-    """
+    """The status records of one queue, searched a SCAN page at a time (on Redis Cluster,
+    on the node that holds the queue's hash tag, where all of its records are)."""
 
     def __init__(self, link: Link, queue: str) -> None:
-        if kind_of(link.url) == "cluster":
-            raise ConfigError(
-                "searching status records is not available on Redis Cluster: SCAN is sent "
-                "to one node and the link cannot yet pick the node of a queue's hash tag; "
-                "find a job by its id (taskq job ID), or browse a state (taskq jobs list)"
-            )
         self.link = link
         self.keys = QueueKeys(queue)
         self.prefix = self.keys.job("")
@@ -117,7 +112,10 @@ class Records:
         check_record_state(state)
         start = check_scan_cursor(cursor)
         pattern = _glob_escaped(self.prefix) + "*"
-        reply = self.link.call("SCAN", start, "MATCH", pattern, "COUNT", count, "TYPE", "hash")
+        scan = ("SCAN", start, "MATCH", pattern, "COUNT", count, "TYPE", "hash")
+        # On a cluster a keyless command rides with the one before it: the EXISTS of one of
+        # the queue's keys sends the SCAN to the node that holds the queue's hash tag.
+        _, reply = self.link.pipeline([("EXISTS", self.keys.schedule), scan])
         following, found = text(reply[0]), reply[1] if isinstance(reply[1], list) else []
         ids = [i for i in dict.fromkeys(self._job_id(k) for k in found) if i]
         rows = [r for r in self._rows(ids) if not state or r.state == state]
