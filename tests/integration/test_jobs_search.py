@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import msgpack
@@ -23,6 +24,8 @@ from taskq.keys import QueueKeys
 from taskq.ops.jobrows import JobFilter
 from taskq.ops.recordsearch import Records
 from tests import dashboard_tasks
+from tests.conftest import wait_until
+from tests.dashboard_support import DashboardProcess, chromium, dashboards
 
 pytestmark = pytest.mark.integration
 
@@ -181,3 +184,45 @@ def test_cli_search(dash_app: App, redis_url: str, history: dict[str, str]) -> N
     assert history["waiting"] in text and "read 7 records, 1 matched" in text
     bad = CliRunner().invoke(main, [*cmd, "--cursor", "nope"])
     assert bad.exit_code != 0 and "invalid cursor" in bad.output
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    yield from chromium()
+
+
+@pytest.fixture
+def start_dashboard(redis_url: str, tmp_path: Path) -> Iterator[Callable[..., DashboardProcess]]:
+    yield from dashboards(redis_url, tmp_path)
+
+
+def test_browser_searches_by_error_and_shows_arguments_as_text(
+    browser: Any, start_dashboard: Callable[..., DashboardProcess], history: dict[str, str]
+) -> None:
+    from selenium.common.exceptions import NoAlertPresentException
+    from selenium.webdriver.common.by import By
+
+    dash = start_dashboard()
+    browser.get(f"{dash.url}/queues/tasks/waiting")
+    browser.find_element(By.ID, "search-records").click()
+    at(browser, "/queues/tasks/search")
+    form = browser.find_element(By.ID, "filter")
+    form.find_element(By.NAME, "args").send_keys("<script>")
+    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    at(browser, "args=%3Cscript%3E")
+    row = browser.find_element(By.CSS_SELECTOR, "tr[data-job-id]")
+    assert row.get_attribute("data-job-id") == history["hostile"]
+    assert XSS in row.text  # shown as text, never run
+    with pytest.raises(NoAlertPresentException):
+        browser.switch_to.alert.accept()
+    assert browser.find_elements(By.CSS_SELECTOR, "main script") == []
+    browser.get(f"{dash.url}/queues/tasks/search?state=failed&error=timeout")
+    shown = [e.get_attribute("data-job-id") for e in browser.find_elements(By.CSS_SELECTOR, "tr")]
+    assert sorted(i for i in shown if i) == ["bad1", "old1"]
+    browser.find_element(By.LINK_TEXT, "bad1").click()
+    at(browser, "/jobs/bad1?queue=tasks")
+
+
+def at(browser: Any, part: str) -> None:
+    """Wait for the page a click led to (a click returns before the browser loads it)."""
+    wait_until(lambda: part in browser.current_url, message=f"a page at {part}")
