@@ -201,9 +201,7 @@ def move(
 @jobs.command()
 @click.argument("queue")
 @click.option("--task", default="", help="Only jobs whose task name contains this.")
-@click.option(
-    "--state", default="", type=click.Choice(("", *RECORD_STATES)), help="The state records say."
-)
+@click.option("--state", type=click.Choice(RECORD_STATES), help="The state the record says.")
 @click.option("--since", default="", help="Ended (else due, else enqueued) at or after this.")
 @click.option("--until", default="", help="... at or before this (ISO 8601 UTC, or ms).")
 @_filter
@@ -214,7 +212,7 @@ def search(
     obj: Any,
     queue: str,
     task: str,
-    state: str,
+    state: str | None,
     since: str,
     until: str,
     filters: Sequence[str],
@@ -226,7 +224,7 @@ def search(
     check_queue_name(queue)
     named = [f"{k}={v}" for k, v in (("task", task), ("since", since), ("until", until)) if v]
     where = JobFilter.parse([*filters, *named])
-    page = Records(obj.app().link, queue).page(where, state=state, cursor=cursor)
+    page = Records(obj.app().link, queue).page(where, state=state or "", cursor=cursor)
     if as_json:
         rows = [r.to_json() for r in page.rows]
         doc = {"queue": queue, "rows": rows, "cursor": page.cursor, "scanned": page.scanned}

@@ -33,7 +33,7 @@ from taskq.broker.resp import Command
 from taskq.errors import ConfigError
 from taskq.keys import QueueKeys, check_job_id
 from taskq.ops.jobrows import JobFilter, JobRow, call_text, error_text
-from taskq.results import FINAL, STATES, UNKNOWN, JobStatus
+from taskq.results import STATES, UNKNOWN, JobStatus
 
 if TYPE_CHECKING:
     from taskq.broker.link import Link
@@ -184,7 +184,7 @@ def _row(s: JobStatus, raw: dict[bytes, Any]) -> JobRow | None:
         attempts=s.attempts,
         enqueued_ms=s.enqueued_ms,
         due_ms=s.due_ms,
-        finished_ms=s.finished_ms if s.state in FINAL else None,
+        finished_ms=s.finished_ms,
         error=cause,
         recorded=True,
     )
