@@ -224,7 +224,7 @@ class JobStatus:
 
         def ms(name: str) -> int | None:
             value = text(name)
-            return int(value) if value.isdigit() else None
+            return int(value) if value.isascii() and value.isdigit() else None
 
         state = text(record.STATE) or UNKNOWN
         due = read_ms(raw.get(record.DUE_MS.encode()))

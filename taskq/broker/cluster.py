@@ -9,7 +9,7 @@ scripts by SHA1), sent to the node that serves their slot:
   anything is sent). On Redis Cluster every key taskq sends carries a hash tag: a queue is
   named ``{tasks}`` (or ``{app}.tasks``...), so all of its keys live in one slot.
 * a pipeline is split by node, one write per node, replies put back in order; keyless
-  commands (TIME) ride with the command before them; ``WAIT`` goes to every node written
+  commands (TIME, SCAN) ride with the command before them; ``WAIT`` goes to every node written
   to, and its reply is the lowest count.
 * NOSCRIPT (a node that is new, promoted or restarted) loads the script on that node and
   sends the command again. MOVED, ASK, TRYAGAIN, CLUSTERDOWN and a node that refuses the

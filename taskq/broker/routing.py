@@ -28,6 +28,7 @@ _KEYLESS = frozenset(
         "DBSIZE",
         "MULTI",
         "ACL",
+        "SCAN",  # on a cluster, sent after a command on the node to scan (it rides along)
     }
 )
 _ALL_ARGS = frozenset({"DEL", "EXISTS", "UNLINK", "MGET", "TOUCH", "BLMOVE", "LMOVE"})

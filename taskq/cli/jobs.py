@@ -12,6 +12,7 @@ import click
 from taskq.config import check_queue_name
 from taskq.ops.browse import Jobs
 from taskq.ops.jobrows import STATES, JobFilter, JobRow, check_action
+from taskq.ops.recordsearch import RECORD_STATES, Records
 from taskq.ops.render import fmt_ms
 
 _state = click.option("--state", type=click.Choice(STATES), help="The state the jobs are in.")
@@ -195,3 +196,48 @@ def move(
 ) -> None:
     """Move waiting jobs of QUEUE to another priority: IDs, or all that match."""
     _act(obj, "move", queue, ids, "waiting", priority, filters, yes, to=to)
+
+
+@jobs.command()
+@click.argument("queue")
+@click.option("--task", default="", help="Only jobs whose task name contains this.")
+@click.option("--state", type=click.Choice(RECORD_STATES), help="The state the record says.")
+@click.option("--since", default="", help="Ended (else due, else enqueued) at or after this.")
+@click.option("--until", default="", help="... at or before this (ISO 8601 UTC, or ms).")
+@_filter
+@click.option("--cursor", help="The cursor a previous page printed (SCAN's).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_obj
+def search(
+    obj: Any,
+    queue: str,
+    task: str,
+    state: str | None,
+    since: str,
+    until: str,
+    filters: Sequence[str],
+    cursor: str | None,
+    as_json: bool,
+) -> None:
+    """Search the status records of QUEUE (jobs that keep one, in any state, ended ones too),
+    one SCAN page of about 500 records at a time."""
+    check_queue_name(queue)
+    named = [f"{k}={v}" for k, v in (("task", task), ("since", since), ("until", until)) if v]
+    where = JobFilter.parse([*filters, *named])
+    page = Records(obj.app().link, queue).page(where, state=state or "", cursor=cursor)
+    if as_json:
+        rows = [r.to_json() for r in page.rows]
+        doc = {"queue": queue, "rows": rows, "cursor": page.cursor, "scanned": page.scanned}
+        click.echo(json.dumps(doc, indent=2))
+        return
+    for row in page.rows:
+        click.echo(_record_line(row))
+    more = f"; next page: --cursor {page.cursor}" if page.cursor else "; the search is complete"
+    click.echo(f"read {page.scanned} records, {len(page.rows)} matched{more}")
+
+
+def _record_line(row: JobRow) -> str:
+    times = (("enqueued", row.enqueued_ms), ("due", row.due_ms), ("ended", row.finished_ms))
+    when = "".join(f"  {name}={ms}" for name, ms in times if ms is not None)
+    error = f"  {row.error}" if row.error else ""
+    return f"{row.job_id}  {row.state}  {row.task}({row.args}){when}{error}"

@@ -26,6 +26,7 @@ from taskq.errors import ConfigError
 from taskq.keys import PRIORITIES, check_priority
 from taskq.ops.inspect import to_json
 from taskq.ops.jobrows import JobFilter, check_state
+from taskq.ops.recordsearch import RECORD_STATES, SCAN_COUNT, Records, RecordsPage
 from taskq.ops.taskstats import task_history, task_table
 
 LIVE = frozenset({"overview", "workers", "job", "periodic", "bulk"})
@@ -266,6 +267,33 @@ async def queue_jobs_json(request: Request) -> Response:
         "fair": None if view.fair is None else asdict(view.fair),
     }
     return JSONResponse(doc)
+
+
+def _records_page(request: Request) -> tuple[str, str, JobFilter, RecordsPage]:
+    """The queue, state, filter and page a search (``/queues/<queue>/search``) asks for."""
+    q = request.query_params
+    source = _source(request)
+    queue = source.queue(request.path_params["queue"])
+    state, where = q.get("state", "").strip(), job_filter(dict(q))
+    records = Records(source.app.link, queue)
+    return queue, state, where, records.page(where, state=state, cursor=q.get("cursor") or None)
+
+
+async def search_records(request: Request) -> Response:
+    queue, state, where, page = await run_in_threadpool(_records_page, request)
+    context = {
+        "queue": queue, "state": state, "where": where, "page": page,
+        "cursor": request.query_params.get("cursor", ""), "record_states": RECORD_STATES,
+        "scan_count": SCAN_COUNT,
+    }  # fmt: skip
+    return render(request, "search", context)
+
+
+async def search_records_json(request: Request) -> Response:
+    queue, state, _, page = await run_in_threadpool(_records_page, request)
+    rows = [r.to_json() for r in page.rows]
+    doc = {"queue": queue, "state": state, "rows": rows, "cursor": page.cursor}
+    return JSONResponse({**doc, "scanned": page.scanned})
 
 
 async def bulk(request: Request) -> Response:

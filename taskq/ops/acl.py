@@ -123,6 +123,7 @@ OPERATOR_COMMANDS = (
     "zrange",
     "zcard",
     "zscan",  # taskq inspect --json: a fair queue's keys, a page at a time
+    "scan",  # taskq jobs search, the dashboard's search: status records, a page at a time
     "zcount",  # taskq scale: delayed jobs and retries due within the horizon
     "hgetall",
     "hmget",

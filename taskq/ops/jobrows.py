@@ -5,7 +5,7 @@ the cursors of their pages (checked: they come from URLs and command lines)."""
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,11 +84,14 @@ class JobFilter:
         return cls(**found)
 
     def matches(self, row: JobRow) -> bool:
+        """The row's time is when it ended (a status record's), else when it is due, else
+        when it was enqueued."""
+        moment = next((t for t in (row.finished_ms, row.due_ms) if t is not None), None)
         return (
             self.task.lower() in row.task.lower()
             and self.args.lower() in row.args.lower()
             and self.error.lower() in row.error.lower()
-            and self._in_range(row.due_ms if row.due_ms is not None else row.enqueued_ms)
+            and self._in_range(moment if moment is not None else row.enqueued_ms)
         )
 
     def _in_range(self, ms: int | None) -> bool:
@@ -128,6 +131,7 @@ class JobRow:
         due_ms: when a delayed job or retry is due (Redis clock).
         enqueued_ms: when its entry was added (streams) or it was first enqueued.
         run_ms: how long a running job has run (its entry's idle time in the pending list).
+        finished_ms: when it ended (a status record's ``finished_ms``).
         error: the last error of a retrying job that keeps a record.
         calls: the calls a debounce burst or a batch gathered.
         member: the sorted-set member (not shown; what actions on it need).
@@ -143,6 +147,7 @@ class JobRow:
     enqueued_ms: int | None = None
     due_ms: int | None = None
     run_ms: int | None = None
+    finished_ms: int | None = None
     worker: str = ""
     child: int | None = None
     error: str = ""
@@ -225,9 +230,12 @@ def _decoded(body: Any) -> Message | None:
 
 
 def _call_text(msg: Message | None) -> str:
-    if msg is None:
-        return "(unreadable body)"
-    parts = [repr(a) for a in msg.args] + [f"{k}={v!r}" for k, v in msg.kwargs.items()]
+    return "(unreadable body)" if msg is None else call_text(msg.args, msg.kwargs)
+
+
+def call_text(args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
+    """A call's arguments as a row shows them (and a filter's ``args=`` searches them)."""
+    parts = [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()]
     rendered = ", ".join(parts)
     return rendered if len(rendered) <= MAX_ARGS_CHARS else rendered[:MAX_ARGS_CHARS] + "..."
 

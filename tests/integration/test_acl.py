@@ -312,6 +312,8 @@ def test_an_operator_inspects_and_handles_dead_letters(
     delayed = tasks.add.apply_async((1, 1), countdown=60)
     assert "scheduled" in operator(server, "job", delayed.id)
     assert operator(server, "job", "cancel", delayed.id) == f"{delayed.id}: cancelled\n"
+    found = operator(server, "jobs", "search", "tasks", "--state", "cancelled", "--json")
+    assert delayed.id in [row["job_id"] for row in json.loads(found)["rows"]]  # SCAN
     listed = json.loads(operator(server, "deadletter", "list", "--json"))
     [dead_id] = [e["dead_id"] for e in listed if e["job_id"] == dead.id]
     assert "KeyError" in operator(server, "deadletter", "show", dead_id)

@@ -519,6 +519,33 @@ def test_a_partitioned_fair_queue_is_fair_within_each_partition(
     assert len(result.outcomes) == len(jobs) - 4
 
 
+def test_records_search_scans_the_node_of_the_queues_hash_tag(
+    capp: Callable[..., App], redis_cluster: RedisCluster
+) -> None:
+    """``taskq jobs search``: SCAN goes to the node that holds the queue's records, whichever
+    node that is, and pages through them all."""
+    from taskq.ops.jobrows import JobFilter
+    from taskq.ops.recordsearch import Records
+
+    first, other = two_queues_apart(redis_cluster)
+    for queue in (first, other):
+        app = capp(queue, store_results=True)
+
+        @app.task(name="c.find")
+        def find(n: int) -> int:
+            return n
+
+        jobs = [find.delay(f"order-{i}") for i in range(12)]
+        records, cursor, found = Records(app.link, queue), None, []
+        while True:
+            page = records.page(JobFilter(args="order-1"), cursor=cursor, count=5)
+            found += [row.job_id for row in page.rows]
+            if page.cursor is None:
+                break
+            cursor = page.cursor
+        assert sorted(found) == sorted([jobs[1].id, jobs[10].id, jobs[11].id])
+
+
 def test_every_script_ran_on_the_cluster(
     redis_cluster: RedisCluster, capp: Callable[..., App]
 ) -> None:
