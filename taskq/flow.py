@@ -23,7 +23,7 @@ import hashlib
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgpack
 
@@ -51,12 +51,12 @@ as msgpack, never decoded and encoded again, so no type changes on the way."""
 NIL = b"\xc0"
 
 
-@dataclass
 class Ops:
     """Writes to make in one script, and every key they touch (declared to Redis)."""
 
-    ops: list[Op] = field(default_factory=list)
-    keys: list[str] = field(default_factory=list)
+    def __init__(self) -> None:
+        self.ops: list[Op] = []
+        self.keys: list[str] = []
 
     def add(self, op: Op, *keys: str) -> None:
         self.ops.append(op)
@@ -84,8 +84,7 @@ class Context:
     errback: list[dict[str, Any]] = field(default_factory=list)
 
 
-@dataclass
-class Laid:
+class Laid(NamedTuple):
     fragments: list[dict[str, Any]]
     """What starts the part."""
     terminal: list[Job]
