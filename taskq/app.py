@@ -19,7 +19,6 @@ from taskq.broker.alink import AsyncLink, connect_async
 from taskq.broker.operators import Operators
 from taskq.broker.records import Records, find_call_steps, find_steps, status_steps
 from taskq.broker.steps import Steps, arun, run
-from taskq.canvas import Workflow
 from taskq.config import Settings, redact
 from taskq.control import ControlPlane
 from taskq.current import current_producer, set_current_app
@@ -40,6 +39,7 @@ if TYPE_CHECKING:
 
     from taskq.broker.broker import Broker
     from taskq.broker.reads import Reader
+    from taskq.canvas import Workflow
     from taskq.config import SettingsArgs
     from taskq.periodic import Periodic, PeriodicArgs
 
