@@ -3,10 +3,8 @@ line on stderr for every taskq error."""
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import importlib
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -40,18 +38,18 @@ COMMANDS: dict[str, str] = {
 }
 
 
-@contextlib.contextmanager
-def collecting_after() -> Iterator[None]:
+class NoCollection:
     """The cyclic garbage collector off while a subcommand's modules or the app load: loading
     modules makes objects by the thousand and little garbage, and the collections that set off
     cost ``taskq worker`` about 2 % of the instructions of its start (redis-py's import
-    included)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
+    included). A class, not ``contextlib``: ``taskq --version`` does not load that."""
+
+    def __enter__(self) -> None:
+        self.enabled = gc.isenabled()
+        gc.disable()
+
+    def __exit__(self, *_exc: object) -> None:
+        if self.enabled:
             gc.enable()
 
 
@@ -79,7 +77,7 @@ class Context:
                 raise click.UsageError(
                     "no app: give -A MODULE[:ATTR], TASKQ_APP or [tool.taskq] app"
                 )
-            with collecting_after():
+            with NoCollection():
                 self._app = load_app(path) if path else App()
             if self._redis_url:
                 self._app.close()  # a link opened on the old URL must not be reused
@@ -97,7 +95,7 @@ class Main(click.Group):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in COMMANDS and cmd_name not in self.commands:
             module, _, attr = COMMANDS[cmd_name].partition(":")
-            with collecting_after():
+            with NoCollection():
                 self.add_command(getattr(importlib.import_module(module), attr), cmd_name)
         return super().get_command(ctx, cmd_name)
 
