@@ -1,9 +1,9 @@
 """App: settings, the task registry and the producer (enqueue).
 
-There is no hidden global app. Shared tasks (``@taskq.task``) enqueue through
-:func:`current_app`, which ``taskq worker`` sets to the app it runs and an application sets
-with :meth:`App.set_current`. This is the façade: nothing else of the producer imports it
-(they name what they need of it in :mod:`taskq.protocols`).
+There is no hidden global app. Shared tasks (``@taskq.task``) enqueue through :func:`current_app`,
+which ``taskq worker`` sets to the app it runs and an application sets with :meth:`App.set_current`.
+This is the façade: nothing else of the producer imports it (they name what they need of it in
+:mod:`taskq.protocols`). What few apps use (schedules, read models) loads on first use.
 """
 
 from __future__ import annotations
@@ -17,10 +17,8 @@ from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec, TypeVar,
 from taskq.broker import Link, connect
 from taskq.broker.alink import AsyncLink, connect_async
 from taskq.broker.operators import Operators
-from taskq.broker.reads import Reader
 from taskq.broker.records import Records, find_call_steps, find_steps, status_steps
 from taskq.broker.steps import Steps, arun, run
-from taskq.canvas import Workflow
 from taskq.config import Settings, redact
 from taskq.control import ControlPlane
 from taskq.current import current_producer, set_current_app
@@ -33,7 +31,6 @@ from taskq.message import Message
 from taskq.middleware import Hooks, Middleware, enqueue_through
 from taskq.options import TaskOptionArgs, build_options, renamed_options
 from taskq.partitions import expand
-from taskq.periodic import Periodic, PeriodicArgs, periodic_of
 from taskq.registry import SHARED, Registry
 from taskq.sending import send_many_steps, send_steps
 from taskq.task import Task
@@ -42,7 +39,10 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack is 3.11+; only mypy reads this
 
     from taskq.broker.broker import Broker
+    from taskq.broker.reads import Reader
+    from taskq.canvas import Workflow
     from taskq.config import SettingsArgs
+    from taskq.periodic import Periodic, PeriodicArgs
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -114,9 +114,9 @@ class App(ControlPlane, FairQueries):
 
         Options (see :class:`~taskq.task.TaskOptionArgs`): ``name``, ``queue``, ``priority``,
         ``max_retries``, ``time_limit_s``, ``soft_time_limit_s``, ``retry_backoff_ms``,
-        ``retry_backoff_max_ms``, ``retry_jitter``, ``dont_autoretry_for`` (exception types
-        never retried), ``store_result`` and ``result_ttl_s`` (override the app's), and
-        ``bind=True`` to receive the task as first argument.
+        ``retry_backoff_max_ms``, ``retry_jitter``, ``dont_autoretry_for`` (exception types never
+        retried), ``store_result`` and ``result_ttl_s`` (override the app's), and ``bind=True``
+        to receive the task as first argument.
         """
         return decorator(fn, options, bind=bind, app=self, register=self.registry.add)
 
@@ -125,8 +125,8 @@ class App(ControlPlane, FairQueries):
     ) -> Callable[[Callable[..., Any]], Task[..., Any]]:
         """Register a function as a task and run it on a schedule: ``@app.periodic(every=30)``
         (seconds or a timedelta, aligned to the epoch) or ``@app.periodic(cron="*/5 * * * *",
-        tz="Europe/Paris")``, with ``args``, ``kwargs``, ``queue``, ``priority``,
-        ``catch_up`` and ``name``. Stacked on ``@app.task(...)``, it schedules that task.
+        tz="Europe/Paris")``, with ``args``, ``kwargs``, ``queue``, ``priority``, ``catch_up`` and
+        ``name``. Stacked on ``@app.task(...)``, it schedules that task.
 
         Every ``taskq worker`` of the task's queue schedules it (unless ``--no-periodic``);
         exactly one job is enqueued per tick. ``catch_up`` says what happens to ticks missed
@@ -142,12 +142,14 @@ class App(ControlPlane, FairQueries):
         return wrap
 
     def add_periodic(self, task: Task[..., Any], **options: Unpack[PeriodicArgs]) -> Periodic:
-        """Schedule a task (options as for :meth:`periodic`); ``name`` (default: the task's
-        name) tells two schedules of one task apart.
+        """Schedule a task (options as for :meth:`periodic`); ``name`` (default: the task's name)
+        tells two schedules of one task apart.
 
         Raises:
             ConfigError: a bad schedule, zone, mode or argument, or a name already used.
         """
+        from taskq.periodic import periodic_of  # with cron and zoneinfo: only for schedules
+
         p = periodic_of(task, options)
         if p.name in self.periodics:
             raise ConfigError(f"periodic {p.name!r} is declared twice; give each a name=")
@@ -187,8 +189,7 @@ class App(ControlPlane, FairQueries):
 
     @property
     def alink(self) -> AsyncLink:
-        """The asyncio connection pool of the running event loop (one per loop, made on
-        first use; ``await app.aclose()`` closes it)."""
+        """The running loop's own asyncio pool, made on first use (``app.aclose()`` closes it)."""
         loop = asyncio.get_running_loop()
         link = self._alinks.get(loop)
         if link is None:
@@ -223,6 +224,8 @@ class App(ControlPlane, FairQueries):
     @property
     def reader(self) -> Reader:
         """Read-only queries (inspect, dead letters) on this process's link."""
+        from taskq.broker.reads import Reader  # the read models load when first read
+
         return Reader(self.link)
 
     @property

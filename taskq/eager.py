@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 from taskq import codec
 from taskq.canvas import Chain, Group, Signature, Workflow
 from taskq.context import JobContext, reset_current, set_current
-from taskq.flow import with_implicit_chords
 from taskq.job import Flow, Job
 from taskq.launch import kind_of, single_result
+from taskq.layout import with_implicit_chords
 from taskq.message import Message, new_job_id
 from taskq.results import decode_value, encode_result
 from taskq.resumable import MemoryStore, bind, finished

@@ -12,9 +12,10 @@ import msgpack
 from taskq.broker.link import script_command
 from taskq.broker.steps import Steps
 from taskq.canvas import Chain, Chord, Group, Signature, Workflow
-from taskq.flow import Context, Layout, spawn, with_implicit_chords
+from taskq.flow import spawn
 from taskq.job import Flow, Job
 from taskq.keys import QueueKeys
+from taskq.layout import Context, Layout, with_implicit_chords
 from taskq.message import new_job_id
 
 if TYPE_CHECKING:

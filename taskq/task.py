@@ -10,10 +10,8 @@ import inspect
 from collections.abc import Callable, Generator, Iterable
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
-from taskq.apply import ApplyOptions, apply_plan
 from taskq.argspec import ArgSpec
 from taskq.broker.steps import arun, run
-from taskq.canvas import Signature
 from taskq.config import check_queue_name
 from taskq.context import JobContext, current_job, reset_current, set_current
 from taskq.current import current_producer
@@ -27,6 +25,8 @@ from taskq.partitions import partition_of
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack is 3.11+; only mypy reads this
 
+    from taskq.apply import ApplyOptions
+    from taskq.canvas import Signature
     from taskq.protocols import Producer
 
 P = ParamSpec("P")
@@ -123,10 +123,14 @@ class Task(Generic[P, R]):
     def s(self, *args: Any, **kwargs: Any) -> Signature:
         """A signature: this call, to make later or in a workflow (it gets the previous
         step's result as its first argument)."""
+        from taskq.canvas import Signature  # (workflows load when first used, as options do)
+
         return Signature(self.name, args, kwargs, task_obj=self)
 
     def si(self, *args: Any, **kwargs: Any) -> Signature:
         """An immutable signature: it ignores the previous step's result."""
+        from taskq.canvas import Signature
+
         return Signature(self.name, args, kwargs, immutable=True, task_obj=self)
 
     def apply_async(
@@ -166,6 +170,8 @@ class Task(Generic[P, R]):
             fair_key: on a fair queue, the job's fairness key (a tenant, say; the task's
                 ``fair_key`` function gives a default, else ``default``; docs/fairness.md).
         """
+        from taskq.apply import apply_plan  # with uniqueness, debounce and batching: on first use
+
         args, kwargs = tuple(args), kwargs or {}
         self.check(args, kwargs)
         plan = apply_plan(self, args, kwargs, options)
@@ -182,6 +188,8 @@ class Task(Generic[P, R]):
         **options: Unpack[ApplyOptions],
     ) -> Job:
         """:meth:`apply_async` for asyncio code (the same options)."""
+        from taskq.apply import apply_plan  # with uniqueness, debounce and batching: on first use
+
         args, kwargs = tuple(args), kwargs or {}
         self.check(args, kwargs)
         plan = apply_plan(self, args, kwargs, options)

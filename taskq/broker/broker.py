@@ -15,7 +15,7 @@ starve its lease. Only an entry whose whole worker died stays idle long enough f
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from taskq.broker.delivery import Delivery, Fetched, delivery
 from taskq.broker.enqueue import publish_command
@@ -24,13 +24,15 @@ from taskq.broker.fetching import SlotFetcher, ensure_groups
 from taskq.broker.link import Direct, Link, script_command
 from taskq.broker.pending import autoclaim, pending_of
 from taskq.broker.replies import as_int, entries, text
-from taskq.deadletter import Deadletter
 from taskq.keys import GROUP, PRIORITIES, RECOVER_CONSUMER, QueueKeys
 from taskq.message import Message
 from taskq.results import Completion, FailedRun
 
 PROMOTE_LIMIT = 500
 """Due members one housekeeping call moves per set (the rest follow on the next call)."""
+
+if TYPE_CHECKING:
+    from taskq.deadletter import Deadletter
 
 
 def _housekeeping_keys(slot: SlotFetcher) -> list[str]:

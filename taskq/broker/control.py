@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from taskq.audit import AuditEntry
 from taskq.broker.link import Link
 from taskq.broker.replies import as_int, entries, flat_pairs, text
 from taskq.broker.resp import Command
 from taskq.errors import BrokerError
 from taskq.keys import QueueKeys
 from taskq.pauses import LimitOverride, Pause
+
+if TYPE_CHECKING:
+    from taskq.audit import AuditEntry
 
 T = TypeVar("T")
 
@@ -43,6 +45,8 @@ class Auditor:
     def args(self, action: str, detail: Mapping[str, Any]) -> list[Any]:
         """The audit stream's cap and an entry's fields, as scripts take them (the script
         that acts appends the entry in the same step)."""
+        from taskq.audit import AuditEntry  # loaded by the first control action, not at start
+
         return [self.cap, *AuditEntry.fields(action, self.user, detail)]
 
 
@@ -141,6 +145,8 @@ def append_audit(
 
 def read_audit(link: Link, queues: Sequence[str], since_ms: int = 0) -> list[AuditEntry]:
     """The audit entries of ``queues`` from ``since_ms`` on (Redis clock), oldest first."""
+    from taskq.audit import AuditEntry
+
     replies = link.pipeline([("XRANGE", QueueKeys(q).audit, since_ms, "+") for q in queues])
     found = [
         AuditEntry.from_entry(queue, text(eid), {text(f): text(v) for f, v in fields.items()})

@@ -5,15 +5,14 @@ only by ``periodic.lua``, the script that also enqueues the tick's job."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from taskq.broker.link import Link
 from taskq.broker.replies import as_int, flat_pairs, redis_ms, text
 from taskq.keys import QueueKeys
 
 
-@dataclass(frozen=True)
-class ScheduleState:
+class ScheduleState(NamedTuple):
     """A schedule's stored value: the last tick enqueued (ms), the definition it was enqueued
     under (``Schedule.key``) and when that definition was registered (the Redis time its
     master started: of two definitions alive at once, the later one wins); ``raw`` is the
@@ -44,8 +43,7 @@ def _is_ms(text: str) -> bool:
     return text.isascii() and text.isdigit() and len(text) <= 15
 
 
-@dataclass(frozen=True)
-class Claim:
+class Claim(NamedTuple):
     """What a claim found: whether it moved the schedule, the value now stored, Redis time."""
 
     claimed: bool

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Generator, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from taskq.broker.link import Link
@@ -26,11 +25,13 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
 class Pause:
     """Wait this long before the next step (a reconnect backoff)."""
 
-    seconds: float
+    __slots__ = ("seconds",)
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
 
 
 Steps = Generator["Sequence[Command] | Pause", Any, T]

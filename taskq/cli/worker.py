@@ -174,7 +174,7 @@ def worker(
     try:
         logs.configure(loglevel, log_format)
         app = obj.app(required=True)
-        wait_for_redis(lambda: app.reader.ping_ms(), connect_timeout)
+        wait_for_redis(lambda: app.link.call("PING"), connect_timeout)
         if metrics_port is not None:
             url = app.settings.redis_url
             metrics = Metrics(

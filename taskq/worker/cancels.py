@@ -21,7 +21,7 @@ import math
 import signal
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from taskq.broker import Broker, Delivery
 from taskq.broker.records import Records
@@ -52,8 +52,7 @@ KILLED_FOR = "cancelled while running"
 """The cause a child killed for a cancelled job exits with."""
 
 
-@dataclass
-class _Interrupted:
+class _Interrupted(NamedTuple):
     pid: int
     task: str
     job_id: str

@@ -20,8 +20,8 @@ import resource
 import signal
 import time
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
 from types import CodeType, FrameType
+from typing import NamedTuple
 
 from taskq.broker import Broker, Delivery, Fetched
 from taskq.context import current_job
@@ -55,8 +55,7 @@ class _Interrupted(Exception):
     """Raised by the stop signal handler to leave an idle blocking read at once."""
 
 
-@dataclass(frozen=True)
-class ConsumerOptions:
+class ConsumerOptions(NamedTuple):
     """How one consumer behaves (see ``taskq worker --help``).
 
     ``prefetch``: jobs per fetch; None (the default) adapts it (see the module docstring).

@@ -12,13 +12,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Collection, Mapping
+from typing import TYPE_CHECKING
 
 from taskq import resumable
 from taskq.bodypatch import snoozes_of, with_retries
 from taskq.broker import Broker, Delivery
 from taskq.broker.checkpoints import Checkpoints
 from taskq.broker.records import Records
-from taskq.deadletter import Deadletter
 from taskq.errors import BrokerError, TaskNotFound
 from taskq.flow import Ops, ends_with_writes, on_failure, on_success
 from taskq.message import Message
@@ -39,6 +39,9 @@ from taskq.worker.outcome import (
     YIELDED,
     Outcome,
 )
+
+if TYPE_CHECKING:
+    from taskq.deadletter import Deadletter
 
 logger = logging.getLogger(__name__)
 
@@ -309,6 +312,8 @@ def _failure_ops(
 
 def deadletter_entry(o: Outcome, *, worker: str) -> Deadletter:
     """The dead-letter entry of a failed outcome (the failure times are Redis's)."""
+    from taskq.deadletter import Deadletter  # loaded with the first job that dies
+
     d = o.delivery
     return Deadletter(
         dead_id="",

@@ -89,6 +89,9 @@ class PauseGate:
         pause covers it (the finisher sets it aside)."""
         if isinstance(p, Outcome):
             return p
+        self._refresh()
+        if not self._pauses and not self._limits:  # the rule: nothing paused or limited now
+            return p
         pause = self.covering(p)
         if pause is not None:
             return Outcome(PAUSED, p.delivery, p.msg, p.attempt, pause_field=pause.field)

@@ -16,8 +16,8 @@ import signal
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from types import FrameType
+from typing import TYPE_CHECKING, NamedTuple
 
 import setproctitle
 
@@ -26,7 +26,6 @@ from taskq.app import App
 from taskq.keys import consumer_name, worker_id
 from taskq.middleware import emit
 from taskq.worker.aio import serve
-from taskq.worker.autoscale import Autoscaler
 from taskq.worker.cancels import Canceller
 from taskq.worker.consumer import DEFAULT_ASYNC_CONCURRENCY, Consumer, ConsumerOptions
 from taskq.worker.durations import DurationMeter
@@ -42,6 +41,9 @@ from taskq.worker.scoreboard import LOCK_TIMEOUT_S, Scoreboard
 from taskq.worker.slotview import Running, SlotView
 from taskq.worker.taskstats import taken
 
+if TYPE_CHECKING:
+    from taskq.worker.autoscale import Autoscaler
+
 logger = logging.getLogger(__name__)
 
 TICK_S = 0.1
@@ -50,9 +52,8 @@ HANDBACK_AFTER_S = 0.1
 batch back for other children."""
 
 
-@dataclass(frozen=True)
-class PoolOptions:
-    """Options of ``taskq worker`` (see its ``--help``)."""
+class PoolOptions(NamedTuple):
+    """Options of ``taskq worker`` (see its ``--help``); a named tuple: cheaper to define."""
 
     concurrency: int = 1
     queues: tuple[str, ...] = ("tasks",)
@@ -70,29 +71,22 @@ class PoolOptions:
     health: HealthServer | None = None  # --health-port: the bound socket probes reach
 
 
-@dataclass
 class _Child:
-    index: int
-    pid: int = 0
-    consumer: str = ""
-    started: float = 0.0
-    killed_for: str = ""
-    leaving: bool = False  # stopped warm by the autoscaler: its fetched jobs go back at once
-    culprits: frozenset[str] = frozenset()
-    """Entry ids of the jobs it was killed for (its other running jobs go back uncounted)."""
+    def __init__(self, index: int, pid: int, consumer: str, started: float) -> None:
+        self.index, self.pid, self.consumer, self.started = index, pid, consumer, started
+        self.killed_for = ""
+        self.leaving = False  # stopped warm by the autoscaler: its fetched jobs go back at once
+        self.culprits: frozenset[str] = frozenset()
+        """Entry ids of the jobs it was killed for (its other running jobs go back uncounted)."""
 
 
-@dataclass
 class Pool:
     """Supervises ``options.concurrency`` children serving ``options.queues``."""
 
-    app: App
-    options: PoolOptions
-    children: dict[int, _Child] = field(default_factory=dict)
-    stopping: bool = False
-    cold: bool = False
-
-    def __post_init__(self) -> None:
+    def __init__(self, app: App, options: PoolOptions) -> None:
+        self.app, self.options = app, options
+        self.children: dict[int, _Child] = {}
+        self.stopping = self.cold = False
         self.pid = os.getpid()
         self.host = socket.gethostname()
         self.worker_id = worker_id(self.host, self.pid)
@@ -125,7 +119,11 @@ class Pool:
         self.durations = DurationMeter()
         low, high, b = self.options.autoscale_min, self.options.concurrency, self.maintenance.broker
         self.size = low or high  # children to run now
-        self.autoscaler = Autoscaler.of(b, self.app.settings, low, high) if low else None
+        self.autoscaler: Autoscaler | None = None
+        if low:  # --autoscale: its modules load only then
+            from taskq.worker.autoscale import Autoscaler
+
+            self.autoscaler = Autoscaler.of(b, self.app.settings, low, high)
 
     # -- lifecycle -----------------------------------------------------------------------
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import time
-from dataclasses import dataclass, field
 
 from taskq.broker import Broker
 from taskq.retry import capped_exponential
@@ -22,12 +21,12 @@ from taskq.worker.pausing import run_time_limits
 from taskq.worker.slotview import SlotView
 
 
-@dataclass
 class Backoff:
     """0.5 s after the first failure, doubling, up to 30 s (respawns and settling)."""
 
-    failures: int = 0
-    not_before: float = 0.0
+    def __init__(self) -> None:
+        self.failures = 0
+        self.not_before = 0.0
 
     def failed(self) -> None:
         self.failures += 1
@@ -35,16 +34,14 @@ class Backoff:
         self.not_before = time.monotonic() + delay_s
 
 
-@dataclass
 class _Exited:
     """A child that exited, whose pending entries are still to settle."""
 
-    consumer: str
-    view: SlotView
-    cause: str
-    culprits: frozenset[str] = frozenset()
-    """Entry ids of the jobs the child was killed for (empty: every running job counts)."""
-    backoff: Backoff = field(default_factory=Backoff)
+    def __init__(self, consumer: str, view: SlotView, cause: str, culprits: frozenset[str]) -> None:
+        self.consumer, self.view, self.cause = consumer, view, cause
+        self.culprits = culprits
+        """Entry ids of the jobs the child was killed for (empty: every running job counts)."""
+        self.backoff = Backoff()
 
 
 class Reclaimer:

@@ -17,7 +17,6 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import msgpack
@@ -52,16 +51,15 @@ ENDED_KEPT = 1_024
 """Ended runs remembered, so that a thread a task left behind cannot reopen its telemetry."""
 
 
-@dataclass
 class _Buffer:
     """What one run of a job has not sent yet."""
 
-    keys: list[str]
-    attempt: int
-    progress: list[Any] | None = None
-    chunks: list[bytes] = field(default_factory=list)
-    logs: list[bytes] = field(default_factory=list)
-    progress_sent_s: float = -PROGRESS_INTERVAL_S
+    def __init__(self, keys: list[str], attempt: int) -> None:
+        self.keys, self.attempt = keys, attempt
+        self.progress: list[Any] | None = None
+        self.chunks: list[bytes] = []
+        self.logs: list[bytes] = []
+        self.progress_sent_s = -PROGRESS_INTERVAL_S
 
     def urgent(self) -> bool:
         return bool(self.chunks or self.logs)

@@ -23,15 +23,18 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from taskq.app import App
 from taskq.broker.control import read_pauses
 from taskq.broker.schedules import Claim, Schedules, ScheduleState
 from taskq.flow import Ops, enqueue_ops
 from taskq.pauses import Pause, covering
-from taskq.periodic import Periodic, schedule_of_key
 from taskq.worker.limiter import limit_key_of
 from taskq.worker.pausing import READ_EVERY_S
+
+if TYPE_CHECKING:
+    from taskq.periodic import Periodic
 
 logger = logging.getLogger(__name__)
 
@@ -132,6 +135,8 @@ class Ticker:
             return None
         if state.definition == p.key:
             return p
+        from taskq.periodic import schedule_of_key  # loaded with the app's first schedule
+
         newer = (state.registered_ms, state.definition) > (self._born_ms, p.key)
         stored = schedule_of_key(state.definition)
         if not newer or stored is None or state.registered_ms > now:
