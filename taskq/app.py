@@ -381,11 +381,8 @@ def task(
 
 
 def task(fn: Callable[..., Any] | None = None, /, *, bind: bool = False, **options: Any) -> Any:
-    """Declare a shared task that any app can run (Celery's ``shared_task``).
-
-    Library code can use it without importing an app; enqueueing goes through
-    :func:`current_app`.
-    """
+    """Declare a shared task that any app can run (Celery's ``shared_task``): library code
+    uses it without importing an app; enqueueing goes through :func:`current_app`."""
     return decorator(fn, options, bind=bind, app=None, register=SHARED.add)
 
 
