@@ -35,10 +35,24 @@ local function fair_weight(names, key)
   return w
 end
 
--- One waiting job of the key less (its member goes at 0).
-local function fair_unwait(waiting, key)
+-- One waiting job of the key less (its member goes at 0); `unwaited` (a table, optional)
+-- collects it instead, for the caller's fair_unwait_all: one ZINCRBY per key and call.
+local function fair_unwait(waiting, key, unwaited)
+  if unwaited then
+    unwaited[key] = (unwaited[key] or 0) + 1
+    return
+  end
   local left = tonumber(redis.call('ZINCRBY', waiting, -1, key))
   if left <= 0 then redis.call('ZREM', waiting, key) end
+end
+
+-- The waiting jobs collected by fair_unwait, off the waiting keys of `stream`'s queue.
+local function fair_unwait_all(stream, unwaited)
+  local waiting = fair_names(stream).waiting
+  for key, n in pairs(unwaited) do
+    local left = tonumber(redis.call('ZINCRBY', waiting, -n, key))
+    if left <= 0 then redis.call('ZREM', waiting, key) end
+  end
 end
 
 -- A staged element: the msgpack array of an entry's fields (task, body[, job, id]);
@@ -65,39 +79,54 @@ local function fair_enter(stream, fields, key)
 end
 
 -- Admit the key's staged jobs into `stream` (at its tail) while it has fewer than its
--- weight admitted (`n`, when the caller knows it). A job that keeps a record gets its new
--- entry id there. An element that is not an entry's fields is dropped (and counted off).
--- Returns how many went in.
-local function fair_admit(stream, key, n)
+-- weight admitted (`n`). A job that keeps a record gets its new entry id there. An element
+-- that is not an entry's fields is dropped (and counted off). Returns how many it admitted
+-- then (the caller writes the count).
+local function fair_admit_from(stream, key, n, unwaited)
   local names = fair_names(stream)
-  n = n or tonumber(redis.call('HGET', names.slots, key)) or 0
-  local w, moved = fair_weight(names, key), 0
+  local w = fair_weight(names, key)
   while n < w do
     local raw = redis.call('LPOP', names.staged .. key)
     if not raw then break end
     local f = fair_fields(raw)
     if f then
       fair_enter(stream, f, key)
-      n, moved = n + 1, moved + 1
-      redis.call('HSET', names.slots, key, n)
+      n = n + 1
     else
-      fair_unwait(names.waiting, key)
+      fair_unwait(names.waiting, key, unwaited)
     end
   end
-  return moved
+  return n
+end
+
+-- The key's admitted count in its slots hash: `n`, written only when it is not what the
+-- hash holds (`held`, HGET's reply): a delivery that admits the key's next job leaves it.
+local function fair_set_slots(slots, key, n, held)
+  if held == tostring(n) then return end
+  if n > 0 then redis.call('HSET', slots, key, n) else redis.call('HDEL', slots, key) end
+end
+
+-- fair_admit_from with the count the key's slots hold; returns how many went in.
+local function fair_admit(stream, key)
+  local slots = fair_names(stream).slots
+  local held = redis.call('HGET', slots, key)
+  local n = tonumber(held) or 0
+  local now = fair_admit_from(stream, key, n)
+  if now ~= n then fair_set_slots(slots, key, now, held) end
+  return now - n
 end
 
 -- An admitted entry of the key left `stream` undelivered (delivered, cancelled, removed,
--- moved): its slot frees, its waiting count drops, and its next staged jobs go in. An entry
--- whose 'fk' is not a key is left alone.
-local function fair_release(stream, key)
+-- moved): its slot frees, its waiting count drops (collected in `unwaited` when given, see
+-- fair_unwait), and its next staged jobs go in. An entry whose 'fk' is not a key is left
+-- alone.
+local function fair_release(stream, key, unwaited)
   if not fair_key_ok(key) then return end
   local names = fair_names(stream)
-  local n = math.max(0, (tonumber(redis.call('HGET', names.slots, key)) or 0) - 1)
-  fair_unwait(names.waiting, key)
-  if fair_admit(stream, key, n) == 0 then  -- (else the admission wrote the count)
-    if n > 0 then redis.call('HSET', names.slots, key, n) else redis.call('HDEL', names.slots, key) end
-  end
+  local held = redis.call('HGET', names.slots, key)
+  local n = math.max(0, (tonumber(held) or 0) - 1)
+  fair_unwait(names.waiting, key, unwaited)
+  fair_set_slots(names.slots, key, fair_admit_from(stream, key, n, unwaited), held)
 end
 
 -- The 'fk' of an entry's field array (nil if it has none): its last field when admitted.

@@ -95,6 +95,9 @@ if ncompletions > 0 then
 end
 
 local out, got = {-1}, 0
+-- Per fair stream index, the waiting jobs its deliveries took off, per key: one ZINCRBY per
+-- key and call rather than per job.
+local unwaited = {}
 local function read(k)
   local r = redis.pcall('XREADGROUP', 'GROUP', group, consumer, 'COUNT', count - got,
     'STREAMS', KEYS[k], '>')
@@ -114,7 +117,10 @@ local function read(k)
       got, n = got + 1, n + 1
       if fair[k] then
         local key = entry_fair_key(e[2])
-        if key then fair_release(KEYS[k], key) end
+        if key then
+          unwaited[k] = unwaited[k] or {}
+          fair_release(KEYS[k], key, unwaited[k])
+        end
       end
     end
   end
@@ -125,6 +131,7 @@ for k = 1, nstreams do
   local n = read(k)
   while fair[k] and n > 0 and got < count do n = read(k) end
 end
+for k, keys in pairs(unwaited) do fair_unwait_all(KEYS[k], keys) end
 
 -- Finished jobs leave their stream by trimming: when the caller asks (every few dozen acks),
 -- and when this call found nothing new (a burst just ended, so the streams empty).
