@@ -116,13 +116,15 @@ class Bench:
         }
 
 
-def stop(worker: subprocess.Popen[bytes]) -> None:
+def stop(worker: subprocess.Popen[bytes]) -> float:
+    """Stop the worker; returns the CPU seconds of its tree (master and reaped children)."""
     worker.terminate()
     try:
-        worker.wait(30)
-    except subprocess.TimeoutExpired:
-        worker.kill()
-        worker.wait()
+        _, status, usage = os.wait4(worker.pid, 0)
+    except ChildProcessError:
+        return 0.0
+    worker.returncode = os.waitstatus_to_exitcode(status)
+    return usage.ru_utime + usage.ru_stime
 
 
 # ------------------------------------------------------------------ drain
@@ -140,7 +142,7 @@ def drain_once(b: Bench, mode: str, keys: int, jobs: int) -> dict[str, Any]:
         cpu_s = b.cpu_s() - cpu0
         stats = b.commandstats()
     finally:
-        stop(worker)
+        worker_cpu_s = stop(worker)
     ours = {"get", "info", "config|resetstat"}
     usec = sum(u for name, (_c, u) in stats.items() if name not in ours)
     top = sorted(((u, name, c) for name, (c, u) in stats.items() if name not in ours), reverse=True)
@@ -148,6 +150,7 @@ def drain_once(b: Bench, mode: str, keys: int, jobs: int) -> dict[str, Any]:
         "rate": (jobs - 1) / elapsed_s if elapsed_s > 0 else float("inf"),
         "cpu_us": cpu_s / jobs * 1e6,
         "cmd_us": usec / jobs,
+        "worker_us": worker_cpu_s / jobs * 1e6,
         "top": [(name, c / jobs, u / jobs) for u, name, c in top[:6]],
     }
 
@@ -160,7 +163,8 @@ def drains(b: Bench, keys: int, jobs: int, runs: int) -> dict[str, Any]:
             got[mode].append(d)
             print(
                 f"keys {keys:,} run {run + 1} {mode}: {d['rate']:,.0f} jobs/s, Redis CPU "
-                f"{d['cpu_us']:.1f} us/job, commands {d['cmd_us']:.1f} us/job",
+                f"{d['cpu_us']:.1f} us/job, commands {d['cmd_us']:.1f} us/job, worker CPU "
+                f"{d['worker_us']:.1f} us/job",
                 flush=True,
             )
     pairs = list(zip(got["plain"], got["fair"], strict=True))
@@ -281,7 +285,8 @@ def main() -> int:
     parser.add_argument("--keys", help="comma-separated numbers of active keys")
     parser.add_argument("--flood", type=int)
     parser.add_argument("--trials", type=int)
-    parser.add_argument("--no-fairness", action="store_true", help="drains only")
+    parser.add_argument("--no-fairness", action="store_true", help="drains only (no file written)")
+    parser.add_argument("--no-drain", action="store_true", help="fairness only (no file written)")
     args = parser.parse_args()
     jobs = args.jobs or (10_000 if args.quick else 20_000)
     runs = args.runs or (1 if args.quick else 3)
@@ -303,10 +308,12 @@ def main() -> int:
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "load": load,
         }
-        result["drain"] = [drains(b, k, max(jobs, k), runs) for k in keys]
-        if args.no_fairness:
+        if not args.no_drain:
+            result["drain"] = [drains(b, k, max(jobs, k), runs) for k in keys]
+        if not args.no_fairness:
+            result["fairness"] = fairness(b, flood, trials)
+        if args.no_drain or args.no_fairness:
             return 0
-        result["fairness"] = fairness(b, flood, trials)
     result["load_end"] = os.getloadavg()
     result["markdown"] = markdown(result)
     md, js = write_section("fair", result, args.quick)
