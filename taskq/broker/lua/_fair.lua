@@ -46,13 +46,25 @@ local function fair_unwait(waiting, key, unwaited)
   if left <= 0 then redis.call('ZREM', waiting, key) end
 end
 
--- The waiting jobs collected by fair_unwait, off the waiting keys of `stream`'s queue.
+-- The waiting jobs collected by fair_unwait, off the waiting keys of `stream`'s queue: one
+-- ZMSCORE, one ZADD and one ZREM for them all (a key whose count reaches 0 leaves).
 local function fair_unwait_all(stream, unwaited)
+  local keys = {}
+  for key in pairs(unwaited) do keys[#keys + 1] = key end
+  if #keys == 0 then return end
   local waiting = fair_names(stream).waiting
-  for key, n in pairs(unwaited) do
-    local left = tonumber(redis.call('ZINCRBY', waiting, -n, key))
-    if left <= 0 then redis.call('ZREM', waiting, key) end
+  local scores = redis.call('ZMSCORE', waiting, unpack(keys))
+  local set, gone = {'ZADD', waiting}, {'ZREM', waiting}
+  for i, key in ipairs(keys) do
+    local left = (tonumber(scores[i]) or 0) - unwaited[key]
+    if left > 0 then
+      set[#set + 1], set[#set + 2] = left, key
+    else
+      gone[#gone + 1] = key
+    end
   end
+  if #set > 2 then redis.call(unpack(set)) end
+  if #gone > 2 then redis.call(unpack(gone)) end
 end
 
 -- A staged element: the msgpack array of an entry's fields (task, body[, job, id]);
@@ -102,7 +114,7 @@ end
 -- The key's admitted count in its slots hash: `n`, written only when it is not what the
 -- hash holds (`held`, HGET's reply): a delivery that admits the key's next job leaves it.
 local function fair_set_slots(slots, key, n, held)
-  if held == tostring(n) then return end
+  if held == tostring(n) or (n == 0 and not held) then return end
   if n > 0 then redis.call('HSET', slots, key, n) else redis.call('HDEL', slots, key) end
 end
 
@@ -116,17 +128,32 @@ local function fair_admit(stream, key)
   return now - n
 end
 
--- An admitted entry of the key left `stream` undelivered (delivered, cancelled, removed,
--- moved): its slot frees, its waiting count drops (collected in `unwaited` when given, see
--- fair_unwait), and its next staged jobs go in. An entry whose 'fk' is not a key is left
--- alone.
-local function fair_release(stream, key, unwaited)
+-- An admitted entry of the key left `stream` undelivered (cancelled, removed, moved; a
+-- fetch's deliveries: fair_release_all): its slot frees, its waiting count drops, and its
+-- next staged jobs go in. An entry whose 'fk' is not a key is left alone.
+local function fair_release(stream, key)
   if not fair_key_ok(key) then return end
   local names = fair_names(stream)
   local held = redis.call('HGET', names.slots, key)
   local n = math.max(0, (tonumber(held) or 0) - 1)
-  fair_unwait(names.waiting, key, unwaited)
-  fair_set_slots(names.slots, key, fair_admit_from(stream, key, n, unwaited), held)
+  fair_unwait(names.waiting, key)
+  fair_set_slots(names.slots, key, fair_admit_from(stream, key, n), held)
+end
+
+-- fair_release of admitted entries of `stream` just delivered, in their order (`keys`, their
+-- 'fk's; a key repeats for each of its entries), with one HMGET of their slots and a write
+-- only of the counts that changed. Their waiting counts drop in `unwaited` (fair_unwait).
+local function fair_release_all(stream, keys, unwaited)
+  local names, count, held = fair_names(stream), {}, {}
+  local reply = redis.call('HMGET', names.slots, unpack(keys))
+  for i, key in ipairs(keys) do
+    if not count[key] then count[key], held[key] = tonumber(reply[i]) or 0, reply[i] end
+  end
+  for _, key in ipairs(keys) do
+    fair_unwait(names.waiting, key, unwaited)
+    count[key] = fair_admit_from(stream, key, math.max(0, count[key] - 1), unwaited)
+  end
+  for key, n in pairs(count) do fair_set_slots(names.slots, key, n, held[key]) end
 end
 
 -- The 'fk' of an entry's field array (nil if it has none): its last field when admitted.

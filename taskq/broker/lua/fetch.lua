@@ -95,8 +95,8 @@ if ncompletions > 0 then
 end
 
 local out, got = {-1}, 0
--- Per fair stream index, the waiting jobs its deliveries took off, per key: one ZINCRBY per
--- key and call rather than per job.
+-- Per fair stream index, the waiting jobs its deliveries took off, per key: written once for
+-- the call (fair_unwait_all) rather than per job.
 local unwaited = {}
 local function read(k)
   local r = redis.pcall('XREADGROUP', 'GROUP', group, consumer, 'COUNT', count - got,
@@ -108,7 +108,7 @@ local function read(k)
     r = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', count - got,
       'STREAMS', KEYS[k], '>')
   end
-  local n = 0
+  local n, delivered = 0, {}
   if r and r[1] then
     for _, e in ipairs(r[1][2]) do
       out[#out + 1] = k
@@ -117,12 +117,13 @@ local function read(k)
       got, n = got + 1, n + 1
       if fair[k] then
         local key = entry_fair_key(e[2])
-        if key then
-          unwaited[k] = unwaited[k] or {}
-          fair_release(KEYS[k], key, unwaited[k])
-        end
+        if fair_key_ok(key) then delivered[#delivered + 1] = key end
       end
     end
+  end
+  if #delivered > 0 then
+    unwaited[k] = unwaited[k] or {}
+    fair_release_all(KEYS[k], delivered, unwaited[k])
   end
   return n
 end
