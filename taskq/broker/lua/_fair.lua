@@ -71,9 +71,11 @@ end
 -- anything else is nil.
 local function fair_fields(raw)
   local ok, f = pcall(cmsgpack.unpack, raw)
-  if not ok or type(f) ~= 'table' or #f < 4 or #f % 2 ~= 0 or f[1] ~= 'task' then return nil end
-  for _, v in ipairs(f) do
-    if type(v) ~= 'string' then return nil end
+  if not ok or type(f) ~= 'table' then return nil end
+  local n = #f
+  if n < 4 or n % 2 ~= 0 or f[1] ~= 'task' then return nil end
+  for i = 2, n do
+    if type(f[i]) ~= 'string' then return nil end
   end
   return f
 end
