@@ -174,6 +174,7 @@ def drains(b: Bench, keys: int, jobs: int, runs: int) -> dict[str, Any]:
             "rates": [d["rate"] for d in got[mode]],
             "cpu_us": statistics.median(d["cpu_us"] for d in got[mode]),
             "cmd_us": statistics.median(d["cmd_us"] for d in got[mode]),
+            "worker_us": statistics.median(d["worker_us"] for d in got[mode]),
             "top": got[mode][-1]["top"],
         }
     out["ratio"] = statistics.median(f["rate"] / p["rate"] for p, f in pairs)
@@ -231,8 +232,8 @@ def markdown(d: dict[str, Any]) -> str:
         "",
         "| active keys | jobs | plain jobs/s (runs) | fair jobs/s (runs) | fair / plain "
         "(median of runs; runs) | Redis CPU µs/job plain / fair | Redis command µs/job "
-        "plain / fair |",
-        "|---|---|---|---|---|---|---|",
+        "plain / fair | worker CPU µs/job plain / fair |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for c in d["drain"]:
         p, f = c["plain"], c["fair"]
@@ -241,7 +242,8 @@ def markdown(d: dict[str, Any]) -> str:
             f"({', '.join(f'{x:,.0f}' for x in p['rates'])}) | "
             f"{statistics.median(f['rates']):,.0f} ({', '.join(f'{x:,.0f}' for x in f['rates'])})"
             f" | **{c['ratio']:.0%}** ({', '.join(f'{x:.0%}' for x in c['ratios'])}) | "
-            f"{p['cpu_us']:.1f} / {f['cpu_us']:.1f} | {p['cmd_us']:.1f} / {f['cmd_us']:.1f} |"
+            f"{p['cpu_us']:.1f} / {f['cpu_us']:.1f} | {p['cmd_us']:.1f} / {f['cmd_us']:.1f} | "
+            f"{p['worker_us']:.0f} / {f['worker_us']:.0f} |"
         )
     target = next((c for c in d["drain"] if c["keys"] == 100), None)
     if target:
