@@ -94,9 +94,9 @@ if ncompletions > 0 then
   a = a + 1
 end
 
-local out, got = {-1}, 0
--- Per fair stream index, the waiting jobs its deliveries took off, per key: written once for
--- the call (fair_unwait_all) rather than per job.
+local out, got = {-1}, 0  -- (out holds 1 + 3 * got values)
+-- The waiting jobs the deliveries of the fair stream being read took off, per key: written
+-- once per stream (fair_unwait_all) rather than per job.
 local unwaited = {}
 local function read(k)
   local r = redis.pcall('XREADGROUP', 'GROUP', group, consumer, 'COUNT', count - got,
@@ -111,9 +111,7 @@ local function read(k)
   local n, delivered = 0, {}
   if r and r[1] then
     for _, e in ipairs(r[1][2]) do
-      out[#out + 1] = k
-      out[#out + 1] = e[1]
-      out[#out + 1] = e[2]
+      out[3 * got + 2], out[3 * got + 3], out[3 * got + 4] = k, e[1], e[2]
       got, n = got + 1, n + 1
       if fair[k] then
         local key = entry_fair_key(e[2])
@@ -121,18 +119,18 @@ local function read(k)
       end
     end
   end
-  if #delivered > 0 then
-    unwaited[k] = unwaited[k] or {}
-    fair_release_all(KEYS[k], delivered, unwaited[k])
-  end
+  if #delivered > 0 then fair_release_all(KEYS[k], delivered, unwaited) end
   return n
 end
 for k = 1, nstreams do
   if got >= count then break end
   local n = read(k)
-  while fair[k] and n > 0 and got < count do n = read(k) end
+  if fair[k] then
+    while n > 0 and got < count do n = read(k) end
+    fair_unwait_all(KEYS[k], unwaited)
+    unwaited = {}
+  end
 end
-for k, keys in pairs(unwaited) do fair_unwait_all(KEYS[k], keys) end
 
 -- Finished jobs leave their stream by trimming: when the caller asks (every few dozen acks),
 -- and when this call found nothing new (a burst just ended, so the streams empty).
