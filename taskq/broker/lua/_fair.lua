@@ -113,10 +113,15 @@ local function fair_admit_from(stream, key, n, unwaited)
   return n
 end
 
--- The key's admitted count in its slots hash: `n`, written only when it is not what the
--- hash holds (`held`, HGET's reply): a delivery that admits the key's next job leaves it.
+-- Whether a key's admitted count `n` is what its slots hash holds (`held`, HGET's reply): a
+-- delivery that admits the key's next job leaves it as it was, and it is not written.
+local function fair_slots_held(n, held)
+  return held == tostring(n) or (n == 0 and not held)
+end
+
+-- The key's admitted count in its slots hash: `n`, written unless it holds it already.
 local function fair_set_slots(slots, key, n, held)
-  if held == tostring(n) or (n == 0 and not held) then return end
+  if fair_slots_held(n, held) then return end
   if n > 0 then redis.call('HSET', slots, key, n) else redis.call('HDEL', slots, key) end
 end
 
@@ -143,8 +148,9 @@ local function fair_release(stream, key)
 end
 
 -- fair_release of admitted entries of `stream` just delivered, in their order (`keys`, their
--- 'fk's; a key repeats for each of its entries), with one HMGET of their slots and a write
--- only of the counts that changed. Their waiting counts drop in `unwaited` (fair_unwait).
+-- 'fk's; a key repeats for each of its entries), with one HMGET of their slots and one
+-- HSET and one HDEL of the counts that changed. Their waiting counts drop in `unwaited`
+-- (fair_unwait).
 local function fair_release_all(stream, keys, unwaited)
   local names, count, held = fair_names(stream), {}, {}
   local reply = redis.call('HMGET', names.slots, unpack(keys))
@@ -155,7 +161,14 @@ local function fair_release_all(stream, keys, unwaited)
     fair_unwait(names.waiting, key, unwaited)
     count[key] = fair_admit_from(stream, key, math.max(0, count[key] - 1), unwaited)
   end
-  for key, n in pairs(count) do fair_set_slots(names.slots, key, n, held[key]) end
+  local set, gone = {'HSET', names.slots}, {'HDEL', names.slots}
+  for key, n in pairs(count) do
+    if not fair_slots_held(n, held[key]) then
+      if n > 0 then set[#set + 1], set[#set + 2] = key, n else gone[#gone + 1] = key end
+    end
+  end
+  if #set > 2 then redis.call(unpack(set)) end
+  if #gone > 2 then redis.call(unpack(gone)) end
 end
 
 -- The 'fk' of an entry's field array (nil if it has none): its last field when admitted.
