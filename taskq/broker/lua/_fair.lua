@@ -54,17 +54,17 @@ local function fair_unwait_all(stream, unwaited)
   if #keys == 0 then return end
   local waiting = fair_names(stream).waiting
   local scores = redis.call('ZMSCORE', waiting, unpack(keys))
-  local set, gone = {'ZADD', waiting}, {'ZREM', waiting}
+  local scored, emptied = {}, {}
   for i, key in ipairs(keys) do
     local left = (tonumber(scores[i]) or 0) - unwaited[key]
     if left > 0 then
-      set[#set + 1], set[#set + 2] = left, key
+      scored[#scored + 1], scored[#scored + 2] = left, key
     else
-      gone[#gone + 1] = key
+      emptied[#emptied + 1] = key
     end
   end
-  if #set > 2 then redis.call(unpack(set)) end
-  if #gone > 2 then redis.call(unpack(gone)) end
+  if #scored > 0 then redis.call('ZADD', waiting, unpack(scored)) end
+  if #emptied > 0 then redis.call('ZREM', waiting, unpack(emptied)) end
 end
 
 -- A staged element: the msgpack array of an entry's fields (task, body[, job, id]);
@@ -161,14 +161,18 @@ local function fair_release_all(stream, keys, unwaited)
     fair_unwait(names.waiting, key, unwaited)
     count[key] = fair_admit_from(stream, key, math.max(0, count[key] - 1), unwaited)
   end
-  local set, gone = {'HSET', names.slots}, {'HDEL', names.slots}
+  local counts, freed = {}, {}
   for key, n in pairs(count) do
     if not fair_slots_held(n, held[key]) then
-      if n > 0 then set[#set + 1], set[#set + 2] = key, n else gone[#gone + 1] = key end
+      if n > 0 then
+        counts[#counts + 1], counts[#counts + 2] = key, n
+      else
+        freed[#freed + 1] = key
+      end
     end
   end
-  if #set > 2 then redis.call(unpack(set)) end
-  if #gone > 2 then redis.call(unpack(gone)) end
+  if #counts > 0 then redis.call('HSET', names.slots, unpack(counts)) end
+  if #freed > 0 then redis.call('HDEL', names.slots, unpack(freed)) end
 end
 
 -- The 'fk' of an entry's field array (nil if it has none): its last field when admitted.
