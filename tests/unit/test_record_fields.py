@@ -87,6 +87,7 @@ KEY_KINDS = {
     ("_fair", "fair_admit", "slots"): "fair slots",
     ("_fair", "fair_set_slots", "slots"): "fair slots",
     ("_fair", "fair_release_all", "names.slots"): "fair slots",
+    ("_fair", "fair_release_all", "names.weights"): "fair weights",
     ("_fair", "fair_enter", "rec"): "record",
     ("_fair", "fair_release", "names.slots"): "fair slots",
     ("fair_enqueue", MAIN, "KEYS[3]"): "fair slots",

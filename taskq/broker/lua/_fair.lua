@@ -27,16 +27,21 @@ local function fair_names(stream)
   return names
 end
 
--- A key's weight: an integer 1..1000 from the weights hash, 1 when unset or not one.
-local function fair_weight(names, key)
-  if not names.weighted then return 1 end
-  local w = tonumber(redis.call('HGET', names.weights, key))
+-- A weight as the weights hash holds it (`raw`, a reply): an integer 1..1000, else 1.
+local function fair_weight_of(raw)
+  local w = tonumber(raw)
   if not w or w ~= math.floor(w) or w < 1 or w > 1000 then return 1 end
   return w
 end
 
+-- A key's weight: 1 unless the weights hash sets another.
+local function fair_weight(names, key)
+  if not names.weighted then return 1 end
+  return fair_weight_of(redis.call('HGET', names.weights, key))
+end
+
 -- One waiting job of the key less (its member goes at 0); `unwaited` (a table, optional)
--- collects it instead, for the caller's fair_unwait_all: one ZINCRBY per key and call.
+-- collects it instead, for the caller's fair_unwait_all: one write per key and call.
 local function fair_unwait(waiting, key, unwaited)
   if unwaited then
     unwaited[key] = (unwaited[key] or 0) + 1
@@ -95,10 +100,10 @@ end
 -- Admit the key's staged jobs into `stream` (at its tail) while it has fewer than its
 -- weight admitted (`n`). A job that keeps a record gets its new entry id there. An element
 -- that is not an entry's fields is dropped (and counted off). Returns how many it admitted
--- then (the caller writes the count).
-local function fair_admit_from(stream, key, n, unwaited)
+-- then (the caller writes the count). `w`: the key's weight, when the caller read it.
+local function fair_admit_from(stream, key, n, unwaited, w)
   local names = fair_names(stream)
-  local w = fair_weight(names, key)
+  w = w or fair_weight(names, key)
   while n < w do
     local raw = redis.call('LPOP', names.staged .. key)
     if not raw then break end
@@ -148,18 +153,23 @@ local function fair_release(stream, key)
 end
 
 -- fair_release of admitted entries of `stream` just delivered, in their order (`keys`, their
--- 'fk's; a key repeats for each of its entries), with one HMGET of their slots and one
--- HSET and one HDEL of the counts that changed. Their waiting counts drop in `unwaited`
--- (fair_unwait).
+-- 'fk's; a key repeats for each of its entries), with one HMGET of their slots (and one of
+-- their weights, if any is set) and one HSET and one HDEL of the counts that changed. Their
+-- waiting counts drop in `unwaited` (fair_unwait).
 local function fair_release_all(stream, keys, unwaited)
-  local names, count, held = fair_names(stream), {}, {}
+  local names, count, held, weight = fair_names(stream), {}, {}, {}
   local reply = redis.call('HMGET', names.slots, unpack(keys))
+  local weights = names.weighted and redis.call('HMGET', names.weights, unpack(keys)) or {}
   for i, key in ipairs(keys) do
-    if not count[key] then count[key], held[key] = tonumber(reply[i]) or 0, reply[i] end
+    if not count[key] then
+      count[key], held[key] = tonumber(reply[i]) or 0, reply[i]
+      weight[key] = fair_weight_of(weights[i])
+    end
   end
   for _, key in ipairs(keys) do
     fair_unwait(names.waiting, key, unwaited)
-    count[key] = fair_admit_from(stream, key, math.max(0, count[key] - 1), unwaited)
+    local n = math.max(0, count[key] - 1)
+    count[key] = fair_admit_from(stream, key, n, unwaited, weight[key])
   end
   local counts, freed = {}, {}
   for key, n in pairs(count) do
