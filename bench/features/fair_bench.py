@@ -29,6 +29,10 @@ one ``INCR``; ``BENCH_FAIR=1`` names its queue fair):
    ``--trials`` times on a plain queue and on a fair one, same worker settings; reported:
    p50, p99 and max of B's waits (all trials pooled).
 
+``--fetch-only`` prints, for each case, the fetch path alone (``SlotFetcher.fetch`` in this
+process, 64 jobs a call, no worker): Redis's CPU and command time per job, steadier than a
+drain for comparing versions of the scripts.
+
 Writes the "Fair queues" section of bench/results/RESULTS-features.md (``--quick``: the
 -quick files), with the machine's load average at start and end.
 """
@@ -182,6 +186,34 @@ def drains(b: Bench, keys: int, jobs: int, runs: int) -> dict[str, Any]:
     return out
 
 
+def fetch_loop(b: Bench, mode: str, keys: int, jobs: int) -> str:
+    """The fetch path alone, in this process (no worker, no job run): the same jobs taken
+    64 at a time by ``SlotFetcher.fetch`` with the last batch's acks, as a worker's child
+    does; Redis's µs per job and its costliest commands. Steadier than a drain for comparing
+    versions of the scripts."""
+    from taskq.broker.fetching import SlotFetcher
+
+    b.reset(mode)
+    b.enqueue([(i, f"k{i % keys}", 0) for i in range(jobs)])
+    fetcher = SlotFetcher(b.app.link, ["tasks"], fair=b.app.settings.fair_queues)
+    fetcher.ensure_groups()
+    b.r.config_resetstat()
+    cpu0, t0 = b.cpu_s(), time.perf_counter()
+    acks: list[Any] = []
+    while True:
+        acks = list(fetcher.fetch("bench", 64, acks, fence_acks=False).deliveries)
+        if not acks:
+            break
+    wall_us = (time.perf_counter() - t0) / jobs * 1e6
+    cpu_us = (b.cpu_s() - cpu0) / jobs * 1e6
+    stats = b.commandstats()
+    top = sorted(
+        ((u, n, c) for n, (c, u) in stats.items() if n not in {"info", "get"}), reverse=True
+    )
+    costs = ", ".join(f"{n} {c / jobs:.2f}/{u / jobs:.2f}" for u, n, c in top[:6])
+    return f"{wall_us:.1f} us/job in all, Redis CPU {cpu_us:.1f} us/job; calls/us per job: {costs}"
+
+
 # ------------------------------------------------------------------ fairness
 
 
@@ -289,6 +321,9 @@ def main() -> int:
     parser.add_argument("--trials", type=int)
     parser.add_argument("--no-fairness", action="store_true", help="drains only (no file written)")
     parser.add_argument("--no-drain", action="store_true", help="fairness only (no file written)")
+    parser.add_argument(
+        "--fetch-only", action="store_true", help="the fetch path in-process, printed only"
+    )
     args = parser.parse_args()
     jobs = args.jobs or (10_000 if args.quick else 20_000)
     runs = args.runs or (1 if args.quick else 3)
@@ -305,6 +340,11 @@ def main() -> int:
         RedisServer(Path(data), appendonly=False) as server,
     ):
         b = Bench(server.url)
+        if args.fetch_only:
+            for k in keys:
+                for mode in MODES * runs:
+                    print(f"keys {k:,} {mode}: {fetch_loop(b, mode, k, max(jobs, k))}", flush=True)
+            return 0
         result: dict[str, Any] = {
             "command": "bench/features/fair_bench.py" + (" --quick" if args.quick else ""),
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
