@@ -35,6 +35,7 @@ ORDER = (
     "cluster",
     "resumable",
     "telemetry",
+    "fair",
 )
 COMMANDS = {key: f".venv/bin/python bench/features/{key}_bench.py" for key in ORDER}
 

@@ -107,6 +107,7 @@ WORKER_COMMANDS = (
     "llen",  # a due batch (promote.lua)
     "lpop",  # ... leaves its list for its stream
     "zincrby",  # a fair queue's fetch: its keys' waiting jobs
+    "zmscore",  # ... read for a whole fetch's deliveries at once
 )
 
 OPERATOR_COMMANDS = (

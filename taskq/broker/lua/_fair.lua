@@ -27,27 +27,60 @@ local function fair_names(stream)
   return names
 end
 
--- A key's weight: an integer 1..1000 from the weights hash, 1 when unset or not one.
-local function fair_weight(names, key)
-  if not names.weighted then return 1 end
-  local w = tonumber(redis.call('HGET', names.weights, key))
+-- A weight as the weights hash holds it (`raw`, a reply): an integer 1..1000, else 1.
+local function fair_weight_of(raw)
+  local w = tonumber(raw)
   if not w or w ~= math.floor(w) or w < 1 or w > 1000 then return 1 end
   return w
 end
 
--- One waiting job of the key less (its member goes at 0).
-local function fair_unwait(waiting, key)
+-- A key's weight: 1 unless the weights hash sets another.
+local function fair_weight(names, key)
+  if not names.weighted then return 1 end
+  return fair_weight_of(redis.call('HGET', names.weights, key))
+end
+
+-- One waiting job of the key less (its member goes at 0); `unwaited` (a table, optional)
+-- collects it instead, for the caller's fair_unwait_all: one write per key and call.
+local function fair_unwait(waiting, key, unwaited)
+  if unwaited then
+    unwaited[key] = (unwaited[key] or 0) + 1
+    return
+  end
   local left = tonumber(redis.call('ZINCRBY', waiting, -1, key))
   if left <= 0 then redis.call('ZREM', waiting, key) end
+end
+
+-- The waiting jobs collected by fair_unwait, off the waiting keys of `stream`'s queue: one
+-- ZMSCORE, one ZADD and one ZREM for them all (a key whose count reaches 0 leaves).
+local function fair_unwait_all(stream, unwaited)
+  local keys = {}
+  for key in pairs(unwaited) do keys[#keys + 1] = key end
+  if #keys == 0 then return end
+  local waiting = fair_names(stream).waiting
+  local scores = redis.call('ZMSCORE', waiting, unpack(keys))
+  local scored, emptied = {}, {}
+  for i, key in ipairs(keys) do
+    local left = (tonumber(scores[i]) or 0) - unwaited[key]
+    if left > 0 then
+      scored[#scored + 1], scored[#scored + 2] = left, key
+    else
+      emptied[#emptied + 1] = key
+    end
+  end
+  if #scored > 0 then redis.call('ZADD', waiting, unpack(scored)) end
+  if #emptied > 0 then redis.call('ZREM', waiting, unpack(emptied)) end
 end
 
 -- A staged element: the msgpack array of an entry's fields (task, body[, job, id]);
 -- anything else is nil.
 local function fair_fields(raw)
   local ok, f = pcall(cmsgpack.unpack, raw)
-  if not ok or type(f) ~= 'table' or #f < 4 or #f % 2 ~= 0 or f[1] ~= 'task' then return nil end
-  for _, v in ipairs(f) do
-    if type(v) ~= 'string' then return nil end
+  if not ok or type(f) ~= 'table' then return nil end
+  local n = #f
+  if n < 4 or n % 2 ~= 0 or f[1] ~= 'task' then return nil end
+  for i = 2, n do
+    if type(f[i]) ~= 'string' then return nil end
   end
   return f
 end
@@ -65,39 +98,91 @@ local function fair_enter(stream, fields, key)
 end
 
 -- Admit the key's staged jobs into `stream` (at its tail) while it has fewer than its
--- weight admitted (`n`, when the caller knows it). A job that keeps a record gets its new
--- entry id there. An element that is not an entry's fields is dropped (and counted off).
--- Returns how many went in.
-local function fair_admit(stream, key, n)
+-- weight admitted (`n`). A job that keeps a record gets its new entry id there. An element
+-- that is not an entry's fields is dropped (and counted off). Returns how many it admitted
+-- then (the caller writes the count). `w`: the key's weight, when the caller read it.
+local function fair_admit_from(stream, key, n, unwaited, w)
   local names = fair_names(stream)
-  n = n or tonumber(redis.call('HGET', names.slots, key)) or 0
-  local w, moved = fair_weight(names, key), 0
+  w = w or fair_weight(names, key)
   while n < w do
     local raw = redis.call('LPOP', names.staged .. key)
     if not raw then break end
     local f = fair_fields(raw)
     if f then
       fair_enter(stream, f, key)
-      n, moved = n + 1, moved + 1
-      redis.call('HSET', names.slots, key, n)
+      n = n + 1
     else
-      fair_unwait(names.waiting, key)
+      fair_unwait(names.waiting, key, unwaited)
     end
   end
-  return moved
+  return n
 end
 
--- An admitted entry of the key left `stream` undelivered (delivered, cancelled, removed,
--- moved): its slot frees, its waiting count drops, and its next staged jobs go in. An entry
--- whose 'fk' is not a key is left alone.
+-- Whether a key's admitted count `n` is what its slots hash holds (`held`, HGET's reply): a
+-- delivery that admits the key's next job leaves it as it was, and it is not written.
+local function fair_slots_held(n, held)
+  return held == tostring(n) or (n == 0 and not held)
+end
+
+-- The key's admitted count in its slots hash: `n`, written unless it holds it already.
+local function fair_set_slots(slots, key, n, held)
+  if fair_slots_held(n, held) then return end
+  if n > 0 then redis.call('HSET', slots, key, n) else redis.call('HDEL', slots, key) end
+end
+
+-- fair_admit_from with the count the key's slots hold; returns how many went in.
+local function fair_admit(stream, key)
+  local slots = fair_names(stream).slots
+  local held = redis.call('HGET', slots, key)
+  local n = tonumber(held) or 0
+  local now = fair_admit_from(stream, key, n)
+  if now ~= n then fair_set_slots(slots, key, now, held) end
+  return now - n
+end
+
+-- An admitted entry of the key left `stream` undelivered (cancelled, removed, moved; a
+-- fetch's deliveries: fair_release_all): its slot frees, its waiting count drops, and its
+-- next staged jobs go in. An entry whose 'fk' is not a key is left alone.
 local function fair_release(stream, key)
   if not fair_key_ok(key) then return end
   local names = fair_names(stream)
-  local n = math.max(0, (tonumber(redis.call('HGET', names.slots, key)) or 0) - 1)
+  local held = redis.call('HGET', names.slots, key)
+  local n = math.max(0, (tonumber(held) or 0) - 1)
   fair_unwait(names.waiting, key)
-  if fair_admit(stream, key, n) == 0 then  -- (else the admission wrote the count)
-    if n > 0 then redis.call('HSET', names.slots, key, n) else redis.call('HDEL', names.slots, key) end
+  fair_set_slots(names.slots, key, fair_admit_from(stream, key, n), held)
+end
+
+-- fair_release of admitted entries of `stream` just delivered, in their order (`keys`, their
+-- 'fk's; a key repeats for each of its entries), with one HMGET of their slots (and one of
+-- their weights, if any is set) and one HSET and one HDEL of the counts that changed. Their
+-- waiting counts drop in `unwaited` (fair_unwait).
+local function fair_release_all(stream, keys, unwaited)
+  local names, count, held, weight = fair_names(stream), {}, {}, {}
+  local reply = redis.call('HMGET', names.slots, unpack(keys))
+  local weights = names.weighted and redis.call('HMGET', names.weights, unpack(keys)) or {}
+  for i, key in ipairs(keys) do
+    if not count[key] then
+      count[key], held[key] = tonumber(reply[i]) or 0, reply[i]
+      weight[key] = fair_weight_of(weights[i])
+    end
   end
+  for _, key in ipairs(keys) do
+    fair_unwait(names.waiting, key, unwaited)
+    local n = math.max(0, count[key] - 1)
+    count[key] = fair_admit_from(stream, key, n, unwaited, weight[key])
+  end
+  local counts, freed = {}, {}
+  for key, n in pairs(count) do
+    if not fair_slots_held(n, held[key]) then
+      if n > 0 then
+        counts[#counts + 1], counts[#counts + 2] = key, n
+      else
+        freed[#freed + 1] = key
+      end
+    end
+  end
+  if #counts > 0 then redis.call('HSET', names.slots, unpack(counts)) end
+  if #freed > 0 then redis.call('HDEL', names.slots, unpack(freed)) end
 end
 
 -- The 'fk' of an entry's field array (nil if it has none): its last field when admitted.

@@ -21,7 +21,7 @@
 -- A completion's record and done list are named from its job id and its ack's stream, as
 -- the records of the jobs taken here are: the keys of one queue share its hash tag.
 -- Returns {ms until something is due (-1: nothing; 0: due now), then per delivery: stream key
---          index, entry id, fields}.
+--          index, entry id, fields (a fair stream's without 'task' and 'fk')}.
 local group, consumer = ARGV[1], ARGV[2]
 local count, nacks, nstreams = tonumber(ARGV[3]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local ncompletions, nfetchkeys = tonumber(ARGV[8]), tonumber(ARGV[9])
@@ -94,7 +94,23 @@ if ncompletions > 0 then
   a = a + 1
 end
 
-local out, got = {-1}, 0
+-- A fair entry's fields as the worker reads them: without 'task' (its body names the task
+-- too) and 'fk', which the worker never reads, so that the reply stays small.
+local function read_fields(fields)
+  local kept = {}
+  for i = 1, #fields - 1, 2 do
+    local name = fields[i]
+    if name ~= 'task' and name ~= 'fk' then
+      kept[#kept + 1], kept[#kept + 2] = name, fields[i + 1]
+    end
+  end
+  return kept
+end
+
+local out, got = {-1}, 0  -- (out holds 1 + 3 * got values)
+-- The waiting jobs the deliveries of the fair stream being read took off, per key: written
+-- once per stream (fair_unwait_all) rather than per job.
+local unwaited = {}
 local function read(k)
   local r = redis.pcall('XREADGROUP', 'GROUP', group, consumer, 'COUNT', count - got,
     'STREAMS', KEYS[k], '>')
@@ -105,25 +121,30 @@ local function read(k)
     r = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', count - got,
       'STREAMS', KEYS[k], '>')
   end
-  local n = 0
+  local n, delivered = 0, {}
   if r and r[1] then
     for _, e in ipairs(r[1][2]) do
-      out[#out + 1] = k
-      out[#out + 1] = e[1]
-      out[#out + 1] = e[2]
-      got, n = got + 1, n + 1
+      local fields = e[2]
       if fair[k] then
-        local key = entry_fair_key(e[2])
-        if key then fair_release(KEYS[k], key) end
+        local key = entry_fair_key(fields)
+        if fair_key_ok(key) then delivered[#delivered + 1] = key end
+        fields = read_fields(fields)
       end
+      out[3 * got + 2], out[3 * got + 3], out[3 * got + 4] = k, e[1], fields
+      got, n = got + 1, n + 1
     end
   end
+  if #delivered > 0 then fair_release_all(KEYS[k], delivered, unwaited) end
   return n
 end
 for k = 1, nstreams do
   if got >= count then break end
   local n = read(k)
-  while fair[k] and n > 0 and got < count do n = read(k) end
+  if fair[k] then
+    while n > 0 and got < count do n = read(k) end
+    fair_unwait_all(KEYS[k], unwaited)
+    unwaited = {}
+  end
 end
 
 -- Finished jobs leave their stream by trimming: when the caller asks (every few dozen acks),
