@@ -113,6 +113,17 @@ def make_app(redis_url: str) -> Iterator[Callable[..., App]]:
 
 
 @pytest.fixture
+def dash_app(redis_url: str) -> Iterator[App]:
+    """The dashboard tests' app (tests.dashboard_tasks) on the test Redis."""
+    from tests import dashboard_tasks
+
+    app = dashboard_tasks.app
+    app.settings = app.settings.replace(redis_url=redis_url)
+    yield app
+    app.close()
+
+
+@pytest.fixture
 def task_app(redis_url: str) -> Iterator[App]:
     """``tests.tasks.app`` (the app worker subprocesses load) pointed at this test's Redis."""
     from tests import tasks

@@ -4,9 +4,7 @@ operator actions with CSRF, hidden and refused in read-only mode."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 
-import pytest
 import redis
 from starlette.testclient import TestClient
 
@@ -14,15 +12,6 @@ from taskq import App
 from taskq.broker.control import read_control
 from taskq.dashboard import asgi
 from taskq.pauses import LimitOverride, Pause
-from tests import dashboard_tasks
-
-
-@pytest.fixture
-def dash_app(redis_url: str) -> Iterator[App]:
-    app = dashboard_tasks.app
-    app.settings = app.settings.replace(redis_url=redis_url)
-    yield app
-    app.close()
 
 
 def _csrf(html: str) -> str:

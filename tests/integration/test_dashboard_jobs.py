@@ -43,14 +43,6 @@ Q = QueueKeys("backlog")
 
 
 @pytest.fixture
-def dash_app(redis_url: str) -> Iterator[App]:
-    app = dashboard_tasks.app
-    app.settings = app.settings.replace(redis_url=redis_url)
-    yield app
-    app.close()
-
-
-@pytest.fixture
 def client(dash_app: App) -> Iterator[TestClient]:
     with TestClient(asgi(dash_app), raise_server_exceptions=False) as c:
         yield c

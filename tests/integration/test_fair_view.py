@@ -10,7 +10,7 @@ import asyncio
 import html
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -228,16 +228,6 @@ def test_metrics_show_active_keys_and_top_keys_escaped(r: redis.Redis, redis_url
 
 
 XSS = "<script>alert('key')</script>"
-
-
-@pytest.fixture
-def dash_app(redis_url: str) -> Iterator[App]:
-    from tests import dashboard_tasks
-
-    app = dashboard_tasks.app
-    app.settings = app.settings.replace(redis_url=redis_url)
-    yield app
-    app.close()
 
 
 def test_dashboard_queue_page_shows_the_fair_keys_escaped(dash_app: App, r: redis.Redis) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,14 +14,6 @@ from taskq.cli import main
 from tests import dashboard_tasks
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def dash_app(redis_url: str) -> Iterator[App]:
-    app = dashboard_tasks.app
-    app.settings = app.settings.replace(redis_url=redis_url)
-    yield app
-    app.close()
 
 
 def taskq(redis_url: str, *args: str) -> Any:

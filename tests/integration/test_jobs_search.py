@@ -35,14 +35,6 @@ YESTERDAY_MS = 1_780_000_000_000
 """A fixed "yesterday" (2026-05-28): records written by hand carry it."""
 
 
-@pytest.fixture
-def dash_app(redis_url: str) -> Iterator[App]:
-    app = dashboard_tasks.app
-    app.settings = app.settings.replace(redis_url=redis_url)
-    yield app
-    app.close()
-
-
 def write_record(r: redis.Redis, queue: str, job_id: str, fields: dict[str, Any]) -> None:
     """A record as the scripts leave it (docs/protocol.md, "Status records")."""
     key = QueueKeys(queue).job(job_id)
