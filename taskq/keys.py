@@ -345,6 +345,12 @@ class QueueKeys:
         weight)."""
         return f"{self.queue}:fair:{priority}:slots"
 
+    def fair_staged_count(self, priority: str) -> str:
+        """How many jobs of one priority a fair queue holds staged (all keys): kept by every
+        script that stages or admits one, for the waiting figures of inspect and the
+        autoscaling signal (which read it instead of every key's list)."""
+        return f"{self.queue}:fair:{priority}:staged"
+
     @property
     def fair_waiting(self) -> str:
         """Sorted set of a fair queue's active keys, scored by their waiting jobs (staged and

@@ -138,6 +138,8 @@ def append_audit(
 ) -> None:
     """Append one entry (action, user, host, detail) to a queue's audit stream, for an action
     that was not one script with its entry (the dashboard's, after it acted)."""
+    from taskq.audit import AuditEntry  # (loaded on first use, as above)
+
     action, user, host, detail = entry
     fields = AuditEntry.fields(action, user, detail, host)
     link.call("XADD", QueueKeys(queue).audit, "MAXLEN", "~", max(1, cap), "*", *fields)

@@ -38,7 +38,8 @@ class StreamSnapshot:
     Attributes:
         now_ms: the Redis clock at the snapshot.
         length: XLEN: waiting + pending + finished jobs not yet trimmed away.
-        waiting: entries not yet delivered to any worker.
+        waiting: entries not yet delivered to any worker, and on a fair queue the jobs
+            staged for their key's turn (docs/fairness.md).
         pending: XINFO GROUPS ``pending`` (delivered, not acked).
         last_id: the group's last-delivered-id (None: no group yet).
         lag: the group's ``lag`` as Redis reports it (None when it cannot tell).
@@ -293,7 +294,7 @@ def entry_ms(entry_id: str) -> int:
 
 def _stream(stream: str, priority: str, now: int, raw: Sequence[Any]) -> StreamSnapshot:
     """From one stream's row of ``queue_stats.lua``."""
-    length, waiting, pending, consumers, last, lag, oldest, retrying, next_retry = raw
+    length, waiting, pending, consumers, last, lag, oldest, retrying, next_retry, staged = raw
     lag_or_none = as_int(lag) if as_int(lag) >= 0 else None
     if as_int(waiting) < 0:  # too many delivered entries to count: estimate
         waiting = lag_or_none if lag_or_none is not None else as_int(length) - as_int(pending)
@@ -302,7 +303,7 @@ def _stream(stream: str, priority: str, now: int, raw: Sequence[Any]) -> StreamS
         priority=priority,
         now_ms=now,
         length=as_int(length),
-        waiting=max(0, as_int(waiting)),
+        waiting=max(0, as_int(waiting)) + max(0, as_int(staged)),
         pending=as_int(pending),
         consumers=as_int(consumers),
         last_id=text(last) or None,

@@ -48,6 +48,7 @@ PRODUCER_COMMANDS = (
     "blmove",  # job.result(): blocks on the job's done list
     "wait",  # durable_enqueue: a replica has the job
     "zincrby",  # a fair queue: its key's waiting jobs (staging uses rpush, llen, lpop too)
+    "incrby",  # ... and its staged count
     # job.progress(), job.stream(), job.logs(): a job's telemetry keys, read only
     "xread",
     "lrange",
@@ -107,6 +108,7 @@ WORKER_COMMANDS = (
     "llen",  # a due batch (promote.lua)
     "lpop",  # ... leaves its list for its stream
     "zincrby",  # a fair queue's fetch: its keys' waiting jobs
+    "incrby",  # ... and its staged count
     "zmscore",  # ... read for a whole fetch's deliveries at once
 )
 
@@ -168,6 +170,7 @@ OPERATOR_COMMANDS = (
     "lpop",
     "lrem",
     "zincrby",
+    "incrby",
 )
 
 

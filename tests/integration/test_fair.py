@@ -150,6 +150,9 @@ def test_fair_off_moves_the_staged_jobs_and_a_plain_worker_drains_them(
     enqueue("B", 200)
     enqueue("C", 5, priority="high")
     assert r.llen(K.fair_staged("normal", "A")) == 299
+    # Staged jobs wait too: inspect and the autoscaling signal count them.
+    snapshot = fair_app.reader.queue("fair")
+    assert [s.waiting for s in snapshot.streams] == [5, 500, 0]
     with pytest.raises(ConfigError, match="taskq fair off fair"):
         claim_fairness(fair_app.link, ["fair"], set())  # a plain worker's start
     assert fair_off(fair_app.link, "fair") == 299 + 199 + 4
@@ -231,7 +234,8 @@ def test_hostile_fair_data_is_skipped_and_touches_nothing_outside_the_queue(
 
 def check_invariant(r: redis.Redis) -> None:
     """For every key and priority: its slots are its undelivered entries with 'fk' in that
-    stream; a key with staged jobs has a slot; its waiting count is staged + admitted."""
+    stream; a key with staged jobs has a slot; its waiting count is staged + admitted; each
+    priority's staged count is the length of its keys' lists."""
     waiting: collections.Counter[str] = collections.Counter()
     for p in PRIORITIES:
         stream = K.stream(p)
@@ -241,11 +245,14 @@ def check_invariant(r: redis.Redis) -> None:
         admitted = collections.Counter(f[b"fk"].decode() for _, f in undelivered if b"fk" in f)
         slots = {k.decode(): int(v) for k, v in r.hgetall(K.fair_slots(p)).items()}
         assert slots == dict(admitted), p
+        staged = 0
         for key in ("A", "B", "C", "default"):
             n = r.llen(K.fair_staged(p, key))
             if n:
                 assert slots.get(key, 0) >= 1, (p, key)
             waiting[key] += n + admitted[key]
+            staged += n
+        assert int(r.get(K.fair_staged_count(p)) or 0) == staged, p
     stored = {k.decode(): int(v) for k, v in r.zrange(K.fair_waiting, 0, -1, withscores=True)}
     assert stored == {k: n for k, n in waiting.items() if n}
 

@@ -114,6 +114,7 @@ def test_scripts_declare_their_keys() -> None:
         # (a fair stream's keys: its queue's, from the stream's own name)
         ("_fair.lua", "local head = queue .. ':fair:'"),
         ("_fair.lua", _FAIR_SLOTS),
+        ("_fair.lua", "staged_count = head .. priority .. ':staged',"),
         ("_fair.lua", "waiting = head .. 'waiting', weights = queue .. ':fairweights'}"),
         ("_flow.lua", "redis.call('HINCRBY', prefix .. ':counts', 'held', -1)"),
         ("_flow.lua", "local stream = prefix .. ':' .. PRIORITY_NAMES[p + 1]"),
@@ -148,6 +149,8 @@ def test_scripts_declare_their_keys() -> None:
         ("jobs_retry_now.lua", "local rec = prefix .. ':job:' .. job"),
         ("keeplast.lua", _HOLDER_RECORD),
         ("keeplast.lua", "local last = last_delivered(queue .. ':' .. h[3], 'taskq')"),
+        # (a fair queue's staged count, from the declared stream's own name)
+        ("queue_stats.lua", "local staged_key = queue .. ':fair:' .. priority .. ':staged'"),
     ]
 
 

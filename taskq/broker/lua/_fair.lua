@@ -21,6 +21,7 @@ local function fair_names(stream)
   local queue, priority = string.match(stream, '^(.*):([^:]*)$')
   local head = queue .. ':fair:'
   names = {slots = head .. priority .. ':slots', staged = head .. priority .. ':k:',
+    staged_count = head .. priority .. ':staged',
     waiting = head .. 'waiting', weights = queue .. ':fairweights'}
   names.weighted = redis.call('EXISTS', names.weights) == 1
   fair_known[stream] = names
@@ -104,9 +105,11 @@ end
 local function fair_admit_from(stream, key, n, unwaited, w)
   local names = fair_names(stream)
   w = w or fair_weight(names, key)
+  local popped = 0
   while n < w do
     local raw = redis.call('LPOP', names.staged .. key)
     if not raw then break end
+    popped = popped + 1
     local f = fair_fields(raw)
     if f then
       fair_enter(stream, f, key)
@@ -115,6 +118,7 @@ local function fair_admit_from(stream, key, n, unwaited, w)
       fair_unwait(names.waiting, key, unwaited)
     end
   end
+  if popped > 0 then redis.call('INCRBY', names.staged_count, -popped) end
   return n
 end
 
@@ -226,6 +230,7 @@ local function fair_unstage(stream, key, job)
       local f = fair_fields(raw)
       if f and f[5] == 'job' and f[6] == job then
         redis.call('LREM', list, 1, raw)
+        redis.call('INCRBY', names.staged_count, -1)
         fair_unwait(names.waiting, key)
         return true
       end

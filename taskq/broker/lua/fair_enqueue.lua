@@ -45,6 +45,7 @@ end
 -- Behind the key's staged jobs (first in, first out within a key); a weight raised since
 -- they were staged lets them in now.
 redis.call('RPUSH', KEYS[4], cmsgpack.pack(fields))
+redis.call('INCRBY', fair_names(KEYS[1]).staged_count, 1)
 write_record('')
 if room then fair_admit(KEYS[1], key) end
 return ''

@@ -1,7 +1,7 @@
 -- taskq fair off (docs/fairness.md): move a fair queue's staged jobs into their streams as
 -- plain entries, a batch per call, taking the keys in turn (oldest first within a key). The
 -- first call clears the mark, so producers stop staging; the last ('finish') drops the
--- slots and waiting counts, which no plain worker keeps.
+-- slots, waiting and staged counts, which no plain worker keeps.
 -- KEYS: fair mode, waiting keys, the streams (high, normal, low), the slots (same order).
 -- ARGV: 'move' or 'finish', the first key's rank in the waiting keys, keys per call, most
 --       jobs per call.
@@ -9,6 +9,7 @@
 redis.call('DEL', KEYS[1])
 if ARGV[1] == 'finish' then
   redis.call('DEL', KEYS[2], KEYS[6], KEYS[7], KEYS[8])
+  for p = 3, 5 do redis.call('DEL', fair_names(KEYS[p]).staged_count) end
   return {0, -1}
 end
 local from, nkeys, budget = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -29,6 +30,7 @@ for p = 1, 3 do
       if moved >= budget then return {moved, from} end
       local raw = redis.call('LPOP', list)
       if raw then
+        redis.call('INCRBY', fair_names(stream).staged_count, -1)
         local f = fair_fields(raw)
         if f then
           fair_enter(stream, f, nil)

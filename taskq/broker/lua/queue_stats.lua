@@ -9,7 +9,7 @@
 -- ARGV: group, most delivered entries to count per stream.
 -- Returns {now, then per stream {length, waiting (-1: more delivered entries than counted),
 --          pending, consumers, last id or '', lag or -1, oldest pending or '', retrying,
---          next retry ms or -1}, scheduled, next scheduled ms or -1, dead,
+--          next retry ms or -1, jobs staged on a fair queue}, scheduled, next scheduled ms or -1, dead,
 --          {expired, cancelled, held}}.
 local group, cap = ARGV[1], tonumber(ARGV[2])
 local out = {now_ms()}
@@ -40,8 +40,12 @@ for p = 1, 3 do
     waiting = delivered < pending + cap and math.max(0, length - delivered) or -1
     if pending > 0 then oldest = redis.call('XPENDING', stream, group)[2] end
   end
+  -- A fair queue's staged jobs (docs/fairness.md) wait too, out of the stream.
+  local queue, priority = string.match(stream, '^(.*):([^:]*)$')
+  local staged_key = queue .. ':fair:' .. priority .. ':staged'
+  local staged = tonumber(redis.call('GET', staged_key)) or 0
   out[#out + 1] = {length, waiting, pending, consumers, last or '', lag, oldest,
-    redis.call('ZCARD', KEYS[3 + p]), first_score(KEYS[3 + p])}
+    redis.call('ZCARD', KEYS[3 + p]), first_score(KEYS[3 + p]), math.max(0, staged)}
 end
 out[#out + 1] = redis.call('ZCARD', KEYS[7])
 out[#out + 1] = first_score(KEYS[7])
