@@ -1,8 +1,11 @@
 """Dashboard benchmark: how long each page takes to answer (budget: p95 under 200 ms) with
-1,000,000 waiting jobs, 1,000,000 retrying, 1,000,000 scheduled and 10,000 dead letters.
+1,000,000 waiting jobs, 1,000,000 retrying, 1,000,000 scheduled, 10,000 dead letters,
+1,000,000 jobs set aside under a pause, 1,000,000 members of the gathering index (500,000
+debounce bursts and 500,000 filling batches of 3 calls each), 1,000,000 status records, and
+a fair queue with 1,000,000 active keys (:mod:`bench.features.dashboard_fill`).
 
-Fills a private ``redis-server`` in seconds (a Lua loop of XADDs per batch, no round trip per
-job), adds a worker's heartbeat record with busy children, one job with a status record and
+Fills a private ``redis-server`` in about a minute (a Lua loop per batch, no round trip per
+job; 2.6 GB), adds a worker's heartbeat record with busy children, one job with a status record and
 a minute of throughput, starts ``taskq dashboard`` as its own process, then times each page
 over HTTP (warm-up first; p50, p95 and max of ``--requests`` requests). Prints the table and
 writes the "Dashboard" section of ``bench/results/RESULTS-features.md``. Exit status 2 if a page's
@@ -16,6 +19,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import http.client
+import json
 import os
 import platform
 import signal
@@ -31,21 +35,25 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.common.redis_server import PrivateRedis
 from bench.common.report import md_table
+from bench.features import dashboard_fill
 from bench.features.section import write_section
 from taskq import App
 from taskq.broker.series import Series, minute_of
 from taskq.broker.workers import WorkerRegistry
+from taskq.dashboard.queueview import PAGE_SIZE
 from taskq.deadletter import WRITTEN, Deadletter
 from taskq.keys import GROUP, QueueKeys
 from taskq.message import Message
 from taskq.ops.deadletters import SCAN_LIMIT
 from taskq.ops.devserver import free_port
+from taskq.ops.recordsearch import SCAN_COUNT
 from taskq.worker.outcome import JobCounts
 from taskq.worker.record import ChildRecord, WorkerRecord
 
 BUDGET_MS = 200.0
 ROOT = Path(__file__).resolve().parents[2]
 QUEUE = "tasks"
+FAIR_QUEUE = "fair"
 
 FILL = """
 local n = tonumber(ARGV[1])
@@ -122,6 +130,10 @@ def seed(app: App, r: Any, waiting: int, dead: int) -> dict[str, str]:
     r.xreadgroup(GROUP, "bench:1:abcdef:1:1001", {k.stream("normal"): ">"}, count=8)
     after = r.xrange(k.stream("normal"), count=waiting // 2)[-1][0].decode()
     ids = {"job": tracked_job.id, "dead": middle, "before": middle, "after": after}
+    dashboard_fill.paused(app, r, QUEUE, waiting)
+    dashboard_fill.gathering(app, r, QUEUE, waiting)
+    dashboard_fill.records(r, QUEUE, waiting, r.hgetall(k.job(tracked_job.id)))
+    dashboard_fill.fair(app, r, FAIR_QUEUE, waiting)
     return {**ids, "rank": str(waiting // 2)}
 
 
@@ -182,6 +194,18 @@ def pages(ids: dict[str, str]) -> list[tuple[str, str]]:
         ("queue: retrying, a middle page", f"/queues/{QUEUE}/retrying?after={ids['rank']}"),
         ("queue: scheduled, a middle page", f"/queues/{QUEUE}/scheduled?after={ids['rank']}"),
         ("queue: waiting JSON", f"/api/queues/{QUEUE}/waiting"),
+        ("queue: paused, first page", f"/queues/{QUEUE}/paused"),
+        ("queue: paused, a middle page", f"/queues/{QUEUE}/paused?after={ids['rank']}"),
+        ("queue: debounced, first page", f"/queues/{QUEUE}/debounced"),
+        ("queue: debounced, a middle page", f"/queues/{QUEUE}/debounced?after={ids['rank']}"),
+        ("queue: batching, first page", f"/queues/{QUEUE}/batching"),
+        ("queue: batching, a middle page", f"/queues/{QUEUE}/batching?after={ids['rank']}"),
+        ("records search, first page", f"/queues/{QUEUE}/search"),
+        (
+            f"records search, no match ({SCAN_COUNT:,} keys walked)",
+            f"/queues/{QUEUE}/search?args=nothing",
+        ),
+        ("fair queue: waiting, first page", f"/queues/{FAIR_QUEUE}/waiting"),
         ("tasks", "/tasks"),
     ]
 
@@ -200,6 +224,27 @@ def time_page(port: int, path: str, requests: int) -> list[float]:
             out.append((time.perf_counter() - started) * 1000)
     conn.close()
     return out
+
+
+def check_pages(port: int, filled: int) -> None:
+    """The filled pages show what was filled (else their timings would measure empty pages):
+    a full page of rows each, the paused figure and the fair queue's active keys."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+
+    def get(path: str) -> Any:
+        conn.request("GET", path)
+        return json.loads(conn.getresponse().read())
+
+    for state in ("paused", "debounced", "batching"):
+        doc = get(f"/api/queues/{QUEUE}/{state}")
+        if len(doc["rows"]) != PAGE_SIZE:
+            raise RuntimeError(f"{state}: {len(doc['rows'])} rows, not {PAGE_SIZE}")
+    if doc["figures"]["paused"] != filled or not get(f"/api/queues/{QUEUE}/search")["rows"]:
+        raise RuntimeError(f"paused figure {doc['figures']['paused']}, or no records found")
+    fair = get(f"/api/queues/{FAIR_QUEUE}/waiting")
+    if fair["fair"]["active_keys"] != filled or len(fair["rows"]) != PAGE_SIZE:
+        raise RuntimeError(f"fair queue: {fair['fair']['active_keys']} keys")
+    conn.close()
 
 
 def start_dashboard(redis_url: str, port: int, log: Path) -> subprocess.Popen[bytes]:
@@ -228,6 +273,11 @@ def tracked(a: int, b: int) -> int:
     return a + b
 
 
+@app.task(name="bench.fair", queue=FAIR_QUEUE)
+def fair_job(n: int, extra: dict[str, str]) -> None:
+    """A task of the fair queue: it makes the queue one of the app's, for its pages."""
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="100,000 waiting, 1,000 dead")
@@ -247,6 +297,7 @@ def main() -> int:
             fill_s = time.monotonic() - t0
             port = free_port()
             proc = start_dashboard(server.url, port, Path(tmp) / "dashboard.log")
+            check_pages(port, waiting)
             rows = []
             for name, path in pages(ids):
                 ms = time_page(port, path, args.requests)
@@ -265,6 +316,8 @@ def main() -> int:
             redis_version = server.version()
             stream_len = r.xlen(QueueKeys(QUEUE).stream("normal"))
             dead_len = r.xlen(QueueKeys(QUEUE).deadletter)
+            memory = r.info("memory")["used_memory_human"]
+            keys = r.dbsize()
         finally:
             if proc is not None:
                 proc.send_signal(signal.SIGTERM)
@@ -283,9 +336,16 @@ def main() -> int:
             f"- Machine: {os.cpu_count()} cores, {platform.platform()}; the dashboard, the HTTP "
             "client and Redis share these cores",
             f"- Redis: private `redis-server` {redis_version}, no persistence; `{QUEUE}:normal` "
-            f"holds {stream_len:,} waiting jobs, `{QUEUE}:deadletter` {dead_len:,} entries "
-            f"(filled in {fill_s:.1f} s by Lua loops of XADD); one worker record with 8 busy "
-            "children; one job with a status record",
+            f"holds {stream_len:,} waiting jobs (and {waiting:,} retrying, {waiting:,} "
+            f"scheduled), `{QUEUE}:deadletter` {dead_len:,} entries; {waiting:,} jobs set "
+            f"aside under a pause of one task (`{QUEUE}:held:paused:13:reports.build:`); a "
+            "gathering index of "
+            f"{waiting:,} members, {waiting // 2:,} debounce bursts (a hash and a schedule "
+            f"member each) and {waiting // 2:,} filling batches (a list of 3 calls each), "
+            f"interleaved; {waiting:,} status records (`{QUEUE}:job:*`); a fair queue "
+            f"`{FAIR_QUEUE}` (mode `on`) with {waiting:,} active keys, one admitted job each; "
+            f"{keys:,} keys, {memory} used (filled in {fill_s:.1f} s by Lua loops); one "
+            "worker record with 8 busy children; one job with a status record",
             f"- Method: `taskq dashboard` as its own process (uvicorn); per page, 3 warm-up "
             f"requests then {args.requests} timed ones, one at a time on one keep-alive "
             "connection, from request sent to body read; budget: p95 < 200 ms",
