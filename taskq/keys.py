@@ -335,15 +335,14 @@ class QueueKeys:
 
     def fair_staged(self, priority: str, fair_key: str) -> str:
         """A fair queue's jobs of one fairness key and priority that wait for their turn, out
-        of the stream, oldest first (a list of msgpack entry field arrays); the key's next one
-        enters the stream when one of its admitted jobs is delivered (docs/fairness.md)."""
+        of the stream, oldest first (a list of msgpack entry field arrays); up to the key's
+        weight of them enter the stream at each of its turns (docs/fairness.md)."""
         return f"{self.queue}:fair:{priority}:k:{fair_key}"
 
-    def fair_slots(self, priority: str) -> str:
-        """Hash of a fair queue's keys with admitted jobs in the stream of one priority:
-        fairness key -> how many of its entries there wait undelivered (at most its
-        weight)."""
-        return f"{self.queue}:fair:{priority}:slots"
+    def fair_turns(self, priority: str) -> str:
+        """List of a fair queue's keys with jobs staged in one priority, each once, in turn
+        order: a turn admits the first key's jobs and moves it to the end."""
+        return f"{self.queue}:fair:{priority}:turns"
 
     def fair_staged_count(self, priority: str) -> str:
         """How many jobs of one priority a fair queue holds staged (all keys): kept by every
@@ -353,8 +352,8 @@ class QueueKeys:
 
     @property
     def fair_waiting(self) -> str:
-        """Sorted set of a fair queue's active keys, scored by their waiting jobs (staged and
-        admitted, every priority): inspect's counts and top keys, paged with ZSCAN."""
+        """Sorted set of a fair queue's active keys, scored by their staged jobs (every
+        priority): inspect's counts and top keys, paged with ZSCAN."""
         return f"{self.queue}:fair:waiting"
 
     @property

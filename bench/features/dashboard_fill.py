@@ -83,16 +83,18 @@ return n
 
 FAIR = """
 local from, n = tonumber(ARGV[1]), tonumber(ARGV[2])
+local staged = cmsgpack.pack({'task', ARGV[3], 'body', ARGV[4]})
 for i = from, from + n - 1 do
   local key = 'tenant-' .. i
-  redis.call('XADD', KEYS[1], '*', 'task', ARGV[3], 'body', ARGV[4], 'fk', key)
-  redis.call('HSET', KEYS[2], key, 1)
-  redis.call('ZADD', KEYS[3], 1, key)
+  redis.call('RPUSH', ARGV[5] .. key, staged)
+  redis.call('RPUSH', KEYS[1], key)
+  redis.call('ZADD', KEYS[2], 1, key)
 end
+redis.call('INCRBY', KEYS[3], n)
 return n
 """
-"""KEYS: stream, slots, waiting keys. ARGV: from, n, task, body. Each key has one job, admitted
-into the stream (its slot taken), as ``fair_enqueue.lua`` leaves a key's first job."""
+"""KEYS: turns, waiting keys, staged count. ARGV: from, n, task, body, the staged lists' prefix.
+Each key has one job staged, as ``fair_enqueue.lua`` leaves the jobs of a busy queue."""
 
 
 def _loop(r: Any, script: str, keys: list[str], total: int, *args: Any) -> None:
@@ -137,11 +139,11 @@ def records(r: Any, queue: str, total: int, model: dict[bytes, bytes]) -> None:
 
 
 def fair(app: App, r: Any, queue: str, total: int) -> None:
-    """A fair queue (mode ``on``) with ``total`` active keys, each with one job admitted."""
+    """A fair queue (mode ``on``) with ``total`` active keys, each with one job staged."""
     k = QueueKeys(queue)
     for stream in k.streams:
         r.xgroup_create(stream, GROUP, id="0", mkstream=True)
     r.set(k.fair_mode, "on")
     msg = Message("bench.fair", (12345, {"customer": "acme"}), queue=queue)
-    keys = [k.stream("normal"), k.fair_slots("normal"), k.fair_waiting]
-    _loop(r, FAIR, keys, total, msg.task, app.encode(msg))
+    keys = [k.fair_turns("normal"), k.fair_waiting, k.fair_staged_count("normal")]
+    _loop(r, FAIR, keys, total, msg.task, app.encode(msg), k.fair_staged("normal", ""))

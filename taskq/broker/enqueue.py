@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from taskq.broker.link import script_command
 from taskq.broker.resp import Command
-from taskq.keys import PRIORITIES, QueueKeys, stream_key
+from taskq.keys import GROUP, PRIORITIES, QueueKeys, stream_key
 from taskq.message import Message
 from taskq.results import encode_args
 
@@ -104,13 +104,13 @@ def batch_command(
 
 
 def fair_publish_command(msg: Message, body: bytes, fair_key: str) -> Command:
-    """``fair_enqueue.lua``: the job on a fair queue, admitted or staged by its key (a
-    plain entry while the queue is not marked fair)."""
+    """``fair_enqueue.lua``: the job on a fair queue, staged by its key and admitted at once
+    when the stream has nothing undelivered (a plain entry while the queue is not marked
+    fair)."""
     k = QueueKeys(msg.queue)
     p = msg.priority
-    keys = [k.stream(p), k.fair_mode, k.fair_slots(p), k.fair_staged(p, fair_key)]
-    keys.append(k.fair_waiting)
-    args: list[object] = [msg.task, body, fair_key]
+    keys = [k.stream(p), k.fair_mode, k.fair_staged(p, fair_key), k.fair_waiting]
+    args: list[object] = [msg.task, body, fair_key, GROUP]
     if msg.result_ttl_s is not None:
         keys += [k.job(msg.id), k.done(msg.id)]
         args += [msg.id, msg.result_ttl_s * 1000, msg.queue, p]

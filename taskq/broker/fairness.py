@@ -40,7 +40,7 @@ def fair_off(link: Link, queue: str) -> int:
     """Move every staged job of ``queue`` into its streams and drop its fairness state
     (``taskq fair off``); returns how many jobs moved."""
     k = QueueKeys(queue)
-    keys = [k.fair_mode, k.fair_waiting, *k.streams, *(k.fair_slots(p) for p in PRIORITIES)]
+    keys = [k.fair_mode, k.fair_waiting, *k.streams, *(k.fair_turns(p) for p in PRIORITIES)]
     total = 0
     while True:  # passes until one moves nothing (a key skipped while ranks shifted)
         rank, moved = 0, 0

@@ -13,7 +13,7 @@ from typing import Any
 from taskq.broker.completions import completions_arg
 from taskq.broker.delivery import Delivery, Fetched, delivery
 from taskq.broker.link import Direct, Link, script_command
-from taskq.broker.replies import as_int, entries, flat_pairs, info_records, redis_ms, text
+from taskq.broker.replies import as_int, entries, flat_pairs, redis_ms, text
 from taskq.broker.resp import Command
 from taskq.errors import BrokerError, BrokerRefused
 from taskq.keys import GROUP, PRIORITIES, QueueKeys
@@ -25,14 +25,11 @@ completions through ``fetch.lua`` and reads apart, without the script (see
 :meth:`SlotFetcher.fetch`): below it, one round trip costs more than the script's copies."""
 
 FAIR_MAX_BATCH = 64
-"""The most jobs a fetch takes from queues that include a fair one. A batch already takes
-the keys in turn (the stream holds the round robin), but the jobs a worker holds run before
-any key that arrives after its fetch: adaptive prefetch sizes a batch to about 20 ms of
-work, and this bounds it when the pace of recent jobs misjudges the next ones. It is the
-batch adaptive prefetch takes of no-op jobs on any queue: at 32, a worker's fetches on a
-fair queue of 100 keys cost its children 15 to 20 µs of CPU more per no-op job than on a
-plain queue (bench/features/fair_bench.py), while a small tenant behind a flood waited
-about as long (p99 11 vs 15 ms at 64)."""
+"""The most jobs a fetch takes from queues that include a fair one. A batch takes the keys
+in turn (its admission is the round robin), but the jobs a worker holds run before any key
+that arrives after its fetch: adaptive prefetch sizes a batch to about 20 ms of work, and
+this bounds it when the pace of recent jobs misjudges the next ones. It is the batch
+adaptive prefetch takes of no-op jobs on any queue."""
 
 
 def ensure_groups(link: Link, streams: Sequence[str]) -> None:
@@ -65,13 +62,10 @@ class SlotFetcher:
         self.stream_position = {s: i for i, s in enumerate(self.streams)}
         """Stream → its index in ``streams``."""
         self.fair_streams = [
-            self.stream_position[s] + 1
-            for q, k in self.keys.items()
-            if q in fair
-            for s in k.streams
+            self.stream_position[s] for q, k in self.keys.items() if q in fair for s in k.streams
         ]
-        """The fetch script's key indexes of the fair queues' streams: every read of this
-        slot goes through the script, which admits the next jobs of the keys it delivers."""
+        """The indexes of the fair queues' streams: every read of them comes right after
+        ``fair_admit.lua`` (:meth:`admit_command`), which admits the jobs the read takes."""
         self.where = [(k.stream(p), q, p) for q, k in self.keys.items() for p in PRIORITIES]
         """Per stream index: (stream, queue, priority), what a delivery from it carries."""
         self._fetch_keys = [*self.streams, *(k.due for k in self.keys.values())]
@@ -131,7 +125,7 @@ class SlotFetcher:
         """:meth:`taskq.broker.Broker.fetch` on this slot's queues."""
         if self.fair_streams:
             count = min(count, FAIR_MAX_BATCH)
-        elif not (fence_acks and acks) and not completions and not self._recorded:
+        if not (fence_acks and acks) and not completions and not self._recorded:
             finished = sorted({*dirty, *(d.stream for d in acks)})
             fetched = self.fetch_pipelined(consumer, count, acks, finished if trim else ())
             self.note_records(fetched.deliveries)
@@ -139,10 +133,34 @@ class SlotFetcher:
                 # Nothing new: a burst ended, so trim the streams its jobs finished in.
                 self.direct.script("trim", finished, [GROUP])
             return fetched
-        if count >= READ_APART_FROM and not (fence_acks and acks) and not self.fair_streams:
+        if count >= READ_APART_FROM and not (fence_acks and acks):
             return self._end_then_read(consumer, count, acks, completions, trim, dirty)
         keys, argv = self.script_args(consumer, count, acks, completions, fence_acks, trim, dirty)
-        return self.script_replies(self.direct.script("fetch", keys, argv))
+        admit = self.admit_command(count, 0, len(self.streams) - 1)
+        if admit is None:
+            return self.script_replies(self.direct.script("fetch", keys, argv))
+        fetch = script_command("fetch", keys, argv)
+        [reply] = self.admitted(self.direct.pipeline([admit, fetch]))
+        if isinstance(reply, BrokerError):
+            raise reply
+        return self.script_replies(reply)
+
+    def admit_command(self, count: int, first: int, last: int) -> Command | None:
+        """``fair_admit.lua`` for a read of up to ``count`` jobs from streams ``first`` to
+        ``last`` (indexes, inclusive): the jobs that read takes from their fair queues' staged
+        jobs. None when it reads no stream of a fair queue."""
+        streams = [self.streams[i] for i in self.fair_streams if first <= i <= last]
+        if not streams or count < 1:
+            return None
+        return script_command("fair_admit", streams, [GROUP, count])
+
+    @staticmethod
+    def admitted(replies: list[Any]) -> list[Any]:
+        """The replies after an admission's (which came first): an admission that failed
+        raises, as the read after it would have."""
+        if isinstance(replies[0], BrokerError):
+            raise replies[0]
+        return replies[1:]
 
     def _end_then_read(
         self,
@@ -228,7 +246,11 @@ class SlotFetcher:
         read_to = first + len(commands) - first_read  # the streams read end before this one
         if trim:
             commands.append(script_command("trim", trim, [GROUP]))
-        replies = self.direct.pipeline(commands)
+        admit = self.admit_command(count, first, read_to - 1)
+        if admit is None:
+            replies = self.direct.pipeline(commands)
+        else:
+            replies = self.admitted(self.direct.pipeline([admit, *commands]))
         if trim:
             # Housekeeping only: a trim that failed (its stream deleted under it, which the
             # reads answer) is done by a later fetch.
@@ -306,7 +328,6 @@ class SlotFetcher:
         )
         argv: list[Any] = [GROUP, consumer, count, int(fence_acks), int(trim), len(acks)]
         argv += (len(self.streams), len(ends), len(self._fetch_keys))
-        argv += (len(self.fair_streams), *self.fair_streams)
         for d in acks:
             argv += (self.stream_position[d.stream] + 1, d.entry_id)
         keys: list[Any] = self._fetch_keys
@@ -335,12 +356,18 @@ class SlotFetcher:
     def read_blocking(self, consumer: str, count: int, block_ms: int) -> list[Delivery]:
         """:meth:`taskq.broker.Broker.read_blocking` on this slot's streams."""
         if self.fair_streams:
-            return self._wait_then_fetch(consumer, count, block_ms)
+            count = min(count, FAIR_MAX_BATCH)
         streams = self.streams
         args: list[Any] = ["GROUP", GROUP, consumer, "COUNT", count, "BLOCK", max(1, block_ms)]
         args += ["STREAMS", *streams, *([">"] * len(streams))]
+        admit = self.admit_command(count, 0, len(streams) - 1)
         try:
-            reply = self.direct.call("XREADGROUP", *args)
+            if admit is None:
+                reply = self.direct.call("XREADGROUP", *args)
+            else:  # (an error reply raises, as the call's does)
+                reply = self.admitted(self.direct.pipeline([admit, ("XREADGROUP", *args)]))[0]
+                if isinstance(reply, BrokerError):
+                    raise reply
         except BrokerRefused as exc:
             # NOGROUP: the group is gone; UNBLOCKED: the stream was deleted (DEL, FLUSHALL)
             # while this read waited on it.
@@ -355,31 +382,6 @@ class SlotFetcher:
         out.sort(key=lambda d: self.stream_position[d.stream])
         self.note_records(out)
         return out
-
-    def _wait_then_fetch(self, consumer: str, count: int, block_ms: int) -> list[Delivery]:
-        """The blocking read of a slot with fair queues, which delivers nothing outside the
-        fetch script: wait (XREAD, no group) for an entry past each stream's last delivered
-        one, then fetch with the script. An entry another consumer takes meanwhile only
-        wakes this one for a fetch that finds nothing."""
-        infos = self.direct.pipeline([("XINFO", "GROUPS", s) for s in self.streams])
-        after = [_last_delivered(info) for info in infos]
-        if any(a is None for a in after):  # the stream or its group is gone
-            self.ensure_groups()
-            return []
-        args: list[Any] = ["COUNT", 1, "BLOCK", max(1, block_ms), "STREAMS", *self.streams]
-        if not self.direct.call("XREAD", *args, *after):
-            return []
-        return list(self.fetch(consumer, count).deliveries)
-
-
-def _last_delivered(info: Any) -> str | None:
-    """The group's last delivered id in an XINFO GROUPS reply (None: no group, or an error)."""
-    if isinstance(info, BrokerError):
-        return None
-    for g in info_records(info):
-        if text(g.get("name", "")) == GROUP:
-            return text(g.get("last-delivered-id", "0-0"))
-    return None
 
 
 def due_in_ms(now_ms: int, due_keys: Sequence[Any]) -> int:

@@ -24,7 +24,7 @@ from typing import Any
 from taskq.broker.delivery import Delivery, Fetched, delivery
 from taskq.broker.fetching import SlotFetcher, due_in_ms
 from taskq.broker.link import Link
-from taskq.broker.replies import entries, info_records, redis_ms, text
+from taskq.broker.replies import as_int, entries, info_records, redis_ms, text
 from taskq.broker.resp import Command
 from taskq.errors import BrokerError
 from taskq.keys import GROUP, PRIORITIES
@@ -103,8 +103,11 @@ class PartitionGroup:
         commands.append(("TIME",))
         for part in self.parts:
             commands += [("GET", k.due) for k in part.keys.values()]
-            for s in part.streams:
-                commands += [("XREVRANGE", s, "+", "-", "COUNT", 1), ("XINFO", "GROUPS", s)]
+            for stream, queue, priority in part.where:
+                commands += [("XREVRANGE", stream, "+", "-", "COUNT", 1)]
+                commands += [("XINFO", "GROUPS", stream)]
+                if part.fair_streams:  # (its jobs wait staged for their turn too)
+                    commands.append(("GET", part.keys[queue].fair_staged_count(priority)))
         replies = self.parts[0].direct.pipeline(commands)
         for reply in replies[: len(by_stream)]:
             if isinstance(reply, BrokerError) and "NOGROUP" not in str(reply):
@@ -117,9 +120,10 @@ class PartitionGroup:
             dues += replies[at : at + len(part.keys)]
             at += len(part.keys)
             for p in range(len(PRIORITIES)):
-                if _waits(replies[at], replies[at + 1]):
+                staged = as_int(replies[at + 2], 0) if part.fair_streams else 0
+                if _waits(replies[at], replies[at + 1]) or staged > 0:
                     waiting[p].append(i)
-                at += 2
+                at += 3 if part.fair_streams else 2
         return waiting, due_in_ms(now, dues)
 
     def _take(self, consumer: str, count: int, waiting: list[list[int]]) -> list[Delivery]:
@@ -132,7 +136,7 @@ class PartitionGroup:
         got: list[Delivery] = []
         for i in order:
             part = self.parts[i]
-            if part.fair_streams:  # read by its fetch script, which admits the keys' next
+            if part.fair_streams:  # its fetch admits the jobs it reads (fair_admit.lua)
                 got += part.fetch(consumer, count - len(got)).deliveries
                 if len(got) >= count:
                     break

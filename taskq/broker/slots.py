@@ -159,6 +159,7 @@ def fetch_script_round(
     nothing came: the caller looks at the later slots one by one."""
     reach = next((i for i, p in enumerate(parts) if p.was_reached), 0)
     commands: list[Command] = []
+    fetch_at: list[int] = []
     used: list[SlotFetcher] = []
     for i, part in enumerate(parts):
         mine = [d for d in acks if d.queue in part.keys]
@@ -168,13 +169,19 @@ def fetch_script_round(
         stale = [s for s in dirty if s in part.stream_position]
         want = (min(count, FAIR_MAX_BATCH) if part.fair_streams else count) if i <= reach else 0
         keys, argv = part.script_args(consumer, want, mine, done, fence_acks, trim, stale)
+        admit = part.admit_command(want, 0, len(part.streams) - 1)
+        if admit is not None:  # (its reply, the number admitted, is not needed)
+            commands.append(admit)
+        fetch_at.append(len(commands))
         commands.append(script_command("fetch", keys, argv))
         used.append(part)
     got: list[Delivery] = []
     dues: list[int] = []
-    for part, reply in zip(used, parts[0].direct.pipeline(commands), strict=True):
+    replies = parts[0].direct.pipeline(commands)
+    for reply in replies:
         if isinstance(reply, BrokerError):
             raise reply
+    for part, reply in zip(used, (replies[i] for i in fetch_at), strict=True):
         fetched = part.script_replies(reply)
         got += fetched.deliveries
         if fetched.due_in_ms >= 0:

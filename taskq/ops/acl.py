@@ -49,6 +49,9 @@ PRODUCER_COMMANDS = (
     "wait",  # durable_enqueue: a replica has the job
     "zincrby",  # a fair queue: its key's waiting jobs (staging uses rpush, llen, lpop too)
     "incrby",  # ... and its staged count
+    "lmove",  # ... a key's turn, when the enqueue finds the stream idle and admits at once
+    "rpop",  # ... a key without staged jobs leaves the turns
+    "zmscore",  # ... the admitted keys' waiting counts
     # job.progress(), job.stream(), job.logs(): a job's telemetry keys, read only
     "xread",
     "lrange",
@@ -107,9 +110,12 @@ WORKER_COMMANDS = (
     "pttl",  # the end of a cancelled or expired job without a record: how long it is kept
     "llen",  # a due batch (promote.lua)
     "lpop",  # ... leaves its list for its stream
-    "zincrby",  # a fair queue's fetch: its keys' waiting jobs
+    "zincrby",  # a fair queue's admission: its keys' waiting jobs
     "incrby",  # ... and its staged count
-    "zmscore",  # ... read for a whole fetch's deliveries at once
+    "zmscore",  # ... read for a whole admission's keys at once
+    "lmove",  # ... a key's turn
+    "rpop",  # ... a key without staged jobs leaves the turns
+    "lrem",  # ... a cancelled staged job (and its key's turn, if it was the last)
 )
 
 OPERATOR_COMMANDS = (
@@ -166,7 +172,7 @@ OPERATOR_COMMANDS = (
     # taskq inspect gathering (and the overview): the bursts and batches waiting
     "llen",
     "lindex",
-    # a fair queue's staged jobs: admitted when one is removed, cancelled, or fair off
+    # a fair queue's staged jobs: cancelled (a key left without any leaves the turns), fair off
     "lpop",
     "lrem",
     "zincrby",

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.integration
 
 def lay_out(r: redis.Redis, queue: str, waiting: dict[Any, float], *, on: bool = True) -> None:
     """A fair queue's keys as its scripts leave them: the waiting set, the mode mark and,
-    for the first key, one staged job and its admitted slot."""
+    for the first key, one staged job and its turn."""
     k = QueueKeys(queue)
     if on:
         r.set(k.fair_mode, "on")
@@ -35,7 +35,7 @@ def lay_out(r: redis.Redis, queue: str, waiting: dict[Any, float], *, on: bool =
         r.zadd(k.fair_waiting, waiting)
         first = next(iter(waiting))
         r.rpush(k.fair_staged("normal", first), b"job")
-        r.hset(k.fair_slots("normal"), first, 1)
+        r.rpush(k.fair_turns("normal"), first)
 
 
 def truth(r: redis.Redis, queue: str) -> dict[bytes, int]:

@@ -84,21 +84,16 @@ KEY_KINDS = {
     ("unique", MAIN, "KEYS[rec]"): "record",
     ("watch", MAIN, "KEYS[1]"): "record",
     ("_fair", "fair_weight", "names.weights"): "fair weights",
-    ("_fair", "fair_admit", "slots"): "fair slots",
-    ("_fair", "fair_set_slots", "slots"): "fair slots",
-    ("_fair", "fair_release_all", "names.slots"): "fair slots",
-    ("_fair", "fair_release_all", "names.weights"): "fair weights",
     ("_fair", "fair_enter", "rec"): "record",
-    ("_fair", "fair_release", "names.slots"): "fair slots",
-    ("fair_enqueue", MAIN, "KEYS[3]"): "fair slots",
-    ("fair_enqueue", "write_record", "KEYS[6]"): "record",
+    ("fair_enqueue", MAIN, "KEYS[5]"): "record",
+    ("fair_enqueue", "write_record", "KEYS[5]"): "record",
     ("fair_weight", MAIN, "KEYS[1]"): "fair weights",
 }
 """Every key of a hash command in the scripts: a job's record, or another hash (the queue's
 counts, its pauses and run-time limits, the tombstones of cancelled jobs without a record, a
 chord's state, a workflow's record, a worker's heartbeat record, the periodic schedules, a
 resumable job's steps, a job's telemetry log counters, a debounce burst, a fair queue's
-slots and weights)."""
+weights)."""
 
 DYNAMIC = {
     ("fetch", "unpack(ids)"): "XACK",

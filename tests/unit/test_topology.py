@@ -87,7 +87,8 @@ _HOLDER_RECORD = (
     "local h = redis.call('HMGET', queue .. ':job:' .. held, 'state', 'entry', 'priority')"
 )
 
-_FAIR_SLOTS = "names = {slots = head .. priority .. ':slots', staged = head .. priority .. ':k:',"
+_FAIR_NAMES = "names = {turns = head .. priority .. ':turns', staged = head .. priority .. ':k:',"
+_FAIR_COUNTS = "staged_count = head .. priority .. ':staged', last = head .. priority .. ':last',"
 _BATCH_STREAM = "flush_batch(KEYS[1], queue .. ':' .. ({'high', 'normal', 'low'})[p + 1], ARGV[6])"
 
 
@@ -113,8 +114,8 @@ def test_scripts_declare_their_keys() -> None:
     assert built == [
         # (a fair stream's keys: its queue's, from the stream's own name)
         ("_fair.lua", "local head = queue .. ':fair:'"),
-        ("_fair.lua", _FAIR_SLOTS),
-        ("_fair.lua", "staged_count = head .. priority .. ':staged',"),
+        ("_fair.lua", _FAIR_NAMES),
+        ("_fair.lua", _FAIR_COUNTS),
         ("_fair.lua", "waiting = head .. 'waiting', weights = queue .. ':fairweights'}"),
         ("_flow.lua", "redis.call('HINCRBY', prefix .. ':counts', 'held', -1)"),
         ("_flow.lua", "local stream = prefix .. ':' .. PRIORITY_NAMES[p + 1]"),

@@ -1,27 +1,31 @@
--- Shared prologue: fair queues (docs/fairness.md). A fair queue's admitted entries carry
--- their fairness key in a last field 'fk'; each key has at most its weight of them
--- undelivered in a priority's stream (<queue>:fair:<priority>:slots), the rest staged in
--- its list (<queue>:fair:<priority>:k:<key>), and <queue>:fair:waiting counts its waiting
--- jobs (staged and admitted). Every key is named from the stream's own name, so a script
--- touches keys of that queue only (one hash tag).
+-- Shared prologue: fair queues (docs/fairness.md). A fair queue's jobs wait staged in their
+-- fairness key's list (<queue>:fair:<priority>:k:<key>) until the key's turn: the key's
+-- turns list (<queue>:fair:<priority>:turns) holds each key with staged jobs once, in turn
+-- order, and a turn moves up to the key's weight of its jobs into the stream (with the key
+-- in a last field 'fk') and the key to the end of the turns. Readers admit, just before
+-- their read and in the same write, the jobs that read will take (fair_admit.lua), so the
+-- stream holds no backlog of admitted jobs and every batch takes the keys in turn.
+-- <queue>:fair:waiting counts each key's staged jobs (every priority) and
+-- <queue>:fair:<priority>:staged each priority's. Every key is named from the stream's own
+-- name, so a script touches keys of that queue only (one hash tag).
 
 -- A key as producers check it: 1 to 200 bytes, no control characters or whitespace.
 local function fair_key_ok(key)
   return type(key) == 'string' and #key >= 1 and #key <= 200 and not string.find(key, '[%c%s]')
 end
 
--- The fairness keys of a stream "<queue>:<priority>" (keys.py QueueKeys.fair_*): its
--- slots hash, the head of its keys' staged lists (the list is head .. key), the queue's
--- waiting keys and weights, and whether any weight is set. Named once per stream and call
--- (a fetch releases many entries of one stream).
+-- The fairness keys of a stream "<queue>:<priority>" (keys.py QueueKeys.fair_*): its turns,
+-- the head of its keys' staged lists (the list is head .. key), its staged count, the
+-- queue's waiting keys and weights, and whether any weight is set. Named once per stream
+-- and call.
 local fair_known = {}
 local function fair_names(stream)
   local names = fair_known[stream]
   if names then return names end
   local queue, priority = string.match(stream, '^(.*):([^:]*)$')
   local head = queue .. ':fair:'
-  names = {slots = head .. priority .. ':slots', staged = head .. priority .. ':k:',
-    staged_count = head .. priority .. ':staged',
+  names = {turns = head .. priority .. ':turns', staged = head .. priority .. ':k:',
+    staged_count = head .. priority .. ':staged', last = head .. priority .. ':last',
     waiting = head .. 'waiting', weights = queue .. ':fairweights'}
   names.weighted = redis.call('EXISTS', names.weights) == 1
   fair_known[stream] = names
@@ -41,18 +45,18 @@ local function fair_weight(names, key)
   return fair_weight_of(redis.call('HGET', names.weights, key))
 end
 
--- One waiting job of the key less (its member goes at 0); `unwaited` (a table, optional)
--- collects it instead, for the caller's fair_unwait_all: one write per key and call.
-local function fair_unwait(waiting, key, unwaited)
+-- `n` staged jobs of the key fewer (in `unwaited`, a table: key -> count, written once per
+-- call by fair_unwait_all; without it at once).
+local function fair_unwait(waiting, key, n, unwaited)
   if unwaited then
-    unwaited[key] = (unwaited[key] or 0) + 1
+    unwaited[key] = (unwaited[key] or 0) + n
     return
   end
-  local left = tonumber(redis.call('ZINCRBY', waiting, -1, key))
+  local left = tonumber(redis.call('ZINCRBY', waiting, -n, key))
   if left <= 0 then redis.call('ZREM', waiting, key) end
 end
 
--- The waiting jobs collected by fair_unwait, off the waiting keys of `stream`'s queue: one
+-- The staged jobs collected by fair_unwait, off the waiting keys of `stream`'s queue: one
 -- ZMSCORE, one ZADD and one ZREM for them all (a key whose count reaches 0 leaves).
 local function fair_unwait_all(stream, unwaited)
   local keys = {}
@@ -98,128 +102,89 @@ local function fair_enter(stream, fields, key)
   return id
 end
 
--- Admit the key's staged jobs into `stream` (at its tail) while it has fewer than its
--- weight admitted (`n`). A job that keeps a record gets its new entry id there. An element
--- that is not an entry's fields is dropped (and counted off). Returns how many it admitted
--- then (the caller writes the count). `w`: the key's weight, when the caller read it.
-local function fair_admit_from(stream, key, n, unwaited, w)
+-- Stage a job (its entry's fields) behind its key's staged jobs; a key that had none joins
+-- the end of the turns. (The caller writes the record; see fair_enqueue.lua.)
+local function fair_stage(stream, fields, key)
   local names = fair_names(stream)
-  w = w or fair_weight(names, key)
-  local popped = 0
-  while n < w do
-    local raw = redis.call('LPOP', names.staged .. key)
-    if not raw then break end
-    popped = popped + 1
+  if redis.call('RPUSH', names.staged .. key, cmsgpack.pack(fields)) == 1 then
+    redis.call('RPUSH', names.turns, key)
+  end
+  redis.call('INCRBY', names.staged_count, 1)
+  redis.call('ZINCRBY', names.waiting, 1, key)
+end
+
+-- One turn: the key at the head of `stream`'s turns moves up to its weight of its staged
+-- jobs into the stream, and goes to the end of the turns while it has more. An element that
+-- is not an entry's fields is dropped (and counted off); a turns member that is not a key
+-- is dropped. Returns how many jobs went in, how many elements left the key's list and the
+-- last entry id, or nil when no key has staged jobs.
+local function fair_turn(stream, names, unwaited)
+  local key = redis.call('LMOVE', names.turns, names.turns, 'LEFT', 'RIGHT')
+  if not key then return nil end
+  if not fair_key_ok(key) then
+    redis.call('RPOP', names.turns)
+    return 0, 0
+  end
+  local list, w = names.staged .. key, fair_weight(names, key)
+  local raws = redis.call('LPOP', list, w) or {}
+  local admitted, id = 0, nil
+  for _, raw in ipairs(raws) do
     local f = fair_fields(raw)
     if f then
-      fair_enter(stream, f, key)
-      n = n + 1
-    else
-      fair_unwait(names.waiting, key, unwaited)
+      id = fair_enter(stream, f, key)
+      admitted = admitted + 1
     end
   end
+  if #raws > 0 then fair_unwait(names.waiting, key, #raws, unwaited) end
+  if #raws < w or redis.call('LLEN', list) == 0 then redis.call('RPOP', names.turns) end
+  return admitted, #raws, id
+end
+
+-- Turns of `stream`'s keys until `n` jobs went in (a turn is never cut short: a key of
+-- weight 3 may take the last place and two more) or no key has staged jobs; the last
+-- admitted entry's id is kept (fair_idle). Returns how many went in.
+local function fair_admit(stream, n)
+  local names, unwaited = fair_names(stream), {}
+  local admitted, popped, last = 0, 0, nil
+  while admitted < n do
+    local a, p, id = fair_turn(stream, names, unwaited)
+    if not a then break end
+    admitted, popped, last = admitted + a, popped + p, id or last
+  end
+  if last then redis.call('SET', names.last, last) end
   if popped > 0 then redis.call('INCRBY', names.staged_count, -popped) end
-  return n
+  fair_unwait_all(stream, unwaited)
+  return admitted
 end
 
--- Whether a key's admitted count `n` is what its slots hash holds (`held`, HGET's reply): a
--- delivery that admits the key's next job leaves it as it was, and it is not written.
-local function fair_slots_held(n, held)
-  return held == tostring(n) or (n == 0 and not held)
+-- How many entries of `stream` its group `group` has not delivered yet, counted up to
+-- `most`: those after the group's last delivered id (every entry, before a worker made the
+-- group).
+local function fair_undelivered(stream, group, most)
+  local last = last_delivered(stream, group)
+  if type(last) ~= 'string' or not string.match(last, '^%d+%-%d+$') then last = '0-0' end
+  return #redis.call('XRANGE', stream, '(' .. last, '+', 'COUNT', most)
 end
 
--- The key's admitted count in its slots hash: `n`, written unless it holds it already.
-local function fair_set_slots(slots, key, n, held)
-  if fair_slots_held(n, held) then return end
-  if n > 0 then redis.call('HSET', slots, key, n) else redis.call('HDEL', slots, key) end
-end
-
--- fair_admit_from with the count the key's slots hold; returns how many went in.
-local function fair_admit(stream, key)
-  local slots = fair_names(stream).slots
-  local held = redis.call('HGET', slots, key)
-  local n = tonumber(held) or 0
-  local now = fair_admit_from(stream, key, n)
-  if now ~= n then fair_set_slots(slots, key, now, held) end
-  return now - n
-end
-
--- An admitted entry of the key left `stream` undelivered (cancelled, removed, moved; a
--- fetch's deliveries: fair_release_all): its slot frees, its waiting count drops, and its
--- next staged jobs go in. An entry whose 'fk' is not a key is left alone.
-local function fair_release(stream, key)
-  if not fair_key_ok(key) then return end
-  local names = fair_names(stream)
-  local held = redis.call('HGET', names.slots, key)
-  local n = math.max(0, (tonumber(held) or 0) - 1)
-  fair_unwait(names.waiting, key)
-  fair_set_slots(names.slots, key, fair_admit_from(stream, key, n), held)
-end
-
--- fair_release of admitted entries of `stream` just delivered, in their order (`keys`, their
--- 'fk's; a key repeats for each of its entries), with one HMGET of their slots (and one of
--- their weights, if any is set) and one HSET and one HDEL of the counts that changed. Their
--- waiting counts drop in `unwaited` (fair_unwait).
-local function fair_release_all(stream, keys, unwaited)
-  local names, count, held, weight = fair_names(stream), {}, {}, {}
-  local reply = redis.call('HMGET', names.slots, unpack(keys))
-  local weights = names.weighted and redis.call('HMGET', names.weights, unpack(keys)) or {}
-  for i, key in ipairs(keys) do
-    if not count[key] then
-      count[key], held[key] = tonumber(reply[i]) or 0, reply[i]
-      weight[key] = fair_weight_of(weights[i])
-    end
+-- Whether a producer should admit a turn as it stages a job: every job admitted into
+-- `stream` was delivered (its readers may be idle, blocked on the stream, and wake only for
+-- an entry). It compares the last admitted id with the group's last delivered one, so that
+-- producers need not read the stream's entries; undelivered plain entries wake the readers,
+-- whose fetches admit.
+local function fair_idle(stream, group)
+  local last = redis.call('GET', fair_names(stream).last)
+  if type(last) ~= 'string' or not string.match(last, '^%d+%-%d+$') then return true end
+  local delivered = last_delivered(stream, group)
+  if type(delivered) ~= 'string' or not string.match(delivered, '^%d+%-%d+$') then
+    return false  -- (no group yet: no worker read the stream)
   end
-  for _, key in ipairs(keys) do
-    fair_unwait(names.waiting, key, unwaited)
-    local n = math.max(0, count[key] - 1)
-    count[key] = fair_admit_from(stream, key, n, unwaited, weight[key])
-  end
-  local counts, freed = {}, {}
-  for key, n in pairs(count) do
-    if not fair_slots_held(n, held[key]) then
-      if n > 0 then
-        counts[#counts + 1], counts[#counts + 2] = key, n
-      else
-        freed[#freed + 1] = key
-      end
-    end
-  end
-  if #counts > 0 then redis.call('HSET', names.slots, unpack(counts)) end
-  if #freed > 0 then redis.call('HDEL', names.slots, unpack(freed)) end
-end
-
--- The 'fk' of an entry's field array (nil if it has none): its last field when admitted.
-local function entry_fair_key(fields)
-  if fields[#fields - 1] == 'fk' then return fields[#fields] end  -- (where admissions put it)
-  for i = 1, #fields - 1, 2 do
-    if fields[i] == 'fk' then return fields[i + 1] end
-  end
-  return nil
-end
-
--- An entry's fields without its 'fk': a copy of it is not admitted.
-local function without_fair_key(fields)
-  local out = {}
-  for i = 1, #fields - 1, 2 do
-    if fields[i] ~= 'fk' then
-      out[#out + 1], out[#out + 2] = fields[i], fields[i + 1]
-    end
-  end
-  return out
-end
-
--- Delete an undelivered entry (it is removed, cancelled, moved): an admitted one frees its
--- key's slot. `fields` are its fields as XRANGE gave them. Returns XDEL's reply.
-local function fair_delete(stream, id, fields)
-  local n = redis.call('XDEL', stream, id)
-  local key = n == 1 and entry_fair_key(fields)
-  if key then fair_release(stream, key) end
-  return n
+  return not id_before(delivered, last)
 end
 
 -- Take a staged job that keeps a record out of its key's list (a cancel): the list is read
--- a page at a time for the element whose job id is `job`. Returns whether it was there.
+-- a page at a time for the element whose job id is `job`; a key left without staged jobs
+-- leaves the turns (a scan of them: cancels are rare, fetches never scan). Returns whether
+-- it was there.
 local function fair_unstage(stream, key, job)
   if not fair_key_ok(key) then return false end
   local names = fair_names(stream)
@@ -230,11 +195,23 @@ local function fair_unstage(stream, key, job)
       local f = fair_fields(raw)
       if f and f[5] == 'job' and f[6] == job then
         redis.call('LREM', list, 1, raw)
+        if n == 1 then redis.call('LREM', names.turns, 0, key) end
         redis.call('INCRBY', names.staged_count, -1)
-        fair_unwait(names.waiting, key)
+        fair_unwait(names.waiting, key, 1)
         return true
       end
     end
   end
   return false
+end
+
+-- An entry's fields without its 'fk' (a copy of it is a plain entry).
+local function without_fair_key(fields)
+  local out = {}
+  for i = 1, #fields - 1, 2 do
+    if fields[i] ~= 'fk' then
+      out[#out + 1], out[#out + 2] = fields[i], fields[i + 1]
+    end
+  end
+  return out
 end

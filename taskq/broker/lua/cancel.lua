@@ -53,7 +53,7 @@ local function cancel_unrecorded(id, keep, ttl, terminate, group)
     for _, e in ipairs(redis.call('XRANGE', KEYS[k], from, '+', 'COUNT', SCAN_MAX)) do
       for f = 1, #e[2], 2 do
         if e[2][f] == 'body' and body_is(e[2][f + 1], id) then
-          fair_delete(KEYS[k], e[1], e[2])
+          redis.call('XDEL', KEYS[k], e[1])
           return removed()
         end
       end
@@ -189,7 +189,7 @@ elseif state == 'waiting' then
     removed = fair_unstage(stream, redis.call('HGET', rec, 'fair_key'), id)
   elseif entry and undelivered(stream, entry) then
     local row = redis.call('XRANGE', stream, entry, entry)[1]
-    removed = row and fair_delete(stream, entry, row[2]) == 1 or false
+    removed = row and redis.call('XDEL', stream, entry) == 1 or false
   end
 elseif state == 'scheduled' or state == 'retrying' or state == 'snoozed' then
   local due = redis.call('HGET', rec, 'due_ms')

@@ -1,51 +1,40 @@
--- Enqueue a job on a fair queue (docs/fairness.md): while the queue is marked fair, into
--- its stream if its key has a free slot (with field 'fk'), else staged in the key's list;
--- either way counted in the queue's waiting keys. A queue not marked fair (no fair worker
--- marked it yet, or `taskq fair off` cleared it) gets the plain entry: nothing is staged
--- where no worker admits it. A job that keeps a record gets it as enqueue.lua writes it
--- (entry '' while staged) and its key in field 'fair_key'.
--- KEYS: stream, fair mode, slots hash, the key's staged list, waiting keys, then (a job
---       that keeps a record) its record and done list. (The weights hash, which producers
---       may only read, is named from the stream: Redis checks declared keys for writing.)
--- ARGV: task, body, fairness key, then with a record: job id, ttl ms, queue, priority,
---       args (msgpack [args, kwargs]).
+-- Enqueue a job on a fair queue (docs/fairness.md): while the queue is marked fair, staged
+-- behind its key's jobs, and admitted at once with a turn (the turns' first key's, so the
+-- order stays fair) when every admitted job was delivered: idle workers, blocked on the
+-- stream, wake for it. Otherwise the readers' next fetch admits it in its turn. A queue not
+-- marked fair (no fair worker marked it yet, or `taskq fair off` cleared it) gets the plain
+-- entry: nothing is staged where no worker admits it. A job that keeps a record gets it as
+-- enqueue.lua writes it (entry '' while staged) and its key in field 'fair_key'.
+-- KEYS: stream, fair mode, the key's staged list, waiting keys, then (a job that keeps a
+--       record) its record and done list. (The turns and the weights hash, which producers
+--       may only read, are named from the stream: Redis checks declared keys for writing.)
+-- ARGV: task, body, fairness key, group, then with a record: job id, ttl ms, queue,
+--       priority, args (msgpack [args, kwargs]).
 -- Returns the entry id ('' when staged).
 local key = ARGV[3]
 if not fair_key_ok(key) then
   return redis.error_reply('ERR fair_enqueue: bad fairness key')
 end
-local recorded = #KEYS >= 7
+local recorded = #KEYS >= 6
 local fields = {'task', ARGV[1], 'body', ARGV[2]}
 if recorded then
-  fields[5], fields[6] = 'job', ARGV[4]
-  fresh_record(KEYS[6], KEYS[7])
+  fields[5], fields[6] = 'job', ARGV[5]
+  fresh_record(KEYS[5], KEYS[6])
 end
 local function write_record(id)
   if not recorded then return end
-  redis.call('HSET', KEYS[6], 'state', 'waiting', 'task', ARGV[1], 'queue', ARGV[6],
-    'priority', ARGV[7], 'args', ARGV[8], 'enqueued_ms', now_ms(), 'entry', id,
+  redis.call('HSET', KEYS[5], 'state', 'waiting', 'task', ARGV[1], 'queue', ARGV[7],
+    'priority', ARGV[8], 'args', ARGV[9], 'enqueued_ms', now_ms(), 'entry', id,
     'fair_key', key)
-  redis.call('PEXPIRE', KEYS[6], ARGV[5])
+  redis.call('PEXPIRE', KEYS[5], ARGV[6])
 end
 if redis.call('GET', KEYS[2]) ~= 'on' then
   local id = redis.call('XADD', KEYS[1], '*', unpack(fields))
   write_record(id)
   return id
 end
-redis.call('ZINCRBY', KEYS[5], 1, key)
-local admitted = tonumber(redis.call('HGET', KEYS[3], key)) or 0
-local room = admitted < fair_weight(fair_names(KEYS[1]), key)
-if room and redis.call('LLEN', KEYS[4]) == 0 then
-  fields[#fields + 1], fields[#fields + 2] = 'fk', key
-  local id = redis.call('XADD', KEYS[1], '*', unpack(fields))
-  redis.call('HSET', KEYS[3], key, admitted + 1)
-  write_record(id)
-  return id
-end
--- Behind the key's staged jobs (first in, first out within a key); a weight raised since
--- they were staged lets them in now.
-redis.call('RPUSH', KEYS[4], cmsgpack.pack(fields))
-redis.call('INCRBY', fair_names(KEYS[1]).staged_count, 1)
+fair_stage(KEYS[1], fields, key)
 write_record('')
-if room then fair_admit(KEYS[1], key) end
-return ''
+if not fair_idle(KEYS[1], ARGV[4]) or fair_admit(KEYS[1], 1) == 0 then return '' end
+-- (A job that keeps a record and went in has its entry there.)
+return recorded and redis.call('HGET', KEYS[5], 'entry') or ''

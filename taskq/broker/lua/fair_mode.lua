@@ -1,7 +1,8 @@
 -- A worker starts on a queue (docs/fairness.md, "Turning it on and off"): one whose settings
 -- name it fair marks it fair; one whose settings do not finds out whether jobs still wait
--- staged or admitted by fairness, and with none clears the mark, so that producers that
--- still name it fair stop staging where no fair worker would admit.
+-- staged by fairness (admitted ones are stream entries any worker reads), and with none
+-- clears the mark, so that producers that still name it fair stop staging where no fair
+-- worker would admit.
 -- KEYS: fair mode, waiting keys.
 -- ARGV: 'on' (a fair worker) or 'plain'.
 -- Returns how many keys have jobs waiting under fairness (the plain worker refuses then).

@@ -1,15 +1,18 @@
 -- taskq fair off (docs/fairness.md): move a fair queue's staged jobs into their streams as
 -- plain entries, a batch per call, taking the keys in turn (oldest first within a key). The
 -- first call clears the mark, so producers stop staging; the last ('finish') drops the
--- slots, waiting and staged counts, which no plain worker keeps.
--- KEYS: fair mode, waiting keys, the streams (high, normal, low), the slots (same order).
+-- turns, waiting and staged counts and last admitted ids, which no plain worker keeps.
+-- KEYS: fair mode, waiting keys, the streams (high, normal, low), the turns (same order).
 -- ARGV: 'move' or 'finish', the first key's rank in the waiting keys, keys per call, most
 --       jobs per call.
 -- Returns {jobs moved, the next call's rank (-1: every key was looked at)}.
 redis.call('DEL', KEYS[1])
 if ARGV[1] == 'finish' then
   redis.call('DEL', KEYS[2], KEYS[6], KEYS[7], KEYS[8])
-  for p = 3, 5 do redis.call('DEL', fair_names(KEYS[p]).staged_count) end
+  for p = 3, 5 do
+    local names = fair_names(KEYS[p])
+    redis.call('DEL', names.staged_count, names.last)
+  end
   return {0, -1}
 end
 local from, nkeys, budget = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])

@@ -12,8 +12,7 @@
 -- KEYS: the job streams, in read order, then each queue's due key, then every key the
 --       completions touch.
 -- ARGV: group, consumer, count, fence (0/1), trim (0/1), n_acks, number of streams,
---       n_completions, number of streams and due keys, n_fair, then the key indexes of the
---       n_fair streams of fair queues, then n_acks pairs (stream key index,
+--       n_completions, number of streams and due keys, then n_acks pairs (stream key index,
 --       entry id), then (if n_completions > 0) the completions, one msgpack array of
 --       {index of its ack (1-based), ms since the run ended, job id (nil: no record),
 --       record ttl ms, result, attempts, run ms, ops}; then the key indexes of the streams
@@ -21,18 +20,14 @@
 -- A completion's record and done list are named from its job id and its ack's stream, as
 -- the records of the jobs taken here are: the keys of one queue share its hash tag.
 -- Returns {ms until something is due (-1: nothing; 0: due now), then per delivery: stream key
---          index, entry id, fields (a fair stream's without 'task' and 'fk')}.
+--          index, entry id, fields}.
+-- (A fair queue's readers admit its next jobs just before this: fair_admit.lua.)
 local group, consumer = ARGV[1], ARGV[2]
 local count, nacks, nstreams = tonumber(ARGV[3]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local ncompletions, nfetchkeys = tonumber(ARGV[8]), tonumber(ARGV[9])
 local fence, trim = ARGV[4] == '1', ARGV[5] == '1'
 local PAGE = 1000
--- A fair stream's delivered entries free their keys' slots and admit the keys' next jobs at
--- its tail (_fair.lua), so its read goes on until `count` or nothing new: a batch takes the
--- keys in turn.
-local fair = {}
-for i = 11, 10 + tonumber(ARGV[10]) do fair[tonumber(ARGV[i])] = true end
-local first_ack = 11 + tonumber(ARGV[10])
+local first_ack = 10
 
 -- The entries pending under this consumer, read in pages (there may be more than a page).
 local function pending_here(key)
@@ -94,23 +89,7 @@ if ncompletions > 0 then
   a = a + 1
 end
 
--- A fair entry's fields as the worker reads them: without 'task' (its body names the task
--- too) and 'fk', which the worker never reads, so that the reply stays small.
-local function read_fields(fields)
-  local kept = {}
-  for i = 1, #fields - 1, 2 do
-    local name = fields[i]
-    if name ~= 'task' and name ~= 'fk' then
-      kept[#kept + 1], kept[#kept + 2] = name, fields[i + 1]
-    end
-  end
-  return kept
-end
-
 local out, got = {-1}, 0  -- (out holds 1 + 3 * got values)
--- The waiting jobs the deliveries of the fair stream being read took off, per key: written
--- once per stream (fair_unwait_all) rather than per job.
-local unwaited = {}
 local function read(k)
   local r = redis.pcall('XREADGROUP', 'GROUP', group, consumer, 'COUNT', count - got,
     'STREAMS', KEYS[k], '>')
@@ -121,30 +100,16 @@ local function read(k)
     r = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', count - got,
       'STREAMS', KEYS[k], '>')
   end
-  local n, delivered = 0, {}
   if r and r[1] then
     for _, e in ipairs(r[1][2]) do
-      local fields = e[2]
-      if fair[k] then
-        local key = entry_fair_key(fields)
-        if fair_key_ok(key) then delivered[#delivered + 1] = key end
-        fields = read_fields(fields)
-      end
-      out[3 * got + 2], out[3 * got + 3], out[3 * got + 4] = k, e[1], fields
-      got, n = got + 1, n + 1
+      out[3 * got + 2], out[3 * got + 3], out[3 * got + 4] = k, e[1], e[2]
+      got = got + 1
     end
   end
-  if #delivered > 0 then fair_release_all(KEYS[k], delivered, unwaited) end
-  return n
 end
 for k = 1, nstreams do
   if got >= count then break end
-  local n = read(k)
-  if fair[k] then
-    while n > 0 and got < count do n = read(k) end
-    fair_unwait_all(KEYS[k], unwaited)
-    unwaited = {}
-  end
+  read(k)
 end
 
 -- Finished jobs leave their stream by trimming: when the caller asks (every few dozen acks),

@@ -14,9 +14,9 @@ for i = 3, #ARGV do
   local row = string.match(ref, '^%d+%-%d+$') and id_before(cursor, ref)
     and redis.call('XRANGE', KEYS[1], ref, ref)[1]
   if row then
-    -- (a copy is not admitted: it goes without 'fk', and the key's slot frees)
+    -- (a copy is a plain entry: it goes without 'fk')
     local id = redis.call('XADD', KEYS[2], '*', unpack(without_fair_key(row[2])))
-    fair_delete(KEYS[1], ref, row[2])
+    redis.call('XDEL', KEYS[1], ref)
     moved = moved + 1
     for j = 1, #row[2], 2 do
       if row[2][j] == 'job' then

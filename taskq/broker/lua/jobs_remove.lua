@@ -46,7 +46,7 @@ local function take(ref)
   local job
   for i = 1, #row[2], 2 do if row[2][i] == 'job' then job = row[2][i + 1] end end
   if needs_cancel(job) then return 'handed back' end
-  fair_delete(KEYS[1], ref, row[2])
+  redis.call('XDEL', KEYS[1], ref)
   return job or ''
 end
 

@@ -10,7 +10,7 @@ local cursor = last_delivered(KEYS[1], group) or '0-0'
 
 local rows = redis.call('XRANGE', KEYS[1], '(' .. cursor, last, 'COUNT', batch)
 if #rows > 0 then
-  for _, e in ipairs(rows) do fair_delete(KEYS[1], e[1], e[2]) end
+  for _, e in ipairs(rows) do redis.call('XDEL', KEYS[1], e[1]) end
   return {#rows, 0, 0}
 end
 if ARGV[4] ~= '1' then
