@@ -68,7 +68,7 @@ KEY_KINDS = {
     ("periodic", MAIN, "KEYS[1]"): "periodic",
     ("limit_set", MAIN, "KEYS[1]"): "limits",
     ("pause", MAIN, "KEYS[1]"): "paused",
-    ("promote", "move_due", "rec"): "record",
+    ("promote", "note_entry", "rec"): "record",
     ("queue_stats", MAIN, "KEYS[9]"): "counts",
     ("requeue", MAIN, "KEYS[2]"): "record",
     ("resume", MAIN, "KEYS[1]"): "paused",
@@ -90,7 +90,7 @@ KEY_KINDS = {
     ("_fair", "fair_release_all", "names.weights"): "fair weights",
     ("_fair", "fair_enter", "rec"): "record",
     ("_fair", "fair_release", "names.slots"): "fair slots",
-    ("fair_enqueue", MAIN, "KEYS[3]"): "fair slots",
+    ("_fair", "fair_stage", "names.slots"): "fair slots",
     ("fair_enqueue", "write_record", "KEYS[6]"): "record",
     ("fair_weight", MAIN, "KEYS[1]"): "fair weights",
 }

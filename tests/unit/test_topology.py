@@ -114,7 +114,7 @@ def test_scripts_declare_their_keys() -> None:
         # (a fair stream's keys: its queue's, from the stream's own name)
         ("_fair.lua", "local head = queue .. ':fair:'"),
         ("_fair.lua", _FAIR_SLOTS),
-        ("_fair.lua", "staged_count = head .. priority .. ':staged',"),
+        ("_fair.lua", "staged_count = head .. priority .. ':staged', mode = head .. 'mode',"),
         ("_fair.lua", "waiting = head .. 'waiting', weights = queue .. ':fairweights'}"),
         ("_flow.lua", "redis.call('HINCRBY', prefix .. ':counts', 'held', -1)"),
         ("_flow.lua", "local stream = prefix .. ':' .. PRIORITY_NAMES[p + 1]"),

@@ -21,7 +21,7 @@ local function fair_names(stream)
   local queue, priority = string.match(stream, '^(.*):([^:]*)$')
   local head = queue .. ':fair:'
   names = {slots = head .. priority .. ':slots', staged = head .. priority .. ':k:',
-    staged_count = head .. priority .. ':staged',
+    staged_count = head .. priority .. ':staged', mode = head .. 'mode',
     waiting = head .. 'waiting', weights = queue .. ':fairweights'}
   names.weighted = redis.call('EXISTS', names.weights) == 1
   fair_known[stream] = names
@@ -142,6 +142,42 @@ local function fair_admit(stream, key)
   local now = fair_admit_from(stream, key, n)
   if now ~= n then fair_set_slots(slots, key, now, held) end
   return now - n
+end
+
+-- Whether `stream`'s queue is marked fair (read once per stream and call): a job is staged
+-- only where a fair worker admits it.
+local function fair_on(stream)
+  local names = fair_names(stream)
+  if names.on == nil then names.on = redis.call('GET', names.mode) == 'on' end
+  return names.on
+end
+
+-- A job enters `stream` of a fair queue (the caller checked `key` and the mark): admitted
+-- with its key (field 'fk') if the key has a free slot and no staged jobs, else staged at
+-- the end of its list (first in, first out within a key; a weight raised since its jobs
+-- were staged lets them in now); either way counted in the queue's waiting keys. `record`
+-- (a function, optional) writes the job's record with its entry id ('' while staged), before
+-- an admission writes the entry there. Every way a producer's job enters a fair queue (an
+-- enqueue, a delayed job when due, a unique job) goes through here. Returns the entry id,
+-- '' when staged.
+local function fair_stage(stream, fields, key, record)
+  local names = fair_names(stream)
+  redis.call('ZINCRBY', names.waiting, 1, key)
+  local admitted = tonumber(redis.call('HGET', names.slots, key)) or 0
+  local room = admitted < fair_weight(names, key)
+  local list = names.staged .. key
+  if room and redis.call('LLEN', list) == 0 then
+    fields[#fields + 1], fields[#fields + 2] = 'fk', key
+    local id = redis.call('XADD', stream, '*', unpack(fields))
+    redis.call('HSET', names.slots, key, admitted + 1)
+    if record then record(id) end
+    return id
+  end
+  redis.call('RPUSH', list, cmsgpack.pack(fields))
+  redis.call('INCRBY', names.staged_count, 1)
+  if record then record('') end
+  if room then fair_admit(stream, key) end
+  return ''
 end
 
 -- An admitted entry of the key left `stream` undelivered (cancelled, removed, moved; a

@@ -5,8 +5,9 @@
 -- where no worker admits it. A job that keeps a record gets it as enqueue.lua writes it
 -- (entry '' while staged) and its key in field 'fair_key'.
 -- KEYS: stream, fair mode, slots hash, the key's staged list, waiting keys, then (a job
---       that keeps a record) its record and done list. (The weights hash, which producers
---       may only read, is named from the stream: Redis checks declared keys for writing.)
+--       that keeps a record) its record and done list. (fair_stage names the fair keys from
+--       the stream, as the ones declared here; the weights hash, which producers may only
+--       read, is not declared: Redis checks declared keys for writing.)
 -- ARGV: task, body, fairness key, then with a record: job id, ttl ms, queue, priority,
 --       args (msgpack [args, kwargs]).
 -- Returns the entry id ('' when staged).
@@ -32,20 +33,4 @@ if redis.call('GET', KEYS[2]) ~= 'on' then
   write_record(id)
   return id
 end
-redis.call('ZINCRBY', KEYS[5], 1, key)
-local admitted = tonumber(redis.call('HGET', KEYS[3], key)) or 0
-local room = admitted < fair_weight(fair_names(KEYS[1]), key)
-if room and redis.call('LLEN', KEYS[4]) == 0 then
-  fields[#fields + 1], fields[#fields + 2] = 'fk', key
-  local id = redis.call('XADD', KEYS[1], '*', unpack(fields))
-  redis.call('HSET', KEYS[3], key, admitted + 1)
-  write_record(id)
-  return id
-end
--- Behind the key's staged jobs (first in, first out within a key); a weight raised since
--- they were staged lets them in now.
-redis.call('RPUSH', KEYS[4], cmsgpack.pack(fields))
-redis.call('INCRBY', fair_names(KEYS[1]).staged_count, 1)
-write_record('')
-if room then fair_admit(KEYS[1], key) end
-return ''
+return fair_stage(KEYS[1], fields, key, write_record)
