@@ -28,7 +28,8 @@ from typing import Any
 import msgpack
 
 from taskq import codec
-from taskq.keys import PRIORITIES, QueueKeys
+from taskq.broker.enqueue import schedule_member
+from taskq.keys import QueueKeys
 from taskq.message import Message, as_extended, lua_pack
 from taskq.results import encode_args
 from taskq.signing import Signer
@@ -112,7 +113,8 @@ def _job_ops(frag: dict[str, Any], parent: bytes | None, signer: Signer | None) 
 
 def enqueue_ops(msg: Message, body: bytes, delay_ms: int = 0) -> Ops:
     """The op that enqueues an encoded job, with its record if it keeps one: into its stream
-    now, or into the schedule for ``delay_ms`` (a periodic job's tick, a unique job)."""
+    now, or into the schedule for ``delay_ms`` (a periodic job's tick, a unique job). A job
+    of a fair queue (``msg.fair_key``) is staged by its key, now or when due."""
     args = encode_args(msg.args, msg.kwargs)
     return _schedule_op(msg, body, args, delay_ms) if delay_ms > 0 else _stream_op(msg, body, args)
 
@@ -120,7 +122,7 @@ def enqueue_ops(msg: Message, body: bytes, delay_ms: int = 0) -> Ops:
 def _schedule_op(msg: Message, body: bytes, args: bytes, delay_ms: int) -> Ops:
     k = QueueKeys(msg.queue)
     record, done = _record_keys(msg)
-    member = b"%d\n%s\n%s" % (PRIORITIES.index(msg.priority), msg.task.encode(), body)
+    member = schedule_member(msg, body, fair=True)
     info = [msg.task, msg.queue, msg.priority, args, _later(msg), done]
     op = ["schedule", k.schedule, k.due, delay_ms, member, record, (msg.result_ttl_s or 0) * 1000]
     out = Ops()
@@ -133,8 +135,11 @@ def _stream_op(msg: Message, body: bytes, args: bytes) -> Ops:
     record, done = _record_keys(msg)
     stream, ttl_ms = k.stream(msg.priority), (msg.result_ttl_s or 0) * 1000
     op = ["job", stream, msg.task, body, msg.id, record, ttl_ms, msg.queue, msg.priority, args]
+    op += [_later(msg), done]
+    if msg.fair_key is not None:  # (a unique or periodic job of a fair queue: staged by it)
+        op.append(msg.fair_key)
     out = Ops()
-    out.add([*op, _later(msg), done], stream, record, done, *_later_keys(msg))
+    out.add(op, stream, record, done, *_later_keys(msg))
     return out
 
 

@@ -133,6 +133,18 @@ def task_app(redis_url: str) -> Iterator[App]:
     tasks.app.close()
 
 
+@pytest.fixture
+def fair_app(task_app: App) -> Iterator[App]:
+    """``tests.tasks.app`` naming the queue ``fair`` fair, with the queue marked fair (as its
+    first worker's start does), so that enqueues stage from the first (test_fair*.py)."""
+    from taskq.broker.fairness import claim_fairness
+
+    task_app.settings = task_app.settings.replace(fair_queues=("fair",))
+    claim_fairness(task_app.link, ["fair"], {"fair"})
+    yield task_app
+    task_app.settings = task_app.settings.replace(fair_queues=())
+
+
 def runs(r: redis.Redis) -> list[dict[str, Any]]:
     """The run records that tests.tasks write to the list ``runs``, oldest first."""
     return [msgpack.unpackb(x, raw=False) for x in r.lrange("runs", 0, -1)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from taskq.broker.link import script_command
 from taskq.broker.resp import Command
-from taskq.keys import GROUP, PRIORITIES, QueueKeys, stream_key
+from taskq.keys import PRIORITIES, QueueKeys, stream_key
 from taskq.message import Message
 from taskq.results import encode_args
 
@@ -26,7 +26,7 @@ def publish_command(msg: Message, body: bytes) -> Command:
 def schedule_command(msg: Message, body: bytes, in_ms: int | None) -> Command:
     """Add a delayed job to the schedule: due ``in_ms`` after Redis receives it, or at
     ``msg.eta_ms``."""
-    member = schedule_member(msg, body)
+    member = schedule_member(msg, body, fair=True)
     at = "" if in_ms is not None else msg.eta_ms
     k = QueueKeys(msg.queue)
     keys, args = [k.schedule, k.due], [at, in_ms or 0, member]
@@ -45,9 +45,27 @@ def unique_command(
     return script_command("unique", keys, [job_id, hold_ms, ops, record_at, int(releases)])
 
 
-def schedule_member(msg: Message, body: bytes) -> bytes:
-    """A delayed job as the schedule holds it: ``<priority index>\\n<task>\\n<body>``."""
+FAIR_HEAD = b"\xc1fair\n"
+"""Before a schedule member's body, the head of its fairness key: 0xc1 starts no msgpack body
+(as the head of a batch's marker member)."""
+
+
+def schedule_member(msg: Message, body: bytes, *, fair: bool = False) -> bytes:
+    """A delayed job as the schedule holds it: ``<priority index>\\n<task>\\n<body>``. With
+    ``fair``, a job with a fairness key has it before its body
+    (``\\xc1fair\\n<key>\\n<body>``), so that ``promote.lua`` stages it by its key when it
+    is due (docs/fairness.md); a debounce burst or a keep_last follow-up, which keep their
+    own flow control, enter their stream directly."""
+    if fair and msg.fair_key is not None:
+        body = b"%s%s\n%s" % (FAIR_HEAD, msg.fair_key.encode(), body)
     return b"%d\n%s\n%s" % (PRIORITIES.index(msg.priority), msg.task.encode(), body)
+
+
+def member_body(body: bytes) -> bytes:
+    """A schedule member's body part without its fairness key (``schedule_member``)."""
+    if body.startswith(FAIR_HEAD):
+        return body.partition(b"\n")[2].partition(b"\n")[2]
+    return body
 
 
 def debounce_command(
@@ -110,7 +128,7 @@ def fair_publish_command(msg: Message, body: bytes, fair_key: str) -> Command:
     k = QueueKeys(msg.queue)
     p = msg.priority
     keys = [k.stream(p), k.fair_mode, k.fair_staged(p, fair_key), k.fair_waiting]
-    args: list[object] = [msg.task, body, fair_key, GROUP]
+    args: list[object] = [msg.task, body, fair_key]
     if msg.result_ttl_s is not None:
         keys += [k.job(msg.id), k.done(msg.id)]
         args += [msg.id, msg.result_ttl_s * 1000, msg.queue, p]

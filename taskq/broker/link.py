@@ -34,10 +34,10 @@ Fence = Callable[[Connection], bool]
 now); closes it and returns True if not, so that it is opened again before its next use."""
 
 
-PROLOGUES = ("_fence", "_now", "_stream", "_record", "_flow", "_fair")
+PROLOGUES = ("_fence", "_now", "_stream", "_record", "_fair", "_flow")
 """Helper functions every script starts with: the ownership fence, the Redis clock, stream
-ids and the trim of finished jobs, the job status records, workflows, and fair queues'
-slots."""
+ids and the trim of finished jobs, the job status records, fair queues' slots and staging,
+and workflows (whose enqueues stage a unique or periodic job of a fair queue)."""
 
 
 @functools.cache

@@ -11,6 +11,7 @@ from typing import Any
 
 import msgpack
 
+from taskq.broker.enqueue import member_body
 from taskq.broker.replies import text
 from taskq.errors import ConfigError
 from taskq.keys import PRIORITIES
@@ -260,6 +261,7 @@ def member_row(member: bytes, score: int, state: str) -> JobRow:
     rest = member.split(b"\n", 1)[1] if state == RETRYING and b"\n" in member else member
     head, _, body = rest.partition(b"\n")
     task, _, body = body.partition(b"\n")
+    body = member_body(body)
     p = int(head) if head in (b"0", b"1", b"2") else 1
     msg = _decoded(body)
     job_id = msg.id if msg else ""

@@ -587,6 +587,12 @@ def test_each_role_does_its_part_of_a_fair_queue(server: RedisServer, admin: red
         jobs = [job.apply_async((n,), fair_key="A") for n in range(6)]
         plain = producer_app.task(name="fair.p")(lambda n: n)
         plain.apply_async((9,), fair_key="B")
+        # a unique job is staged by the producer, a delayed one by the worker's promotion
+        job.apply_async((7,), fair_key="A", unique_key="u")
+        job.apply_async((8,), fair_key="A", countdown=0.01)
+        broker = worker_app.broker_for(["acl"])
+        wait_until(lambda: broker.promote(force=True) < 0, message="the delayed job promoted")
+        assert admin.llen("acl:fair:normal:k:A") == 7
         # when the producer sets a weight, Redis refuses it; the operator may
         with pytest.raises(BrokerRefused, match="no permissions"):
             producer_app.set_fair_weight("acl", "A", 2)
@@ -594,13 +600,12 @@ def test_each_role_does_its_part_of_a_fair_queue(server: RedisServer, admin: red
         assert "weight 2" in operator(server, "fair", "weight", "acl", "A", "2")
         # and the worker's fetches admit each key's next jobs, the operator cancels a staged
         # one and moves the rest into the stream
-        broker = worker_app.broker_for(["acl"])
         broker.ensure_groups()
         got = broker.fetch("c1", 3).deliveries
         assert len(got) == 3
         assert operator_app.job(jobs[5].id, queue="acl").cancel() == "cancelled"
         # (the fetch took A's first, admitted as it was enqueued, and A's turn of two)
-        assert "3 staged job(s) moved" in operator(server, "fair", "off", "acl")
+        assert "5 staged job(s) moved" in operator(server, "fair", "off", "acl")
         assert not admin.keys("acl:fair:*")
     finally:
         for app in (worker_app, producer_app, operator_app):

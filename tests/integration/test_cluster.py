@@ -503,8 +503,11 @@ def test_a_partitioned_fair_queue_is_fair_within_each_partition(
     jobs += t.starmap((small, n) for n in range(2))
     others = [x for x in tenants[2:] if where[x] != where[big]][:6]
     jobs += [t.apply_async((x, 0)) for x in others]
-    assert {j.queue for j in jobs[:22]} == {where[big]}
+    # a unique and a delayed job of the big tenant: staged behind its jobs (in the slot)
+    jobs += [t.apply_async((big, 20), unique_key="u"), t.apply_async((big, 21), countdown=0.01)]
+    assert {j.queue for j in [*jobs[:22], *jobs[-2:]]} == {where[big]}
     part = app.broker_for([where[big]])
+    wait_until(lambda: part.promote(force=True) < 0, message="the delayed job promoted")
     part.ensure_groups()
     # the big tenant's first (admitted as it was enqueued), then the two keys' turns
     first = [d.body for d in part.fetch("c1", 5).deliveries]
@@ -514,7 +517,7 @@ def test_a_partitioned_fair_queue_is_fair_within_each_partition(
     app.set_fair_weight("fair", big, 2)
     with pytest.raises(ConfigError, match="taskq fair off"):
         claim_fairness(app.link, [where[big]], set())
-    assert fair_off(app.link, where[big]) == 20 - 3  # 3 of the big delivered
+    assert fair_off(app.link, where[big]) == 22 - 3  # 3 of the big delivered
     claim_fairness(app.link, names, set(names))
     result = drain(app, queues=["fair"], timeout_s=20)
     assert len(result.outcomes) == len(jobs) - 5

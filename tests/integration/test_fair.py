@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import collections
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import redis
 
-from taskq import App
+from taskq import App, Job
 from taskq.broker.broker import Broker
 from taskq.broker.delivery import Delivery
 from taskq.broker.fairness import claim_fairness, fair_off
@@ -26,16 +26,6 @@ pytestmark = pytest.mark.integration
 StartWorker = Callable[..., WorkerProcess]
 FAIR = {"TASKQ_FAIR_QUEUES": "fair"}
 K = QueueKeys("fair")
-
-
-@pytest.fixture
-def fair_app(task_app: App) -> Iterator[App]:
-    """``tests.tasks.app`` naming the queue ``fair`` fair, with the queue marked fair (as its
-    first worker's start does), so that enqueues stage from the first."""
-    task_app.settings = task_app.settings.replace(fair_queues=("fair",))
-    claim_fairness(task_app.link, ["fair"], {"fair"})
-    yield task_app
-    task_app.settings = task_app.settings.replace(fair_queues=())
 
 
 def starts(r: redis.Redis, since: int = 0) -> list[str]:
@@ -259,22 +249,30 @@ def check_invariant(r: redis.Redis) -> None:
     assert stored == {k: n for k, n in waiting.items() if n}
 
 
+def enqueue_one(rng: random.Random, step: int, jobs: list[Job], *, delayed: bool) -> None:
+    """A job of a random key and priority, with a record (kept in ``jobs``) or not; a
+    ``delayed`` one is due at once and staged when promoted."""
+    key, p = rng.choice(["A", "B", "C", None]), rng.choice(PRIORITIES)
+    later = {"countdown": 0.001} if delayed else {}
+    if rng.random() < 0.5:
+        jobs.append(tasks.add.apply_async((1, 2), queue="fair", priority=p, fair_key=key, **later))
+    else:
+        tasks.fair_job.apply_async((key or "default", step), priority=p, fair_key=key, **later)
+
+
 def test_turns_match_the_staged_jobs_under_random_operations(fair_app: App, r: redis.Redis) -> None:
     rng = random.Random(37)
     fair_app.set_fair_weight("fair", "B", 2)
     broker = fair_app.broker_for(["fair"])
     broker.ensure_groups()
     held: list[Delivery] = []
-    jobs = []
+    jobs: list[Job] = []
     for step in range(300):
-        op = rng.choice("eeeeffcrmph")
-        if op == "e":
-            key, p = rng.choice(["A", "B", "C", None]), rng.choice(PRIORITIES)
-            task = rng.choice([tasks.fair_job, tasks.add])
-            if task is tasks.add:
-                jobs.append(task.apply_async((1, 2), queue="fair", priority=p, fair_key=key))
-            else:
-                task.apply_async((key or "default", step), priority=p, fair_key=key)
+        op = rng.choice("eeeeffcrmphddP")
+        if op in "ed":
+            enqueue_one(rng, step, jobs, delayed=op == "d")
+        elif op == "P":
+            broker.promote(force=True)
         elif op == "f":
             n = rng.randint(0, len(held))
             got = broker.fetch("c", rng.randint(1, 6), held[:n])

@@ -68,7 +68,7 @@ KEY_KINDS = {
     ("periodic", MAIN, "KEYS[1]"): "periodic",
     ("limit_set", MAIN, "KEYS[1]"): "limits",
     ("pause", MAIN, "KEYS[1]"): "paused",
-    ("promote", "move_due", "rec"): "record",
+    ("promote", "note_entry", "rec"): "record",
     ("queue_stats", MAIN, "KEYS[9]"): "counts",
     ("requeue", MAIN, "KEYS[2]"): "record",
     ("resume", MAIN, "KEYS[1]"): "paused",

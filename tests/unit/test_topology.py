@@ -89,6 +89,9 @@ _HOLDER_RECORD = (
 
 _FAIR_NAMES = "names = {turns = head .. priority .. ':turns', staged = head .. priority .. ':k:',"
 _FAIR_COUNTS = "staged_count = head .. priority .. ':staged', last = head .. priority .. ':last',"
+_FAIR_MODE = (
+    "mode = head .. 'mode', waiting = head .. 'waiting', weights = queue .. ':fairweights'}"
+)
 _BATCH_STREAM = "flush_batch(KEYS[1], queue .. ':' .. ({'high', 'normal', 'low'})[p + 1], ARGV[6])"
 
 
@@ -116,7 +119,7 @@ def test_scripts_declare_their_keys() -> None:
         ("_fair.lua", "local head = queue .. ':fair:'"),
         ("_fair.lua", _FAIR_NAMES),
         ("_fair.lua", _FAIR_COUNTS),
-        ("_fair.lua", "waiting = head .. 'waiting', weights = queue .. ':fairweights'}"),
+        ("_fair.lua", _FAIR_MODE),
         ("_flow.lua", "redis.call('HINCRBY', prefix .. ':counts', 'held', -1)"),
         ("_flow.lua", "local stream = prefix .. ':' .. PRIORITY_NAMES[p + 1]"),
         ("_flow.lua", "local rec = prefix .. ':job:' .. job"),

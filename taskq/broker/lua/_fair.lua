@@ -9,15 +9,17 @@
 -- <queue>:fair:<priority>:staged each priority's. Every key is named from the stream's own
 -- name, so a script touches keys of that queue only (one hash tag).
 
+local FAIR_GROUP = 'taskq'  -- (keys.py GROUP: the consumer group of every stream)
+
 -- A key as producers check it: 1 to 200 bytes, no control characters or whitespace.
 local function fair_key_ok(key)
   return type(key) == 'string' and #key >= 1 and #key <= 200 and not string.find(key, '[%c%s]')
 end
 
 -- The fairness keys of a stream "<queue>:<priority>" (keys.py QueueKeys.fair_*): its turns,
--- the head of its keys' staged lists (the list is head .. key), its staged count, the
--- queue's waiting keys and weights, and whether any weight is set. Named once per stream
--- and call.
+-- the head of its keys' staged lists (the list is head .. key), its staged count and last
+-- admitted id, the queue's mark, waiting keys and weights, and whether any weight is set.
+-- Named once per stream and call.
 local fair_known = {}
 local function fair_names(stream)
   local names = fair_known[stream]
@@ -26,7 +28,7 @@ local function fair_names(stream)
   local head = queue .. ':fair:'
   names = {turns = head .. priority .. ':turns', staged = head .. priority .. ':k:',
     staged_count = head .. priority .. ':staged', last = head .. priority .. ':last',
-    waiting = head .. 'waiting', weights = queue .. ':fairweights'}
+    mode = head .. 'mode', waiting = head .. 'waiting', weights = queue .. ':fairweights'}
   names.weighted = redis.call('EXISTS', names.weights) == 1
   fair_known[stream] = names
   return names
@@ -102,17 +104,6 @@ local function fair_enter(stream, fields, key)
   return id
 end
 
--- Stage a job (its entry's fields) behind its key's staged jobs; a key that had none joins
--- the end of the turns. (The caller writes the record; see fair_enqueue.lua.)
-local function fair_stage(stream, fields, key)
-  local names = fair_names(stream)
-  if redis.call('RPUSH', names.staged .. key, cmsgpack.pack(fields)) == 1 then
-    redis.call('RPUSH', names.turns, key)
-  end
-  redis.call('INCRBY', names.staged_count, 1)
-  redis.call('ZINCRBY', names.waiting, 1, key)
-end
-
 -- One turn: the key at the head of `stream`'s turns moves up to its weight of its staged
 -- jobs into the stream, and goes to the end of the turns while it has more. An element that
 -- is not an entry's fields is dropped (and counted off); a turns member that is not a key
@@ -171,14 +162,40 @@ end
 -- an entry). It compares the last admitted id with the group's last delivered one, so that
 -- producers need not read the stream's entries; undelivered plain entries wake the readers,
 -- whose fetches admit.
-local function fair_idle(stream, group)
+local function fair_idle(stream)
   local last = redis.call('GET', fair_names(stream).last)
   if type(last) ~= 'string' or not string.match(last, '^%d+%-%d+$') then return true end
-  local delivered = last_delivered(stream, group)
+  local delivered = last_delivered(stream, FAIR_GROUP)
   if type(delivered) ~= 'string' or not string.match(delivered, '^%d+%-%d+$') then
     return false  -- (no group yet: no worker read the stream)
   end
   return not id_before(delivered, last)
+end
+
+-- Whether `stream`'s queue is marked fair (read once per stream and call): a job is staged
+-- only where a fair worker admits it.
+local function fair_on(stream)
+  local names = fair_names(stream)
+  if names.on == nil then names.on = redis.call('GET', names.mode) == 'on' end
+  return names.on
+end
+
+-- A job enters `stream` of a fair queue (the caller checked `key` and the mark): staged at
+-- the end of its key's list (a key that had none joins the end of the turns) and counted in
+-- the queue's waiting keys; then, if every job admitted so far was delivered (fair_idle),
+-- one turn goes in at once. `record` (a function, optional) writes the job's record with
+-- entry '' first, so that an admission writes its entry there. Every way a producer's job
+-- enters a fair queue (an enqueue, a delayed job when due, a unique or periodic job) goes
+-- through here. Returns whether a turn went in.
+local function fair_stage(stream, fields, key, record)
+  local names = fair_names(stream)
+  if redis.call('RPUSH', names.staged .. key, cmsgpack.pack(fields)) == 1 then
+    redis.call('RPUSH', names.turns, key)
+  end
+  redis.call('INCRBY', names.staged_count, 1)
+  redis.call('ZINCRBY', names.waiting, 1, key)
+  if record then record('') end
+  return fair_idle(stream) and fair_admit(stream, 1) > 0
 end
 
 -- Take a staged job that keeps a record out of its key's list (a cancel): the list is read

@@ -124,20 +124,29 @@ local function cancelled_step(record, later, now)
   return true
 end
 
--- ["job", stream, task, body, id, record, ttl ms, queue, priority, args, later, done]: a
--- step enters its stream; its record (if it keeps one) says waiting, a fresh one if a job
--- with its id ended before (fresh_record).
+-- ["job", stream, task, body, id, record, ttl ms, queue, priority, args, later, done[,
+-- fairness key]]: a step enters its stream; its record (if it keeps one) says waiting, a
+-- fresh one if a job with its id ended before (fresh_record). A job with a fairness key (a
+-- unique or periodic job of a fair queue) is staged as fair_enqueue.lua stages it while its
+-- queue is marked fair; a key that is not one is ignored (the job enters plain).
 local function op_job(op, now)
   if cancelled_step(op[6], op[11], now) then return end
   if op[6] ~= '' and op[12] then fresh_record(op[6], op[12]) end
   local fields = {'task', op[3], 'body', op[4]}
   if op[6] ~= '' then fields[5], fields[6] = 'job', op[5] end
-  local id = redis.call('XADD', op[2], '*', unpack(fields))
-  if op[6] ~= '' then
+  local key = fair_key_ok(op[13]) and fair_on(op[2]) and op[13]
+  local function write_record(id)
+    if op[6] == '' then return end
     redis.call('HSET', op[6], 'state', 'waiting', 'task', op[3], 'queue', op[8],
       'priority', op[9], 'args', op[10], 'enqueued_ms', now, 'entry', id)
+    if key then redis.call('HSET', op[6], 'fair_key', key) end
     if op[11] and #op[11] > 0 then redis.call('HSET', op[6], 'later', cmsgpack.pack(op[11])) end
     redis.call('PEXPIRE', op[6], op[7])
+  end
+  if key then
+    fair_stage(op[2], fields, key, write_record)
+  else
+    write_record(redis.call('XADD', op[2], '*', unpack(fields)))
   end
 end
 

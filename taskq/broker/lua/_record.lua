@@ -14,9 +14,24 @@ local function done_key(stream, job_id)
   return string.match(stream, '^(.*):[^:]*$') .. ':done:' .. job_id
 end
 
--- The job id in a body, if the job keeps a record (else nil). A body with bin fields is one
--- Lua's msgpack cannot decode: its id is then found by its bytes.
+-- A delayed job's body in the schedule follows its fairness key when it has one (a fair
+-- queue's, docs/fairness.md): '\193fair\n<key>\n<body>' (0xc1 starts no msgpack body).
+-- Returns the key (nil if none) and the body (nil if no key line follows the head).
+local FAIR_HEAD = '\193fair\n'
+local function fair_head(body)
+  if string.byte(body, 1) ~= 193 or string.sub(body, 1, #FAIR_HEAD) ~= FAIR_HEAD then
+    return nil, body
+  end
+  local nl = string.find(body, '\n', #FAIR_HEAD + 1, true)
+  if not nl then return nil, nil end
+  return string.sub(body, #FAIR_HEAD + 1, nl - 1), string.sub(body, nl + 1)
+end
+
+-- The job id in a body (after its fairness key, in a schedule member), if the job keeps a
+-- record (else nil). A body with bin fields is one Lua's msgpack cannot decode: its id is
+-- then found by its bytes.
 local function body_job_id(body)
+  body = select(2, fair_head(body)) or ''
   if not string.find(body, 'result_ttl_s', 1, true) then return nil end
   local ok, m = pcall(cmsgpack.unpack, body)
   if ok and type(m) == 'table' then

@@ -8,8 +8,8 @@
 -- KEYS: stream, fair mode, the key's staged list, waiting keys, then (a job that keeps a
 --       record) its record and done list. (The turns and the weights hash, which producers
 --       may only read, are named from the stream: Redis checks declared keys for writing.)
--- ARGV: task, body, fairness key, group, then with a record: job id, ttl ms, queue,
---       priority, args (msgpack [args, kwargs]).
+-- ARGV: task, body, fairness key, then with a record: job id, ttl ms, queue, priority,
+--       args (msgpack [args, kwargs]).
 -- Returns the entry id ('' when staged).
 local key = ARGV[3]
 if not fair_key_ok(key) then
@@ -18,23 +18,22 @@ end
 local recorded = #KEYS >= 6
 local fields = {'task', ARGV[1], 'body', ARGV[2]}
 if recorded then
-  fields[5], fields[6] = 'job', ARGV[5]
+  fields[5], fields[6] = 'job', ARGV[4]
   fresh_record(KEYS[5], KEYS[6])
 end
 local function write_record(id)
   if not recorded then return end
-  redis.call('HSET', KEYS[5], 'state', 'waiting', 'task', ARGV[1], 'queue', ARGV[7],
-    'priority', ARGV[8], 'args', ARGV[9], 'enqueued_ms', now_ms(), 'entry', id,
+  redis.call('HSET', KEYS[5], 'state', 'waiting', 'task', ARGV[1], 'queue', ARGV[6],
+    'priority', ARGV[7], 'args', ARGV[8], 'enqueued_ms', now_ms(), 'entry', id,
     'fair_key', key)
-  redis.call('PEXPIRE', KEYS[5], ARGV[6])
+  redis.call('PEXPIRE', KEYS[5], ARGV[5])
 end
 if redis.call('GET', KEYS[2]) ~= 'on' then
   local id = redis.call('XADD', KEYS[1], '*', unpack(fields))
   write_record(id)
   return id
 end
-fair_stage(KEYS[1], fields, key)
-write_record('')
-if not fair_idle(KEYS[1], ARGV[4]) or fair_admit(KEYS[1], 1) == 0 then return '' end
--- (A job that keeps a record and went in has its entry there.)
-return recorded and redis.call('HGET', KEYS[5], 'entry') or ''
+if fair_stage(KEYS[1], fields, key, write_record) and recorded then
+  return redis.call('HGET', KEYS[5], 'entry')  -- (it went in at once, or waits staged: '')
+end
+return ''

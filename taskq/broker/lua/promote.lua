@@ -1,7 +1,10 @@
 -- Housekeeping, run by every worker master every few tens of ms: move due delayed jobs and
 -- due retries into their streams as fresh entries (XADD + ZREM in one step, so each runs
 -- once), then keep the queue's due key (the earliest due time) up to date. The due key lets
--- a call that finds nothing due return after one GET.
+-- a call that finds nothing due return after one GET. A delayed job with a fairness key
+-- (docs/fairness.md) is staged as fair_enqueue.lua stages it while its queue is marked fair
+-- (its fair keys are named from the stream: the queue's own, one hash tag); with a key that
+-- is not one (a member written by hand) it enters plain, as where the queue is not fair.
 -- KEYS: per queue, 9 keys: stream high/normal/low, schedule, retry high/normal/low, due key,
 --       dead-letter stream.
 -- ARGV: most members moved per set and call, force (0/1: look at the sets even when the due
@@ -12,8 +15,10 @@ if not limit or limit < 1 then return redis.error_reply('ERR promote: bad limit'
 local now = now_ms()
 local PER_QUEUE = 9
 
--- A schedule member is "<priority 0-2>\n<task>\n<body>"; a retry member is the same after a
--- "<first failure ms>\n" line. Returns stream key offset, task, body, first failure (or nil).
+-- A schedule member is "<priority 0-2>\n<task>\n<body>" (the body after its fairness key:
+-- fair_head); a retry member is the same (never with a key: retries enter directly) after a
+-- "<first failure ms>\n" line. Returns stream key offset, task, body, first failure (or nil),
+-- fairness key (or nil).
 local function parse(m, retry)
   local ff
   if retry then
@@ -25,7 +30,21 @@ local function parse(m, retry)
   local p = tonumber(string.sub(m, 1, 1))
   local nl = string.find(m, '\n', 3, true)
   if p == nil or p < 0 or p > 2 or string.sub(m, 2, 2) ~= '\n' or not nl then return nil end
-  return p + 1, string.sub(m, 3, nl - 1), string.sub(m, nl + 1), ff
+  local key, body = nil, string.sub(m, nl + 1)
+  if not retry then
+    key, body = fair_head(body)
+    if not body then return nil end
+  end
+  return p + 1, string.sub(m, 3, nl - 1), body, ff, key
+end
+
+-- A promoted job's record (`rec`, if it keeps one) says waiting, with its entry ('' while
+-- staged) and its fairness key if staged; a record that had expired is not brought back.
+local function note_entry(rec, id, key)
+  if not rec then return end
+  local fresh = key and redis.call('HSET', rec, 'state', 'waiting', 'entry', id, 'fair_key', key)
+    or redis.call('HSET', rec, 'state', 'waiting', 'entry', id)
+  if fresh == (key and 3 or 2) then redis.call('DEL', rec) end  -- (no field was there)
 end
 
 -- The id of a job that keeps a status record (its body has a result TTL). Only bodies that
@@ -35,7 +54,7 @@ end
 local function move_due(b, set, retry)
   local due = redis.call('ZRANGEBYSCORE', KEYS[b + set], '-inf', now, 'LIMIT', 0, limit)
   for _, m in ipairs(due) do
-    local s, task, body, ff = parse(m, retry)
+    local s, task, body, ff, key = parse(m, retry)
     local batch = s and not retry and string.sub(body, 1, #BATCH_HEAD) == BATCH_HEAD
       and string.sub(body, #BATCH_HEAD + 1)
     if batch then
@@ -43,15 +62,14 @@ local function move_due(b, set, retry)
       local head = string.sub(KEYS[b + set], 1, -#'schedule' - 1) .. 'batch:'
       if string.sub(batch, 1, #head) == head then flush_batch(batch, KEYS[b + s], task) end
     elseif s then
-      local fields, job = {'task', task, 'body', body}, body_job_id(body)
+      local stream, fields, job = KEYS[b + s], {'task', task, 'body', body}, body_job_id(body)
       if job then fields[5], fields[6] = 'job', job end
       if ff then fields[#fields + 1], fields[#fields + 2] = 'ff', ff end
-      local id = redis.call('XADD', KEYS[b + s], '*', unpack(fields))
-      if job then
-        local rec = record_key(KEYS[b + s], job)
-        if redis.call('HSET', rec, 'state', 'waiting', 'entry', id) == 2 then
-          redis.call('DEL', rec)  -- the record had expired
-        end
+      local rec = job and record_key(stream, job)
+      if key and fair_key_ok(key) and fair_on(stream) then
+        fair_stage(stream, fields, key, function(id) note_entry(rec, id, key) end)
+      else
+        note_entry(rec, redis.call('XADD', stream, '*', unpack(fields)))
       end
     elseif not (retry and string.match(m, '^%d+%-%d+$')) then
       -- (A bare entry id is a retry parked by taskq 0.1.0, whose entry is still pending:
