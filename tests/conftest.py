@@ -10,7 +10,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgpack
 import pytest
@@ -18,6 +18,11 @@ import redis
 
 from taskq import App
 from tests.redis_server import RedisServer
+
+if TYPE_CHECKING:
+    from starlette.testclient import TestClient
+
+    from tests.dashboard_support import DashboardProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -121,6 +126,34 @@ def dash_app(redis_url: str) -> Iterator[App]:
     app.settings = app.settings.replace(redis_url=redis_url)
     yield app
     app.close()
+
+
+@pytest.fixture
+def client(dash_app: App) -> Iterator[TestClient]:
+    """The dashboard of ``dash_app`` through Starlette's TestClient (server errors answered
+    as 500 pages, as a browser would see them, not raised)."""
+    from starlette.testclient import TestClient
+
+    from taskq.dashboard import asgi
+
+    with TestClient(asgi(dash_app), raise_server_exceptions=False) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Headless Chromium, one per test module (skips without it)."""
+    from tests.dashboard_support import chromium
+
+    yield from chromium()
+
+
+@pytest.fixture
+def start_dashboard(redis_url: str, tmp_path: Path) -> Iterator[Callable[..., DashboardProcess]]:
+    """Starts ``taskq dashboard`` subprocesses on the test Redis; stops them after."""
+    from tests.dashboard_support import dashboards
+
+    yield from dashboards(redis_url, tmp_path)
 
 
 @pytest.fixture

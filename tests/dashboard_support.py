@@ -128,7 +128,7 @@ CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 
 
 def chromium() -> Iterator[Any]:
-    """Headless Chromium through Selenium (the ``browser`` fixtures); skips without it."""
+    """Headless Chromium through Selenium (the ``browser`` fixture); skips without it."""
     if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
         pytest.skip(
             f"no browser: {CHROMIUM} and {CHROMEDRIVER} (apt-get install chromium "
@@ -149,7 +149,7 @@ def chromium() -> Iterator[Any]:
 
 
 def dashboards(redis_url: str, tmp_path: Path) -> Iterator[Callable[..., DashboardProcess]]:
-    """Starts dashboard processes (the ``start_dashboard`` fixtures); stops them after."""
+    """Starts dashboard processes (the ``start_dashboard`` fixture); stops them after."""
     started: list[DashboardProcess] = []
 
     def start(*args: str, **options: Any) -> DashboardProcess:

@@ -11,6 +11,7 @@ import redis
 
 import taskq
 from taskq import App, Retry, current_job
+from taskq.keys import GROUP, stream_key
 
 app = App()  # configured by TASKQ_* variables set by the test fixtures
 _client: redis.Redis | None = None
@@ -179,6 +180,30 @@ def stamp(tag: str = "") -> None:
     """Records its priority, tag and start time (adaptive prefetch and timing tests)."""
     job = current_job()
     record(tag=tag, priority=job.priority if job else "", start=time.time())
+
+
+@app.task
+def stamp_delivery() -> None:
+    """Records its priority and, by Redis' clock (ms), when its stream entry was added and
+    when it was delivered (the entry is pending until the next fetch acks it): what strict
+    priority is about, which start times on a loaded machine only approximate."""
+    job = current_job()
+    assert job is not None and job.entry_id is not None
+    info = _redis().execute_command(
+        "XINFO", "STREAM", stream_key(job.queue, job.priority), "FULL", "COUNT", 0
+    )
+    delivered = [
+        int(pending[2])
+        for group in info[b"groups"]
+        if group[b"name"] == GROUP.encode()
+        for pending in group[b"pending"]
+        if pending[0].decode() == job.entry_id
+    ]
+    record(
+        priority=job.priority,
+        added_ms=int(job.entry_id.partition("-")[0]),
+        delivered_ms=delivered[0] if delivered else None,
+    )
 
 
 @app.task(max_retries=1)

@@ -788,6 +788,9 @@ class Sentinels(_Topology):
         self.sentinel_nodes: list[ServerNode] = []
         self.old_master: ServerNode | None = None
         """The master ``kill_master`` killed (``restart_old_master`` starts it again)."""
+        self.last_replication_info: dict[int, dict[str, Any] | str] = {}
+        """By port: the INFO replication (or the error) ``_replica_synced`` last read, for
+        the message when a wait for a replica times out."""
 
     def _reset(self) -> None:
         super()._reset()
@@ -869,21 +872,74 @@ class Sentinels(_Topology):
         )
 
     def _replica_synced(self, replica: ServerNode | None, master: ServerNode | None) -> bool:
+        """Whether ``replica`` says it replicates ``master``, link up and initial sync loaded.
+
+        Read by INFO over a new connection each time (``ServerNode.info``): a connection
+        opened before a SIGKILL and restart would only ever fail, never see the new process.
+        """
         if replica is None or master is None or not replica.alive:
             return False
-        info = replica.info()
+        try:
+            info = replica.info()
+        except redis.RedisError as exc:
+            self.last_replication_info[replica.port] = f"{type(exc).__name__}: {exc}"
+            raise
+        self.last_replication_info[replica.port] = info
         return (
             info.get("role") == "slave"
-            and info.get("master_port") == master.port
+            and (info.get("master_host"), info.get("master_port")) == master.address
             and info.get("master_link_status") == "up"
+            and info.get("master_sync_in_progress") == 0
         )
+
+    def _wait_rejoined(self, old: ServerNode, timeout_s: float, what: str) -> None:
+        """Until ``old`` is a synced replica of ``self.master``, as the sentinels make it.
+
+        Sentinel converts a replica that says it is a master only after it has said so for
+        4 x 2 s, and reads a replica's INFO every 10 s: ~10 s, and 10 s more each time a
+        sentinel saw either server down meanwhile (a 1 s PING delay under load) or went into
+        TILT (30 s). Fails at once if the sentinels have named another master since: a second
+        failover, which no wait can undo. The timeout says what ``old`` last answered and how
+        each sentinel sees it.
+        """
+        master = self.master
+        assert master is not None
+
+        def rejoined() -> bool:
+            agreed = self._agreed_master()
+            if agreed is not None and agreed != master.address:
+                raise TopologyError(
+                    f"the sentinels failed over again (to {agreed}) while waiting for {what}"
+                    f"\n{self._rejoin_diagnostics(old)}"
+                )
+            return self._replica_synced(old, master)
+
+        poll(rejoined, timeout_s, what, lambda: self._rejoin_diagnostics(old), 0.2)
+
+    def _rejoin_diagnostics(self, node: ServerNode) -> str:
+        parts = [f"last INFO replication of {node!r}: {self.last_replication_info.get(node.port)}"]
+        for s in self.sentinel_nodes:
+            parts.append(f"{s!r} sees it as: {self._sentinel_view(s, node)}")
+        return "\n".join([*parts, self.diagnostics()])
+
+    def _sentinel_view(self, sentinel: ServerNode, node: ServerNode) -> str:
+        """The sentinel's TILT flag and its entry for ``node`` (flags, reported role...)."""
+        fields = ("flags", "role-reported", "role-reported-time", "master-link-status",
+                  "master-host", "master-port", "info-refresh", "last-ok-ping-reply")  # fmt: skip
+        try:
+            with quick_client(sentinel.port) as c:
+                tilt = c.info("sentinel").get("sentinel_tilt")
+                entries = c.execute_command("SENTINEL", "REPLICAS", self.master_name)
+        except redis.RedisError as exc:
+            return f"{type(exc).__name__}: {exc}"
+        for entry in map(_as_dict, entries):
+            if entry.get("port") == str(node.port):
+                return f"tilt:{tilt} " + " ".join(f"{k}={entry.get(k)}" for k in fields)
+        return f"tilt:{tilt}, not among its replicas"
 
     def _sentinel_master(self, s: ServerNode) -> dict[str, str]:
         with quick_client(s.port) as c:
-            flat = c.execute_command("SENTINEL", "MASTER", self.master_name)
-        if isinstance(flat, dict):
-            return {str(k): str(v) for k, v in flat.items()}
-        return {str(flat[i]): str(flat[i + 1]) for i in range(0, len(flat), 2)}
+            return _as_dict(c.execute_command("SENTINEL", "MASTER", self.master_name))
 
     def _sentinels_ready(self) -> bool:
         for s in self.sentinel_nodes:
@@ -908,14 +964,23 @@ class Sentinels(_Topology):
                 out.append(None)
         return out
 
-    def master_address(self) -> tuple[str, int]:
-        """The master's address as a majority of the sentinels report it (TopologyError if no
-        majority agrees, e.g. in the middle of a failover)."""
+    def _agreed_master(self) -> tuple[str, int] | None:
+        """The master's address as a majority of the sentinels report it, else None."""
         reports = [a for a in self.reported_masters() if a is not None]
         for addr in reports:
             if reports.count(addr) * 2 > len(self.sentinel_nodes):
                 return addr
-        raise TopologyError(f"the sentinels do not agree on a master: {self.reported_masters()}")
+        return None
+
+    def master_address(self) -> tuple[str, int]:
+        """The master's address as a majority of the sentinels report it (TopologyError if no
+        majority agrees, e.g. in the middle of a failover)."""
+        agreed = self._agreed_master()
+        if agreed is None:
+            raise TopologyError(
+                f"the sentinels do not agree on a master: {self.reported_masters()}"
+            )
+        return agreed
 
     def _node_at(self, address: tuple[str, int]) -> ServerNode:
         for node in self.nodes[:2]:
@@ -949,12 +1014,7 @@ class Sentinels(_Topology):
         for 4 x 2 s. Meanwhile it serves as a master with no replica."""
         old = self.old_master
         assert old is not None and self.master is not None, "force_failover() first"
-        poll(
-            lambda: self._replica_synced(old, self.master),
-            timeout_s,
-            "the old master to become a replica",
-            self.diagnostics,
-        )
+        self._wait_rejoined(old, timeout_s, "the old master to become a replica")
         self.old_master = None
         return old
 
@@ -981,23 +1041,19 @@ class Sentinels(_Topology):
         return new
 
     def restart_old_master(
-        self, timeout_s: float = 30.0, *, as_replica: bool = False
+        self, timeout_s: float = 60.0, *, as_replica: bool = False
     ) -> ServerNode:
         """Start the killed master again and wait until it is a replica of the new master, in
         sync. Its config still says master: the sentinels convert it, but only once it has
         been up ~8 s (Sentinel's fixed 4 x 2 s wait), so this takes ~10 s, during which it
-        accepts writes as a master with no replicas. ``as_replica`` starts it with
-        ``--replicaof <new master>`` instead (what a careful operator does; ~0.1 s)."""
+        accepts writes as a master with no replicas; under load one more 10 s INFO period or
+        a TILT can pass first (``_wait_rejoined``), hence the 60 s. ``as_replica`` starts it
+        with ``--replicaof <new master>`` instead (what a careful operator does; ~0.1 s)."""
         old = self.old_master
         assert old is not None and self.master is not None, "kill_master() first"
         extra = ["--replicaof", HOST, str(self.master.port)] if as_replica else []
         old.start(extra_args=extra)
-        poll(
-            lambda: self._replica_synced(old, self.master),
-            timeout_s,
-            "the old master to rejoin as a replica",
-            self.diagnostics,
-        )
+        self._wait_rejoined(old, timeout_s, "the old master to rejoin as a replica")
         self.old_master = None
         return old
 
@@ -1006,6 +1062,13 @@ class Sentinels(_Topology):
         for n in self.nodes:
             parts.append(f"--- {n!r}\n{n.log_tail(800)}")
         return "\n".join(parts)
+
+
+def _as_dict(reply: Any) -> dict[str, str]:
+    """A sentinel's field/value reply (a flat list in RESP2, a map in RESP3) as a dict."""
+    if isinstance(reply, dict):
+        return {str(k): str(v) for k, v in reply.items()}
+    return {str(reply[i]): str(reply[i + 1]) for i in range(0, len(reply), 2)}
 
 
 # --- fixtures -------------------------------------------------------------------------------

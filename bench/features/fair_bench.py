@@ -39,12 +39,10 @@ Writes the "Fair queues" section of bench/results/RESULTS-features.md (``--quick
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -52,7 +50,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from bench.features.section import write_section  # noqa: E402
+from bench.features import section  # noqa: E402
 
 MODES = ("plain", "fair")
 POLL_S = 0.005
@@ -312,10 +310,7 @@ def markdown(d: dict[str, Any]) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--jobs", type=int)
-    parser.add_argument("--runs", type=int)
+    parser = section.bench_parser(__doc__)
     parser.add_argument("--keys", help="comma-separated numbers of active keys")
     parser.add_argument("--flood", type=int)
     parser.add_argument("--trials", type=int)
@@ -325,43 +320,28 @@ def main() -> int:
         "--fetch-only", action="store_true", help="the fetch path in-process, printed only"
     )
     args = parser.parse_args()
-    jobs = args.jobs or (10_000 if args.quick else 20_000)
-    runs = args.runs or (1 if args.quick else 3)
+    jobs, runs = section.sizes(args, quick_jobs=10_000)
     keys = [
         int(k) for k in (args.keys or ("1,100,10000" if args.quick else "1,100,100000")).split(",")
     ]
     flood = args.flood or (5_000 if args.quick else 20_000)
     trials = args.trials or (1 if args.quick else 3)
-    from taskq.ops.devserver import RedisServer
-
     load = os.getloadavg()
-    with (
-        tempfile.TemporaryDirectory(prefix="fair-bench-") as data,
-        RedisServer(Path(data), appendonly=False) as server,
-    ):
-        b = Bench(server.url)
+    with section.private_redis("fair") as url:
+        b = Bench(url)
         if args.fetch_only:
             for k in keys:
                 for mode in MODES * runs:
                     print(f"keys {k:,} {mode}: {fetch_loop(b, mode, k, max(jobs, k))}", flush=True)
             return 0
-        result: dict[str, Any] = {
-            "command": "bench/features/fair_bench.py" + (" --quick" if args.quick else ""),
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "load": load,
-        }
+        result = section.new_result("fair", args.quick, load)
         if not args.no_drain:
             result["drain"] = [drains(b, k, max(jobs, k), runs) for k in keys]
         if not args.no_fairness:
             result["fairness"] = fairness(b, flood, trials)
         if args.no_drain or args.no_fairness:
             return 0
-    result["load_end"] = os.getloadavg()
-    result["markdown"] = markdown(result)
-    md, js = write_section("fair", result, args.quick)
-    print(result["markdown"])
-    print(f"wrote {md} and {js}")
-    return 0
+    return section.finish("fair", result, args.quick, markdown)
 
 
 if __name__ == "__main__":

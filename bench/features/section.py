@@ -8,10 +8,15 @@ and the Markdown is written again from every section stored.
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import json
+import os
 import shlex
 import statistics
-from collections.abc import Sequence
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -72,6 +77,62 @@ def write_section(key: str, data: dict[str, Any], quick: bool) -> tuple[Path, Pa
             out += ["", f"## {k.capitalize()}", "", f"Not measured yet: `{COMMANDS[k]}`."]
     md_path.write_text("\n".join(out) + "\n")
     return md_path, json_path
+
+
+# -- a standalone feature bench (one script, its own measurements; not a peer family) -----
+
+
+def bench_parser(doc: str) -> argparse.ArgumentParser:
+    """The options every standalone bench takes (``--quick``, ``--jobs``, ``--runs``), for it
+    to add its own to; described by the first line of its docstring."""
+    parser = argparse.ArgumentParser(description=doc.split("\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--jobs", type=int)
+    parser.add_argument("--runs", type=int)
+    return parser
+
+
+def sizes(args: argparse.Namespace, quick_jobs: int, full_jobs: int = 20_000) -> tuple[int, int]:
+    """Jobs and runs: ``--jobs`` / ``--runs``, else ``quick_jobs`` and 1 run with ``--quick``,
+    ``full_jobs`` and 3 runs without."""
+    jobs = args.jobs or (quick_jobs if args.quick else full_jobs)
+    return jobs, args.runs or (1 if args.quick else 3)
+
+
+@contextlib.contextmanager
+def private_redis(key: str) -> Iterator[str]:
+    """The URL of a private ``redis-server`` (no persistence) in a temporary directory, both
+    gone on exit. taskq is imported here, once the bench has put the tree on ``sys.path``."""
+    from taskq.ops.devserver import RedisServer
+
+    with (
+        tempfile.TemporaryDirectory(prefix=f"{key}-bench-") as data,
+        RedisServer(Path(data), appendonly=False) as server,
+    ):
+        yield server.url
+
+
+def new_result(key: str, quick: bool, load: tuple[float, float, float]) -> dict[str, Any]:
+    """The start of a bench's results: its command, the date, the load average ``load``
+    (taken before the bench starts anything)."""
+    return {
+        "command": f"bench/features/{key}_bench.py" + (" --quick" if quick else ""),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "load": load,
+    }
+
+
+def finish(
+    key: str, result: dict[str, Any], quick: bool, render: Callable[[dict[str, Any]], str]
+) -> int:
+    """Add the load average at the end and the Markdown ``render`` makes of the results,
+    write the bench's section, print it and where it went; the exit status (0)."""
+    result["load_end"] = os.getloadavg()
+    result["markdown"] = render(result)
+    md, js = write_section(key, result, quick)
+    print(result["markdown"])
+    print(f"wrote {md} and {js}")
+    return 0
 
 
 def markdown(family: Family, data: dict[str, Any]) -> str:

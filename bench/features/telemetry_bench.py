@@ -34,7 +34,6 @@ Writes the "Telemetry" section of bench/results/RESULTS-features.md (``--quick``
 
 from __future__ import annotations
 
-import argparse
 import math
 import multiprocessing
 import os
@@ -51,7 +50,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from bench.common.job import COUNTER, counter_client  # noqa: E402
-from bench.features.section import write_section  # noqa: E402
+from bench.features import section  # noqa: E402
 
 BASE_COMMIT = "b961c5c"
 """main before telemetry."""
@@ -326,29 +325,17 @@ def markdown(d: dict[str, Any]) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--jobs", type=int)
-    parser.add_argument("--runs", type=int)
+    parser = section.bench_parser(__doc__)
     parser.add_argument("--chunks", type=int, default=50_000)
     parser.add_argument("--samples", type=int, default=1_000)
     parser.add_argument("--base", default=BASE_COMMIT)
     args = parser.parse_args()
-    jobs = args.jobs or (5_000 if args.quick else 20_000)
-    runs = args.runs or (1 if args.quick else 3)
-    from taskq.ops.devserver import RedisServer
-
+    jobs, runs = section.sizes(args, quick_jobs=5_000)
     load = os.getloadavg()
     base = base_tree(args.base)
-    with (
-        tempfile.TemporaryDirectory(prefix="telemetry-bench-") as data,
-        RedisServer(Path(data), appendonly=False) as server,
-    ):
-        url = server.url
-        result: dict[str, Any] = {
-            "command": "bench/features/telemetry_bench.py" + (" --quick" if args.quick else ""),
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "load": load,
+    with section.private_redis("telemetry") as url:
+        result = {
+            **section.new_result("telemetry", args.quick, load),
             "jobs": jobs,
             "base": args.base,
             "samples": args.samples,
@@ -363,12 +350,7 @@ def main() -> int:
         result["drain"] = drains(url, jobs, runs, base)
         print("drain:", result["drain"], flush=True)
     shutil.rmtree(base, ignore_errors=True)
-    result["load_end"] = os.getloadavg()
-    result["markdown"] = markdown(result)
-    md, js = write_section("telemetry", result, args.quick)
-    print(result["markdown"])
-    print(f"wrote {md} and {js}")
-    return 0
+    return section.finish("telemetry", result, args.quick, markdown)
 
 
 if __name__ == "__main__":

@@ -31,8 +31,6 @@ from tests.conftest import WorkerProcess, wait_until
 from tests.dashboard_support import (
     DashboardProcess,
     add_deadletter,
-    chromium,
-    dashboards,
     post,
 )
 from tests.redis_server import free_port
@@ -40,12 +38,6 @@ from tests.redis_server import free_port
 pytestmark = pytest.mark.integration
 
 XSS = "<script>alert('xss')</script>"
-
-
-@pytest.fixture
-def client(dash_app: App) -> Iterator[TestClient]:
-    with TestClient(asgi(dash_app), raise_server_exceptions=False) as c:
-        yield c
 
 
 def csrf_of(html: str) -> str:
@@ -428,11 +420,6 @@ def test_prefix(dash_app: App) -> None:
 # Selenium, against `taskq dashboard` and `taskq worker` subprocesses.
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    yield from chromium()
-
-
 def after_navigation(browser: Any, by: str, selector: str) -> Any:
     """The element once the page a click led to shows it: a click that submits a form returns
     before the browser has loaded the answer, so an immediate lookup may still see the old page."""
@@ -440,11 +427,6 @@ def after_navigation(browser: Any, by: str, selector: str) -> Any:
         lambda: next(iter(browser.find_elements(by, selector)), None),
         message=f"the page to show {selector}",
     )
-
-
-@pytest.fixture
-def start_dashboard(redis_url: str, tmp_path: Path) -> Iterator[Callable[..., DashboardProcess]]:
-    yield from dashboards(redis_url, tmp_path)
 
 
 FIGURES_JS = """

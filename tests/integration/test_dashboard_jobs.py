@@ -7,8 +7,7 @@ from __future__ import annotations
 import base64
 import math
 import re
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -22,30 +21,14 @@ from taskq.keys import GROUP, QueueKeys
 from taskq.message import Message
 from tests import dashboard_tasks
 from tests.conftest import WorkerProcess, wait_until
-from tests.dashboard_support import DashboardProcess, chromium, dashboards
+from tests.dashboard_support import DashboardProcess
 from tests.integration.test_dashboard import after_navigation
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    yield from chromium()
-
-
-@pytest.fixture
-def start_dashboard(redis_url: str, tmp_path: Path) -> Iterator[Callable[..., DashboardProcess]]:
-    yield from dashboards(redis_url, tmp_path)
-
-
 XSS = "<script>alert('xss')</script>"
 Q = QueueKeys("backlog")
-
-
-@pytest.fixture
-def client(dash_app: App) -> Iterator[TestClient]:
-    with TestClient(asgi(dash_app), raise_server_exceptions=False) as c:
-        yield c
 
 
 def shown(html: str) -> list[str]:

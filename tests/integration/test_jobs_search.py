@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import msgpack
@@ -25,7 +24,7 @@ from taskq.ops.jobrows import JobFilter
 from taskq.ops.recordsearch import Records
 from tests import dashboard_tasks
 from tests.conftest import wait_until
-from tests.dashboard_support import DashboardProcess, chromium, dashboards
+from tests.dashboard_support import DashboardProcess
 
 pytestmark = pytest.mark.integration
 
@@ -176,16 +175,6 @@ def test_cli_search(dash_app: App, redis_url: str, history: dict[str, str]) -> N
     assert history["waiting"] in text and "read 7 records, 1 matched" in text
     bad = CliRunner().invoke(main, [*cmd, "--cursor", "nope"])
     assert bad.exit_code != 0 and "invalid cursor" in bad.output
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    yield from chromium()
-
-
-@pytest.fixture
-def start_dashboard(redis_url: str, tmp_path: Path) -> Iterator[Callable[..., DashboardProcess]]:
-    yield from dashboards(redis_url, tmp_path)
 
 
 def test_browser_searches_by_error_and_shows_arguments_as_text(

@@ -137,6 +137,7 @@ def test_killing_a_master_promotes_its_replica_with_replicated_writes(
     assert replicated_set(heir, {key: "again"}, 1000) == 1
 
 
+@pytest.mark.timeout(120)  # a 15 s failover, then up to 60 s for Sentinel to convert the old master
 def test_sentinel_failover_after_sigkill(sentinels: Sentinels) -> None:
     old, replica = sentinels.master, sentinels.replica
     assert old is not None and replica is not None
