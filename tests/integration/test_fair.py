@@ -226,6 +226,23 @@ def test_hostile_fair_data_is_skipped_and_touches_nothing_outside_the_queue(
         fair_app.link.script("fair_weight", [K.fair_weights, K.audit], ["a b", 2, 10, "x", "y"])
 
 
+def test_fair_keys_of_the_wrong_type_stop_no_fetch(fair_app: App, r: redis.Redis) -> None:
+    enqueue("A", 3)
+    enqueue("B", 2, priority="low")
+    r.rpush(K.fair_turns("normal"), "Z")  # a key whose staged jobs are not a list
+    r.hset(K.fair_staged("normal", "Z"), "x", "y")
+    r.delete(K.fair_turns("low"))
+    r.set(K.fair_turns("low"), "not a list")  # turns that are not a list
+    r.delete(K.fair_waiting)
+    r.set(K.fair_waiting, "not a sorted set")
+    broker = fair_app.broker_for(["fair"])
+    broker.ensure_groups()
+    got = [d for _ in range(4) for d in broker.fetch("c", 8).deliveries]
+    assert len(got) == 3 + 1  # A's three; B's first (in as it was enqueued), no more of B's
+    assert r.lrange(K.fair_turns("normal"), 0, -1) == []  # Z dropped from the turns
+    assert r.hgetall(K.fair_staged("normal", "Z")) == {b"x": b"y"}  # and left alone
+
+
 # -- the invariant, under random operations -----------------------------------------------
 
 

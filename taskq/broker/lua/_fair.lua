@@ -65,7 +65,8 @@ local function fair_unwait_all(stream, unwaited)
   for key in pairs(unwaited) do keys[#keys + 1] = key end
   if #keys == 0 then return end
   local waiting = fair_names(stream).waiting
-  local scores = redis.call('ZMSCORE', waiting, unpack(keys))
+  local scores = redis.pcall('ZMSCORE', waiting, unpack(keys))
+  if scores.err then return end  -- (not a sorted set: the counts are lost, not the jobs)
   local scored, emptied = {}, {}
   for i, key in ipairs(keys) do
     local left = (tonumber(scores[i]) or 0) - unwaited[key]
@@ -106,18 +107,18 @@ end
 
 -- One turn: the key at the head of `stream`'s turns moves up to its weight of its staged
 -- jobs into the stream, and goes to the end of the turns while it has more. An element that
--- is not an entry's fields is dropped (and counted off); a turns member that is not a key
--- is dropped. Returns how many jobs went in, how many elements left the key's list and the
+-- is not an entry's fields is dropped (and counted off); a turns member that is not a key,
+-- or whose staged jobs are not a list, is dropped. Returns how many jobs went in, how many elements left the key's list and the
 -- last entry id, or nil when no key has staged jobs.
 local function fair_turn(stream, names, unwaited)
-  local key = redis.call('LMOVE', names.turns, names.turns, 'LEFT', 'RIGHT')
-  if not key then return nil end
-  if not fair_key_ok(key) then
+  local key = redis.pcall('LMOVE', names.turns, names.turns, 'LEFT', 'RIGHT')
+  if type(key) ~= 'string' then return nil end  -- (none, or the turns are not a list)
+  local list, w = names.staged .. key, fair_weight(names, key)
+  local raws = fair_key_ok(key) and redis.pcall('LPOP', list, w)
+  if type(raws) ~= 'table' or raws.err then  -- (not a key, or its staged jobs not a list)
     redis.call('RPOP', names.turns)
     return 0, 0
   end
-  local list, w = names.staged .. key, fair_weight(names, key)
-  local raws = redis.call('LPOP', list, w) or {}
   local admitted, id = 0, nil
   for _, raw in ipairs(raws) do
     local f = fair_fields(raw)
