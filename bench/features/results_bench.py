@@ -14,7 +14,7 @@ floor does the same with plain redis-py: XADD of the job, worker XREADGROUP, the
 result with one RPUSH to a per-job list (and XACK+XDEL in the same round trip), which
 the producer waits for with BLPOP.
 
-For taskq also the drain with results on against results off (target: on >= 80 % of
+For taskq also the drain with results on against results off (target: on >= 90 % of
 off): ``--drain-jobs`` no-op jobs (the main bench's task, bench/job.py) drained by
 ``taskq worker -c 2`` on the plain app and on ``App(store_results=True)``, each in the
 main bench's drain round (bench/agent.py), with its Redis time per job (bench/redistime.py:

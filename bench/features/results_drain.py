@@ -1,4 +1,4 @@
-"""The results family's drain with results on against results off (target: on >= 80 % of
+"""The results family's drain with results on against results off (target: on >= 90 % of
 off): ``--drain-jobs`` no-op jobs (the main bench's task, bench/common/job.py) drained by
 ``taskq worker -c 2`` on the plain app and on ``App(store_results=True)``, each in the main
 bench's drain round (bench/compare/agent.py, run as :mod:`bench.compare.halves`), with its
