@@ -30,8 +30,8 @@ import msgpack
 from taskq import codec
 from taskq.keys import PRIORITIES, QueueKeys
 from taskq.message import Message, as_extended, lua_pack
-from taskq.results import encode_args
 from taskq.signing import Signer
+from taskq.storing import encode_args
 
 Op = list[Any]
 """One write ``_flow.lua`` knows: ``["job", ...]``, ``["chord_add", ...]``, ... (see there)."""
