@@ -22,10 +22,10 @@ from taskq.job import Flow, Job
 from taskq.launch import kind_of, single_result
 from taskq.layout import with_implicit_chords
 from taskq.message import Message, new_job_id
-from taskq.results import decode_value, encode_result
 from taskq.resumable import MemoryStore, bind, finished
 from taskq.retry import policy_for
 from taskq.sending import handle
+from taskq.storing import decode_value, encode_result
 
 if TYPE_CHECKING:
     from taskq.protocols import Producer, TaskLike

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from taskq.broker.fairreads import fair_key_steps
 from taskq.broker.steps import Steps, arun, run
 from taskq.config import Settings, check_queue_name
-from taskq.fairview import FairKey
 from taskq.partitions import expand
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the reads and their view load with the first read (a worker makes none)
     from taskq.broker.alink import AsyncLink
     from taskq.broker.link import Link
+    from taskq.fairview import FairKey
 
 
 class FairQueries:
@@ -44,5 +43,7 @@ class FairQueries:
         return await arun(self.alink, self._fair_key_steps(queue, key), errors=False)
 
     def _fair_key_steps(self, queue: str, key: str) -> Steps[FairKey]:
+        from taskq.broker.fairreads import fair_key_steps
+
         check_queue_name(queue)
         return fair_key_steps(expand(self.settings.partitions, [queue])[0], key)

@@ -31,8 +31,8 @@ from taskq import codec
 from taskq.broker.enqueue import schedule_member
 from taskq.keys import QueueKeys
 from taskq.message import Message, as_extended, lua_pack
-from taskq.results import encode_args
 from taskq.signing import Signer
+from taskq.storing import encode_args
 
 Op = list[Any]
 """One write ``_flow.lua`` knows: ``["job", ...]``, ``["chord_add", ...]``, ... (see there)."""

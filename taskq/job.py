@@ -24,7 +24,7 @@ from taskq.errors import (
     TaskFailed,
     TaskqError,
 )
-from taskq.results import CANCELLED, EXPIRED, FAILED, FINAL, SUCCEEDED, UNKNOWN, JobStatus
+from taskq.storing import CANCELLED, EXPIRED, FAILED, FINAL, SUCCEEDED, UNKNOWN
 from taskq.telemetry import (
     Chunk,
     Follower,
@@ -40,11 +40,13 @@ UNRECORDED_CANCEL_KEEP_S = 7 * 86_400
 did not find it waiting in its queue (a worker took it, or it is not there yet): a week."""
 
 if TYPE_CHECKING:
+    # JobStatus loads with the first status made here (a worker's start makes none).
     from taskq.broker.alink import AsyncLink
     from taskq.broker.control import Auditor
     from taskq.broker.link import Link
     from taskq.broker.records import Records
     from taskq.config import Settings
+    from taskq.results import JobStatus
 
 
 class HandleApp(Protocol):
@@ -211,6 +213,8 @@ class Job:
         return OutputReader(self.queue, self.id, self._status_steps, after=after, timeout_s=timeout)
 
     def _eager_status(self) -> JobStatus:
+        from taskq.results import JobStatus
+
         return JobStatus(self.id, SUCCEEDED, True, self.task, self.queue, self.priority)
 
     def _status_steps(self) -> Steps[JobStatus]:
@@ -221,6 +225,8 @@ class Job:
         if not self.stores_result:  # a job without a record that was cancelled or expired
             ended = yield from unrecorded_end_steps(self.queue, self.id)
             if ended is not None:
+                from taskq.results import JobStatus
+
                 return JobStatus(self.id, ended, task=self.task, queue=self.queue)
         if self.entry_id is None:
             return status
@@ -356,7 +362,11 @@ class Flow:
 
     def status(self) -> JobStatus:
         """The status of the job whose result ends the workflow (the first of a group)."""
-        return self.jobs[0].status() if self.jobs else JobStatus(self.id, SUCCEEDED)
+        if self.jobs:
+            return self.jobs[0].status()
+        from taskq.results import JobStatus
+
+        return JobStatus(self.id, SUCCEEDED)
 
     def cancel(self, *, terminate: bool = False) -> dict[str, str]:
         """Cancel every step of the workflow that has not ended: those not started never

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
 
 import msgpack
 
@@ -19,7 +19,10 @@ from taskq.broker.replies import as_int, entries, flat_pairs, text
 from taskq.broker.steps import Steps
 from taskq.errors import BrokerRefused, ResultTimeout
 from taskq.keys import QueueKeys
-from taskq.results import FINAL, UNKNOWN, JobStatus
+from taskq.storing import FINAL, UNKNOWN
+
+if TYPE_CHECKING:
+    from taskq.results import JobStatus  # (loaded by the readers of statuses, not here)
 
 # -- the wire format -------------------------------------------------------------------
 
@@ -177,7 +180,7 @@ the job ended without an end entry (one that never wrote telemetry, or died for 
 READ_COUNT = 500
 """Most chunks read in one round trip."""
 
-StatusSteps = Steps[JobStatus]
+StatusSteps: TypeAlias = "Steps[JobStatus]"
 
 
 class OutputReader:

@@ -31,7 +31,7 @@ from taskq.flow import enqueue_ops
 from taskq.job import Job
 from taskq.keys import QueueKeys
 from taskq.message import Message, new_job_id, now_ms
-from taskq.results import encode_args
+from taskq.storing import encode_args
 
 if TYPE_CHECKING:
     from taskq.protocols import Producer, TaskLike

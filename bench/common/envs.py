@@ -95,13 +95,18 @@ def taskq_present() -> bool:
 
 
 def ensure_taskq() -> None:
-    """Install taskq (editable) in the project venv and in the no-hiredis venv."""
+    """Install taskq (editable) with hiredis in the project venv, and without it in the
+    no-hiredis venv."""
     pyproject = REPO / "pyproject.toml"
     if not taskq_present():
         return
-    if pyproject.exists() and not pip_version(PROJECT_VENV, "taskq"):
-        print(f"installing taskq (editable) into {PROJECT_VENV} ...", flush=True)
-        _sh(python_of(PROJECT_VENV), "-m", "pip", "install", "-q", "--no-deps", "-e", REPO)
+    if pyproject.exists() and not (
+        pip_version(PROJECT_VENV, "taskq") and pip_version(PROJECT_VENV, "hiredis")
+    ):
+        # The "taskq + hiredis" row runs here: taskq with its hiredis extra (as pinned in
+        # pyproject.toml), whatever else a developer installed in this venv.
+        print(f"installing taskq[hiredis] (editable) into {PROJECT_VENV} ...", flush=True)
+        _sh(python_of(PROJECT_VENV), "-m", "pip", "install", "-q", "-e", f"{REPO}[hiredis]")
     redis_version = pip_version(PROJECT_VENV, "redis") or ""
     digest = _digest(pyproject.read_text() if pyproject.exists() else "", redis_version)
     if _fresh(NOHIREDIS_VENV, digest):

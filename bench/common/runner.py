@@ -38,6 +38,8 @@ class Entry:
 
 
 RAWS = {"raw": envs.PEERS_VENV, "raw-hiredis": envs.PROJECT_VENV}
+HIREDIS_SUFFIX = "-hiredis"
+"""A row whose name ends so is measured only where redis-py uses hiredis."""
 
 
 def machine() -> dict[str, Any]:
@@ -195,9 +197,23 @@ def taskq_problem(entry: Entry) -> str | None:
         text=True,
         timeout=60,
     )
+    if proc.returncode:
+        return (proc.stderr.strip().splitlines() or ["import failed"])[-1]
+    return hiredis_problem(entry.name, entry.venv)
+
+
+def hiredis_problem(name: str, venv: Path) -> str | None:
+    """Why a row named for hiredis (``...-hiredis``) would not be what it says: redis-py in
+    ``venv`` does not use hiredis. None for other rows, and when it does."""
+    if not name.endswith(HIREDIS_SUFFIX):
+        return None
+    code = "from redis.utils import HIREDIS_AVAILABLE as a; raise SystemExit(0 if a else 1)"
+    proc = subprocess.run(
+        [str(envs.python_of(venv)), "-c", code], capture_output=True, text=True, timeout=60
+    )
     if proc.returncode == 0:
         return None
-    return (proc.stderr.strip().splitlines() or ["import failed"])[-1]
+    return f"hiredis is not importable in {venv} (run bench/common/envs.py, or pip install hiredis)"
 
 
 def brief(res: dict[str, Any]) -> str:

@@ -7,6 +7,7 @@ import shlex
 from typing import Any
 
 from bench.common.report import md_table, num, verdict
+from bench.common.runner import HIREDIS_SUFFIX
 from bench.compare.summary import RAW_CEILINGS, Cost, Summary, dig
 from bench.compare.targets import exceeded_budgets, headline
 
@@ -237,6 +238,8 @@ def _versions_table(meta: dict[str, Any], labels: dict[str, str]) -> str:
         text = ", ".join(f"{k} {v}" for k, v in vers.items() if k != "hiredis_in_use" and v)
         if "hiredis_in_use" in vers:
             text += f"; hiredis {'in use' if vers['hiredis_in_use'] else 'not installed'}"
+            if name.endswith(HIREDIS_SUFFIX) and not vers["hiredis_in_use"]:
+                text += " (**FAILED: this row is not what its name says**)"
         argv = info.get("worker_argv")
         rows.append([labels.get(name, name), text, f"`{shlex.join(argv)}`" if argv else "n/a"])
     return md_table(["system", "versions", "worker command"], rows)

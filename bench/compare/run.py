@@ -42,6 +42,7 @@ from bench.common.runner import (
     Runner,
     brief,
     exit_on_sigterm,
+    hiredis_problem,
     loadavg,
     machine,
     taskq_problem,
@@ -353,8 +354,14 @@ def prepare(args: argparse.Namespace) -> tuple[list[Entry], list[str], dict[str,
         problem = taskq_problem(entry)
         if problem:
             skipped[entry.name] = problem
-            print(f"skipping {entry.name}: {problem}", flush=True)
-    return [e for e in systems if e.name not in skipped], raws, skipped
+    for name in raws:
+        problem = hiredis_problem(name, RAWS[name])
+        if problem:
+            skipped[name] = problem
+    for name, problem in skipped.items():
+        print(f"skipping {name}: {problem}", flush=True)
+    kept = [e for e in systems if e.name not in skipped]
+    return kept, [r for r in raws if r not in skipped], skipped
 
 
 def main() -> int:

@@ -26,7 +26,7 @@ from taskq.broker.pending import autoclaim, pending_of
 from taskq.broker.replies import as_int, entries, text
 from taskq.keys import GROUP, PRIORITIES, RECOVER_CONSUMER, QueueKeys
 from taskq.message import Message
-from taskq.results import Completion, FailedRun
+from taskq.storing import Completion, FailedRun
 
 PROMOTE_LIMIT = 500
 """Due members one housekeeping call moves per set (the rest follow on the next call)."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from taskq.message import lua_pack
-from taskq.results import Completion
+from taskq.storing import Completion
 
 
 def completions_arg(ends: Sequence[tuple[int, Completion]], now_mono: float) -> bytes:

@@ -7,7 +7,7 @@ from taskq.broker.link import script_command
 from taskq.broker.resp import Command
 from taskq.keys import PRIORITIES, QueueKeys, stream_key
 from taskq.message import Message
-from taskq.results import encode_args
+from taskq.storing import encode_args
 
 
 def publish_command(msg: Message, body: bytes) -> Command:

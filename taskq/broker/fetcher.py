@@ -12,7 +12,7 @@ from taskq.broker.fetching import SlotFetcher
 from taskq.broker.link import Link
 from taskq.broker.partitioned import units_of
 from taskq.broker.slots import fetch_parts, slot_runs
-from taskq.results import Completion
+from taskq.storing import Completion
 
 
 class Fetcher:

@@ -17,7 +17,7 @@ from taskq.broker.replies import as_int, entries, flat_pairs, redis_ms, text
 from taskq.broker.resp import Command
 from taskq.errors import BrokerError, BrokerRefused
 from taskq.keys import GROUP, PRIORITIES, QueueKeys
-from taskq.results import Completion, read_ms
+from taskq.storing import Completion, read_ms
 
 READ_APART_FROM = 8
 """Jobs a fetch takes from which, after jobs that keep records, it sends their acks and

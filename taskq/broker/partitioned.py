@@ -28,7 +28,7 @@ from taskq.broker.replies import as_int, entries, info_records, redis_ms, text
 from taskq.broker.resp import Command
 from taskq.errors import BrokerError
 from taskq.keys import GROUP, PRIORITIES
-from taskq.results import Completion
+from taskq.storing import Completion
 
 
 def units_of(

@@ -27,20 +27,13 @@ from taskq.broker.steps import Pause, Steps, run
 from taskq.checkpoint import views_of
 from taskq.errors import BrokerRefused, BrokerUnavailable, ConfigError
 from taskq.keys import GROUP, PRIORITIES, QueueKeys, check_job_id
-from taskq.results import (
-    CANCELLED,
-    EXPIRED,
-    FINAL,
-    RUNNING,
-    SUCCEEDED,
-    UNKNOWN,
-    WAITING,
-    FlowView,
-    JobStatus,
-)
+from taskq.storing import CANCELLED, EXPIRED, FINAL, RUNNING, SUCCEEDED, UNKNOWN, WAITING
 
 if TYPE_CHECKING:
+    # The public status types load with the first status read (each function that makes
+    # one imports them): a worker writes records and reads none, and its start skips them.
     from taskq.broker.control import Auditor
+    from taskq.results import FlowView, JobStatus
 
 WAIT_SLICE_S = 5.0
 
@@ -92,6 +85,8 @@ class Records:
 
     def flow_view(self, queue: str, flow_id: str) -> FlowView:
         """A workflow with the status of each of its steps and the progress of its chords."""
+        from taskq.results import FlowView, JobStatus
+
         raw = self.flow(queue, flow_id)
         info = _flow_info(raw)
         steps, chords = info.get("steps", []), info.get("chords", [])
@@ -184,6 +179,8 @@ class Records:
 
 def status_steps(queue: str, job_id: str) -> Steps[JobStatus]:
     """The job's status from its record (``unknown`` when there is none), with its steps."""
+    from taskq.results import JobStatus
+
     k = QueueKeys(queue)
     raw, now, steps = yield [("HGETALL", k.job(job_id)), ("TIME",), ("HGETALL", k.steps(job_id))]
     status = JobStatus.from_record(job_id, flat_pairs(raw), redis_ms(now))
@@ -253,6 +250,8 @@ def find_call_steps(queues: Sequence[str], call_id: str) -> Steps[tuple[str, str
 
 def wait_steps(queue: str, job_id: str, timeout_s: float | None) -> Steps[JobStatus]:
     """Until the job ends, its record is gone, or ``timeout_s`` passes: its status then."""
+    from taskq.results import JobStatus
+
     done = QueueKeys(queue).done(job_id)
     deadline = math.inf if timeout_s is None else time.monotonic() + timeout_s
     pause_s = RECONNECT_BACKOFF_S[0]
@@ -278,6 +277,8 @@ def wait_steps(queue: str, job_id: str, timeout_s: float | None) -> Steps[JobSta
 def _watch_steps(queue: str, job_id: str) -> Steps[JobStatus]:
     """The job's status, with this waiter registered in its record (``watch.lua``): the
     script that ends the job pushes onto its done list only for a job someone waits for."""
+    from taskq.results import JobStatus
+
     watch = script_command("watch", [QueueKeys(queue).job(job_id)], [])
     raw, now = yield [watch, ("TIME",)]
     return JobStatus.from_record(job_id, flat_pairs(raw), redis_ms(now))
@@ -288,6 +289,8 @@ def entry_status_steps(queue: str, priority: str, job_id: str, entry_id: str) ->
     ``waiting`` (not delivered yet), ``running`` (pending under a consumer),
     ``succeeded`` (acked; finished entries linger until the next trim; a failure removes
     its entry) or ``unknown`` (the entry is gone)."""
+    from taskq.results import JobStatus
+
     k = QueueKeys(queue)
     stream = k.stream(priority)
     try:
@@ -308,6 +311,8 @@ def entry_status_steps(queue: str, priority: str, job_id: str, entry_id: str) ->
 def _entry_state(
     job_id: str, queue: str, priority: str, entry_id: str, pending: Any, groups: Any
 ) -> JobStatus:
+    from taskq.results import JobStatus
+
     held = pending_rows(pending)
     if held:
         return JobStatus(

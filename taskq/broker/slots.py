@@ -12,7 +12,7 @@ from taskq.broker.partitioned import PartitionGroup
 from taskq.broker.resp import Command
 from taskq.errors import BrokerError
 from taskq.keys import PRIORITIES, QueueKeys
-from taskq.results import Completion
+from taskq.storing import Completion
 
 
 def slot_runs(link: Link, queues: Sequence[str]) -> list[tuple[str, ...]]:

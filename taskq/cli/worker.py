@@ -189,7 +189,8 @@ def worker(
         if metrics_port is not None:
             remove_created_dir()  # nothing else will
         raise
-    app.close()  # no connection may cross the fork
+    # The start-up ping's connection serves the first heartbeat too: the pool closes every
+    # connection before it forks (no connection may cross the fork).
     health = HealthServer(health_port, health_host) if health_port is not None else None
     options = PoolOptions(
         concurrency=autoscale[0] if autoscale else concurrency,

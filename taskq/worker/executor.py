@@ -18,10 +18,10 @@ from taskq.errors import DecodeError, JobCancelled, ResultError, Retry, Snooze, 
 from taskq.flow import needs_result
 from taskq.message import Message, now_ms
 from taskq.middleware import Hooks, arun_around, run_around
-from taskq.results import encode_result
 from taskq.resumable import HandBack
 from taskq.retry import RetryPolicy, policy_for
 from taskq.signing import SignatureError
+from taskq.storing import encode_result
 from taskq.task import Task
 from taskq.worker.interrupt import interruptible
 from taskq.worker.outcome import (

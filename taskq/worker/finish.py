@@ -24,8 +24,8 @@ from taskq.flow import Ops, ends_with_writes, on_failure, on_success
 from taskq.message import Message
 from taskq.middleware import emit
 from taskq.options import TaskOptions
-from taskq.results import Completion, FailedRun
 from taskq.signing import Signer
+from taskq.storing import Completion, FailedRun
 from taskq.worker.executor import Executor, Prepared
 from taskq.worker.limiter import release_ops
 from taskq.worker.outcome import (
