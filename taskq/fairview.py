@@ -9,7 +9,6 @@ raised on.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 WEIGHT_DEFAULT = 1
@@ -36,8 +35,8 @@ class FairKey:
         key: the fairness key (as stored, shortened past :data:`KEY_SHOWN_BYTES`).
         weight: its weight, 1 unless set (:data:`INVALID_WEIGHT` if what is stored is not
             a weight).
-        waiting: its jobs waiting to start, staged and admitted, every priority (for a
-            partitioned queue, summed over the partitions).
+        waiting: its jobs staged for their turn, every priority, counted from its lists
+            (for a partitioned queue, summed over the partitions).
     """
 
     key: str
@@ -52,7 +51,8 @@ class FairStats:
     Attributes:
         on: the queue is marked fair (``<queue>:fair:mode`` is ``on``).
         active_keys: keys with jobs waiting (ZCARD of ``<queue>:fair:waiting``).
-        top: the :data:`TOP_KEYS` keys with the most waiting jobs, most first.
+        top: up to :data:`TOP_KEYS` keys with the most waiting jobs, most first (the best
+            counted of those the waiting keys rank highest).
         keys: one ZSCAN page of every key (``--json`` only, else empty).
         keys_cursor: the cursor of the next page (``--keys-cursor``), None after the last;
             also None when no page was asked for.
@@ -63,18 +63,6 @@ class FairStats:
     top: tuple[FairKey, ...]
     keys: tuple[FairKey, ...] = ()
     keys_cursor: str | None = None
-
-
-def waiting_of(score: object) -> int | None:
-    """A waiting set's score as a count of jobs, None if it is not one (members are removed
-    at 0, so a count is an integer of at least 1)."""
-    try:
-        value = float(score.decode() if isinstance(score, bytes) else str(score))
-    except (UnicodeDecodeError, ValueError):
-        return None
-    if not math.isfinite(value) or not value.is_integer() or value < 1:
-        return None
-    return int(value)
 
 
 def weight_of(stored: object) -> int:

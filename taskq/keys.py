@@ -352,8 +352,9 @@ class QueueKeys:
 
     @property
     def fair_waiting(self) -> str:
-        """Sorted set of a fair queue's active keys, scored by their staged jobs (every
-        priority): inspect's counts and top keys, paged with ZSCAN."""
+        """Sorted set of a fair queue's active keys (those with staged jobs, any priority),
+        each scored at least its staged jobs (admitting does not lower it; workers' recounts
+        set the top ones exact): inspect's active keys and top keys, paged with ZSCAN."""
         return f"{self.queue}:fair:waiting"
 
     @property

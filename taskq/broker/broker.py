@@ -63,11 +63,13 @@ class Broker:
     ) -> None:
         self.link = link
         self.fetcher = Fetcher(link, queues, groups=groups, fair=fair)
+        """The read side: every fetch and blocking read goes through it."""
         self.fair = frozenset(fair)
         """The fair queues (docs/fairness.md): their workers mark them so at start."""
-        """The read side: every fetch and blocking read goes through it."""
         whole = self.fetcher.whole
         self.queues = whole.queues
+        self.fair_queues = tuple(q for q in self.queues if q in self.fair)
+        """The fair ones of ``queues``, in their order."""
         self.keys = whole.keys
         self.streams = whole.streams
         """The job streams, in the order a worker reads them."""

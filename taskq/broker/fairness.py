@@ -16,6 +16,10 @@ OFF_JOBS_PER_CALL = 1_000
 """``taskq fair off`` moves at most this many staged jobs per script call (of this many keys,
 taken in turn), so that Redis serves others between calls."""
 MAX_WEIGHT = 1_000
+RECOUNT_KEYS = 100
+"""How many of a fair queue's highest ranked keys a fair worker's master counts exactly
+(fair_recount.lua) every :data:`RECOUNT_EVERY_S`."""
+RECOUNT_EVERY_S = 2.0
 
 
 def claim_fairness(link: Link, queues: Sequence[str], fair: Collection[str]) -> None:
@@ -34,6 +38,15 @@ def claim_fairness(link: Link, queues: Sequence[str], fair: Collection[str]) -> 
                 f"fair_queues does not name it: run `taskq fair off {q}` to move them into "
                 "its streams first, or name it in fair_queues (TASKQ_FAIR_QUEUES)"
             )
+
+
+def recount_fair(link: Link, queues: Collection[str]) -> None:
+    """Set the scores of each fair queue's highest ranked keys to their staged jobs: admitting
+    takes nothing off a key's score (it would cost every fetch a sorted-set update), so
+    without this a key that once had many jobs would stay ranked among the top keys."""
+    for q in queues:
+        k = QueueKeys(q)
+        link.script("fair_recount", [k.fair_waiting, k.stream(PRIORITIES[0])], [RECOUNT_KEYS])
 
 
 def fair_off(link: Link, queue: str) -> int:

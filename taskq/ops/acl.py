@@ -50,8 +50,7 @@ PRODUCER_COMMANDS = (
     "zincrby",  # a fair queue: its key's waiting jobs (staging uses rpush, llen, lpop too)
     "incrby",  # ... and its staged count
     "lmove",  # ... a key's turn, when the enqueue finds the stream idle and admits at once
-    "rpop",  # ... a key without staged jobs leaves the turns
-    "zmscore",  # ... the admitted keys' waiting counts
+    "rpop",  # ... a key without staged jobs leaves the turns (zrem: and the waiting keys)
     # job.progress(), job.stream(), job.logs(): a job's telemetry keys, read only
     "xread",
     "lrange",
@@ -110,10 +109,10 @@ WORKER_COMMANDS = (
     "pttl",  # the end of a cancelled or expired job without a record: how long it is kept
     "llen",  # a due batch (promote.lua)
     "lpop",  # ... leaves its list for its stream
-    "zincrby",  # a fair queue's admission: its keys' waiting jobs
+    "zincrby",  # a fair queue's staging (a due delayed job, a periodic tick): its key's rank
     "incrby",  # ... and its staged count
-    "zmscore",  # ... read for a whole admission's keys at once
-    "lmove",  # ... a key's turn
+    "lmove",  # ... a key's turn (zrem: a key left without staged jobs; zrange, zadd: the
+    # top keys' ranks made exact, fair_recount.lua)
     "rpop",  # ... a key without staged jobs leaves the turns
     "lrem",  # ... a cancelled staged job (and its key's turn, if it was the last)
 )
@@ -195,7 +194,7 @@ def _worker_keys(k: QueueKeys) -> tuple[str, ...]:
     kinds += ("progress", "output", "logs", "logsize")  # a job's telemetry
     names: tuple[str, ...] = (k.deadletter, k.schedule, k.due, k.visibility, k.sweeper)
     names += (k.workers, k.counts, k.periodic, k.cancelled, k.ended, k.gathering)
-    kinds += ("fair",)  # a fair queue's slots, staged jobs, waiting keys and mark
+    kinds += ("fair",)  # a fair queue's staged jobs, turns, waiting keys and mark
     read_only = (f"%R~{k.paused}", f"%R~{k.limits}", f"%R~{k.fair_weights}")
     return (*k.streams, *names, *(f"{q}:{kind}:*" for kind in kinds), *read_only)
 
@@ -207,7 +206,7 @@ def _producer_keys(k: QueueKeys) -> tuple[str, ...]:
     ids += ("debounce", "keeplast", "batch", "batchcall")  # flow control at enqueue
     ids += ("steps",)  # read by job.status()
     ids += ("progress", "output", "logs", "logsize")  # read by job.progress(), stream(), logs()
-    ids += ("fair",)  # a fair queue's staged jobs, slots and waiting keys (read: its mark)
+    ids += ("fair",)  # a fair queue's staged jobs, turns and waiting keys (read: its mark)
     keys = (*k.streams, k.schedule, k.due, k.gathering)
     return (*keys, *(f"{k.queue}:{kind}:*" for kind in ids), f"%R~{k.fair_weights}")
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 
 from taskq.app import App
 from taskq.broker import Broker
-from taskq.broker.fairness import claim_fairness
+from taskq.broker.fairness import RECOUNT_EVERY_S, claim_fairness, recount_fair
 from taskq.broker.schedules import Schedules
 from taskq.broker.series import Series
 from taskq.broker.workers import WorkerRegistry
@@ -105,6 +105,7 @@ class Maintenance:
         self._every("promote", HOUSEKEEPING_S, lambda b: b.promote(force=True))
         self._every("renew", s.visibility_timeout_ms / 3000, lambda b: b.renew(consumers))
         self._every("heartbeat", s.heartbeat_interval_ms / 1000, lambda b: self._beat(b, record()))
+        self._every("fair", RECOUNT_EVERY_S, lambda b: recount_fair(b.link, b.fair_queues))
         if sweep and self.ticker is not None and self.ticker.periodics:
             ticker = self.ticker
             self.step(lambda b: ticker.step(Schedules(b.link)))

@@ -305,10 +305,11 @@ def test_an_operator_inspects_and_handles_dead_letters(
     # purges the dead letters
     assert "tasks  normal" in operator(server, "inspect")
     assert "queues=tasks" in operator(server, "inspect", "workers")
-    admin.zadd("tasks:fair:waiting", {"tenant": 2})  # a fair queue's key list (ZSCAN)
+    admin.zadd("tasks:fair:waiting", {"tenant": 2})  # a fair queue's key list (ZSCAN) ...
+    admin.rpush("tasks:fair:low:k:tenant", "job", "job")  # ... and its counts (LLEN)
     fair = json.loads(operator(server, "inspect", "-Q", "tasks", "--json"))["queues"][0]["fair"]
     assert fair["keys"] == [{"key": "tenant", "weight": 1, "waiting": 2}]
-    admin.delete("tasks:fair:waiting")
+    admin.delete("tasks:fair:waiting", "tasks:fair:low:k:tenant")
     delayed = tasks.add.apply_async((1, 1), countdown=60)
     assert "scheduled" in operator(server, "job", delayed.id)
     assert operator(server, "job", "cancel", delayed.id) == f"{delayed.id}: cancelled\n"

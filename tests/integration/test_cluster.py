@@ -316,6 +316,7 @@ def test_queue_depth_metrics(capp: Callable[..., App]) -> None:
 def test_fair_keys_are_read_from_every_partition(
     redis_cluster: RedisCluster, capp: Callable[..., App]
 ) -> None:
+    from taskq.broker.fairness import recount_fair
     from taskq.fairview import FairKey
     from taskq.keys import QueueKeys, partition_names
     from taskq.ops.inspect import Inspector
@@ -327,7 +328,9 @@ def test_fair_keys_are_read_from_every_partition(
     for i, name in enumerate(names):
         k = QueueKeys(name)
         app.link.pipeline(
-            [("SET", k.fair_mode, "on"), ("ZADD", k.fair_waiting, i + 1, "a", 9, f"only-{i}"),
+            [("SET", k.fair_mode, "on"), ("ZADD", k.fair_waiting, 50, "a", 9, f"only-{i}"),
+             ("RPUSH", k.fair_staged("low", "a"), *["job"] * (i + 1)),
+             ("RPUSH", k.fair_staged("high", f"only-{i}"), *["job"] * 9),
              ("HSET", k.fair_weights, "a", 4)]
         )  # fmt: skip
     # Then: app.fair_key sums the partitions; inspect reads each one on its own node.
@@ -336,6 +339,13 @@ def test_fair_keys_are_read_from_every_partition(
     assert {n: (f.active_keys, f.top[0].key, f.top[1]) for n, f in fair.items()} == {
         n: (2, f"only-{i}", FairKey("a", 4, i + 1)) for i, n in enumerate(names)
     }
+    # ... and a recount sets each partition's scores to its keys' jobs, on its own node.
+    recount_fair(app.link, names)
+    assert [app.link.call("ZSCORE", QueueKeys(n).fair_waiting, "a") for n in names] == [
+        b"1",
+        b"2",
+        b"3",
+    ]
 
 
 # -- bad input ---------------------------------------------------------------------------

@@ -447,6 +447,8 @@ def test_browser_fair_queue_page_shows_its_keys_as_text(
     # key markup, one weighted.
     r.set(Q.fair_mode, "on")
     r.zadd(Q.fair_waiting, {XSS: 9, "tenant-a": 4, "tenant-b": 1})
+    for key, jobs in ((XSS, 9), ("tenant-a", 4), ("tenant-b", 1)):
+        r.rpush(Q.fair_staged("normal", key), *[b"job"] * jobs)
     r.hset(Q.fair_weights, "tenant-a", 3)
     dash = start_dashboard()
     # When / then: its page lists the keys as Redis holds them, the markup as text.

@@ -15,7 +15,7 @@ import redis
 from taskq import App, Job
 from taskq.broker.broker import Broker
 from taskq.broker.delivery import Delivery
-from taskq.broker.fairness import claim_fairness, fair_off
+from taskq.broker.fairness import claim_fairness, fair_off, recount_fair
 from taskq.errors import BrokerError, ConfigError
 from taskq.keys import GROUP, PRIORITIES, QueueKeys
 from tests import tasks
@@ -246,10 +246,11 @@ def test_fair_keys_of_the_wrong_type_stop_no_fetch(fair_app: App, r: redis.Redis
 # -- the invariant, under random operations -----------------------------------------------
 
 
-def check_invariant(r: redis.Redis) -> None:
+def check_invariant(r: redis.Redis, app: App, *, recounted: bool = False) -> None:
     """For every priority: its turns hold each key with staged jobs once, and no other; its
-    staged count is the length of its keys' lists; each key's waiting count is its staged
-    jobs over every priority."""
+    staged count is the length of its keys' lists. The waiting keys are the keys with staged
+    jobs in any priority, each scored at least its staged jobs (exactly, just after a
+    recount), and ``app.fair_key`` counts them exactly."""
     waiting: collections.Counter[str] = collections.Counter()
     for p in PRIORITIES:
         turns = [k.decode() for k in r.lrange(K.fair_turns(p), 0, -1)]
@@ -263,7 +264,11 @@ def check_invariant(r: redis.Redis) -> None:
         assert set(turns) <= {"A", "B", "C", "default"}, turns
         assert int(r.get(K.fair_staged_count(p)) or 0) == staged, p
     stored = {k.decode(): int(v) for k, v in r.zrange(K.fair_waiting, 0, -1, withscores=True)}
-    assert stored == {k: n for k, n in waiting.items() if n}
+    assert set(stored) == {k for k, n in waiting.items() if n}
+    assert all(stored[k] >= waiting[k] for k in stored), (stored, waiting)
+    if recounted:
+        assert stored == {k: n for k, n in waiting.items() if n}
+    assert {k: app.fair_key("fair", k).waiting for k in waiting} == waiting
 
 
 def enqueue_one(rng: random.Random, step: int, jobs: list[Job], *, delayed: bool) -> None:
@@ -277,6 +282,18 @@ def enqueue_one(rng: random.Random, step: int, jobs: list[Job], *, delayed: bool
         tasks.fair_job.apply_async((key or "default", step), priority=p, fair_key=key, **later)
 
 
+def remove_or_move(app: App, r: redis.Redis, rng: random.Random, *, move: bool) -> None:
+    """An operator removes, or moves to a random priority, the newest admitted entries of a
+    random priority."""
+    p = rng.choice(PRIORITIES)
+    ids = [e.decode() for e, _ in r.xrevrange(K.stream(p), count=3)]
+    if move:
+        to = rng.choice(PRIORITIES)
+        app.link.script("jobs_move", [K.stream(p), K.stream(to)], [GROUP, to, *ids])
+    else:
+        app.link.script("jobs_remove", [K.stream(p), K.counts], [GROUP, "stream", 1000, "", *ids])
+
+
 def test_turns_match_the_staged_jobs_under_random_operations(fair_app: App, r: redis.Redis) -> None:
     rng = random.Random(37)
     fair_app.set_fair_weight("fair", "B", 2)
@@ -285,7 +302,7 @@ def test_turns_match_the_staged_jobs_under_random_operations(fair_app: App, r: r
     held: list[Delivery] = []
     jobs: list[Job] = []
     for step in range(300):
-        op = rng.choice("eeeeffcrmphddP")
+        op = rng.choice("eeeeffcrmphddPR")
         if op in "ed":
             enqueue_one(rng, step, jobs, delayed=op == "d")
         elif op == "P":
@@ -297,23 +314,31 @@ def test_turns_match_the_staged_jobs_under_random_operations(fair_app: App, r: r
         elif op == "c" and jobs:
             rng.choice(jobs).cancel()
         elif op in "rm":
-            p = rng.choice(PRIORITIES)
-            ids = [e.decode() for e, _ in r.xrevrange(K.stream(p), count=3)]
-            if op == "r":
-                fair_app.link.script(
-                    "jobs_remove", [K.stream(p), K.counts], [GROUP, "stream", 1000, "", *ids]
-                )
-            else:
-                to = rng.choice(PRIORITIES)
-                fair_app.link.script("jobs_move", [K.stream(p), K.stream(to)], [GROUP, to, *ids])
+            remove_or_move(fair_app, r, rng, move=op == "m")
         elif op == "p":
             fair_app.operators.purge_waiting("fair", [rng.choice(PRIORITIES)])
         elif op == "h" and held:
             d = held.pop(rng.randrange(len(held)))
             broker.requeue(d, task="tests.tasks.fair_job", body=d.body or b"", owner="c")
-        check_invariant(r)
+        elif op == "R":
+            recount_fair(fair_app.link, ["fair"])
+        check_invariant(r, fair_app, recounted=op == "R")
     drain_fetches(broker, held)
     assert not r.keys("fair:fair:*:k:*") and not r.exists(*(K.fair_turns(p) for p in PRIORITIES))
+
+
+def test_a_fair_worker_makes_the_top_keys_ranks_exact(
+    fair_app: App, start_worker: StartWorker, r: redis.Redis
+) -> None:
+    # Given: waiting keys whose scores overstate their staged jobs (admissions do not lower
+    # them), one with none left at all; A's jobs are in no turns, so no admission takes them.
+    r.zadd(K.fair_waiting, {"gone": 40, "A": 30})
+    r.rpush(K.fair_staged("low", "A"), b"job")
+    r.rpush(K.fair_staged("high", "A"), b"job", b"job")
+    # When: a fair worker runs.
+    worker(start_worker, "-c", "1", **FAIR)
+    # Then: within a recount, the key without jobs is gone and A's score is its jobs.
+    wait_until(lambda: r.zrange(K.fair_waiting, 0, -1, withscores=True) == [(b"A", 3.0)])
 
 
 def drain_fetches(broker: Broker, held: list[Delivery]) -> None:

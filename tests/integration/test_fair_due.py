@@ -73,7 +73,7 @@ def test_a_delayed_job_with_a_record_is_staged_then_admitted(fair_app: App, r: r
     assert r.hmget(K.job(later.id), "state", "entry", "fair_key") == [b"waiting", b"", b"A"]
     assert r.llen(K.fair_staged("normal", "A")) == 1 and r.xlen("fair:normal") == 1
     assert r.zscore(K.fair_waiting, "A") == 1  # (staged jobs)
-    check_invariant(r)
+    check_invariant(r, fair_app)
     broker = fair_app.broker_for(["fair"])
     broker.ensure_groups()
     [got] = broker.fetch("c", 1).deliveries  # the first, undelivered: nothing admitted
@@ -82,7 +82,7 @@ def test_a_delayed_job_with_a_record_is_staged_then_admitted(fair_app: App, r: r
     assert got.record_id == later.id
     fields = r.xrange("fair:normal", got.entry_id, got.entry_id)[0][1]
     assert fields[b"fk"] == b"A" and r.hget(K.job(later.id), "entry") == got.entry_id.encode()
-    check_invariant(r)
+    check_invariant(r, fair_app)
 
 
 def test_a_staged_delayed_job_is_cancelled_out_of_its_list(fair_app: App, r: redis.Redis) -> None:
@@ -93,7 +93,7 @@ def test_a_staged_delayed_job_is_cancelled_out_of_its_list(fair_app: App, r: red
     promote_all(fair_app)
     assert later.cancel() == "cancelled"
     assert not r.exists(K.fair_staged("normal", "A"), K.fair_turns("normal"), K.fair_waiting)
-    check_invariant(r)
+    check_invariant(r, fair_app)
 
 
 def test_a_queue_not_marked_fair_gets_the_delayed_job_plain(task_app: App, r: redis.Redis) -> None:
@@ -147,7 +147,7 @@ def test_a_flood_of_unique_jobs_is_staged_by_its_key(fair_app: App, r: redis.Red
     assert r.llen(K.fair_staged("normal", "A")) == 5
     assert r.hmget(K.job(delayed.id), "entry", "fair_key") == [b"", b"A"]
     b = tasks.add.apply_async((0, 1), queue="fair", fair_key="B", unique_key="b")
-    check_invariant(r)
+    check_invariant(r, fair_app)
     broker = fair_app.broker_for(["fair"])
     broker.ensure_groups()
     # A's first (in as it was enqueued: the queue was idle), A's turn, then B's turn before
@@ -155,7 +155,7 @@ def test_a_flood_of_unique_jobs_is_staged_by_its_key(fair_app: App, r: redis.Red
     got = broker.fetch("c", 3).deliveries
     assert [d.record_id for d in got] == [jobs[0].id, jobs[1].id, b.id]
     assert r.llen(K.fair_staged("normal", "A")) == 4 and r.xlen("fair:normal") == 3
-    check_invariant(r)
+    check_invariant(r, fair_app)
 
 
 def test_a_unique_job_of_a_fair_queue_runs_and_frees_its_key(

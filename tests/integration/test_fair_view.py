@@ -20,27 +20,45 @@ from click.testing import CliRunner
 from taskq import App, FairKey
 from taskq.dashboard import asgi
 from taskq.fairview import INVALID_WEIGHT, KEY_SHOWN_BYTES, TOP_KEYS
-from taskq.keys import QueueKeys, partition_names
+from taskq.keys import PRIORITIES, QueueKeys, partition_names
 
 pytestmark = pytest.mark.integration
 
 
 def lay_out(r: redis.Redis, queue: str, waiting: dict[Any, float], *, on: bool = True) -> None:
-    """A fair queue's keys as its scripts leave them: the waiting set, the mode mark and,
-    for the first key, one staged job and its turn."""
+    """A fair queue's keys as its scripts leave them: each key of ``waiting`` in the waiting
+    set with that score and, for a score that is a count, that many staged jobs spread over
+    the priorities (the j-th in the j-th priority, round), each list's key in its turns."""
     k = QueueKeys(queue)
     if on:
         r.set(k.fair_mode, "on")
-    if waiting:
-        r.zadd(k.fair_waiting, waiting)
-        first = next(iter(waiting))
-        r.rpush(k.fair_staged("normal", first), b"job")
-        r.rpush(k.fair_turns("normal"), first)
+    if not waiting:
+        return
+    r.zadd(k.fair_waiting, waiting)
+    pipe = r.pipeline(transaction=False)
+    for member, score in waiting.items():
+        jobs = int(score) if score == int(score) and score > 0 else 0
+        for p in PRIORITIES[: min(jobs, len(PRIORITIES))]:
+            pipe.rpush(k.fair_turns(p), member)
+        for j in range(jobs):
+            pipe.rpush(staged(k, PRIORITIES[j % len(PRIORITIES)], member), b"job")
+    pipe.execute()
+
+
+def staged(k: QueueKeys, priority: str, member: Any) -> bytes:
+    """The staged list of a member of any type (bytes, text) in one priority."""
+    raw = member if isinstance(member, bytes) else str(member).encode()
+    return k.fair_staged(priority, "").encode() + raw
 
 
 def truth(r: redis.Redis, queue: str) -> dict[bytes, int]:
-    """The waiting set as Redis holds it."""
-    return {m: int(s) for m, s in r.zrange(QueueKeys(queue).fair_waiting, 0, -1, withscores=True)}
+    """Each member of the waiting set with its staged jobs as Redis holds them (every
+    priority), members without any left out."""
+    k = QueueKeys(queue)
+    counts = {
+        m: sum(r.llen(staged(k, p, m)) for p in PRIORITIES) for m in r.zrange(k.fair_waiting, 0, -1)
+    }
+    return {m: n for m, n in counts.items() if n}
 
 
 def cli(redis_url: str, *args: str) -> Any:
@@ -86,18 +104,24 @@ def test_fair_key_survives_hostile_contents(make_app: Callable[..., App], r: red
     r.zadd(k.fair_waiting, {"a": 2.5})
     r.set(k.fair_weights, "x")
     assert app.fair_key("tasks", "a") == FairKey("a", 1, 0)
+    r.rpush(staged(k, "normal", "a"), b"job", b"job")
+    r.set(staged(k, "high", "a"), "not a list")  # hides only itself
+    assert app.fair_key("tasks", "a") == FairKey("a", 1, 2)
 
 
 def test_inspect_shows_active_keys_and_the_top_keys(
     make_app: Callable[..., App], r: redis.Redis, redis_url: str
 ) -> None:
-    # Given: a fair queue with 12 active keys, one of them weighted, and a plain queue.
+    # Given: a fair queue with 13 active keys, one of them weighted, one whose score (a bound
+    # that admissions do not lower) overstates its jobs, and a plain queue.
     lay_out(r, "tasks", {f"tenant-{i:02d}": 100 + i for i in range(12)})
+    lay_out(r, "tasks", {"drained": 2})
+    r.zadd(QueueKeys("tasks").fair_waiting, {"drained": 5000})
     r.hset(QueueKeys("tasks").fair_weights, "tenant-11", 3)
     before = cli(redis_url, "inspect", "-Q", "plain").stdout
     # When / then: the text view lists the 10 keys with the most jobs, most first.
     out = cli(redis_url, "inspect", "-Q", "tasks,plain").stdout
-    assert "tasks: fair, 12 active key(s), top 10 by waiting jobs:" in out
+    assert "tasks: fair, 13 active key(s), top 10 by waiting jobs:" in out
     rows = [line.split() for line in out.splitlines() if line.startswith("  tenant-")]
     assert rows[0] == ["tenant-11", "111", "3"]
     assert [r_[0] for r_ in rows] == [f"tenant-{i:02d}" for i in range(11, 1, -1)]
@@ -162,7 +186,7 @@ def hostile(r: redis.Redis) -> None:
     # scores that are not counts, weights that are not weights, huge and binary members
     lay_out(r, "odd", {"frac": 2.5, "neg": -3, "zero": 0, "huge": 9, "bin": 8, "esc": 7})
     big = b"H" * (KEY_SHOWN_BYTES * 50)
-    r.zadd(QueueKeys("odd").fair_waiting, {big: 6, b"\xff\xfe": 5, "\x1b[2Jx\n": 4})
+    lay_out(r, "odd", {big: 6, b"\xff\xfe": 5, "\x1b[2Jx\n": 4})
     r.hset(QueueKeys("odd").fair_weights, mapping={"huge": "9999", "bin": "abc", "esc": "-1"})
 
 

@@ -1,5 +1,5 @@
-"""How a fair queue's keys are parsed and shown, without Redis: scores and weights that are
-not counts, members that are huge or not UTF-8, keys that are markup or terminal escapes,
+"""How a fair queue's keys are parsed and shown, without Redis: weights that are not
+weights, members that are huge or not UTF-8, keys that are markup or terminal escapes,
 and the Prometheus exposition of keys that are user data."""
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from taskq.fairview import (
     FairKey,
     FairStats,
     key_shown,
-    waiting_of,
     weight_of,
 )
 from taskq.ops.inspect import QueueStats
@@ -23,15 +22,6 @@ from taskq.ops.render import printable, render_fair
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
-
-
-@pytest.mark.parametrize(
-    ("score", "count"),
-    [(b"3", 3), (b"1", 1), ("12", 12), (b"1e3", 1000), (b"2.5", None), (b"0", None),
-     (b"-4", None), (b"inf", None), (b"nan", None), (b"x", None), (b"\xff", None)],
-)  # fmt: skip
-def test_a_score_is_a_count_of_jobs_or_nothing(score: object, count: int | None) -> None:
-    assert waiting_of(score) == count
 
 
 @pytest.mark.parametrize(

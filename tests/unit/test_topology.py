@@ -92,7 +92,8 @@ _FAIR_COUNTS = "staged_count = head .. priority .. ':staged', last = head .. pri
 _FAIR_MODE = (
     "mode = head .. 'mode', waiting = head .. 'waiting', weights = queue .. ':fairweights'}"
 )
-_BATCH_STREAM = "flush_batch(KEYS[1], queue .. ':' .. ({'high', 'normal', 'low'})[p + 1], ARGV[6])"
+_FAIR_LISTS = "for i, p in ipairs(PRIORITY_NAMES) do names.lists[i] = head .. p .. ':k:' end"
+_BATCH_STREAM = "flush_batch(KEYS[1], queue .. ':' .. PRIORITY_NAMES[p + 1], ARGV[6])"
 
 
 def test_scripts_declare_their_keys() -> None:
@@ -120,6 +121,7 @@ def test_scripts_declare_their_keys() -> None:
         ("_fair.lua", _FAIR_NAMES),
         ("_fair.lua", _FAIR_COUNTS),
         ("_fair.lua", _FAIR_MODE),
+        ("_fair.lua", _FAIR_LISTS),
         ("_flow.lua", "redis.call('HINCRBY', prefix .. ':counts', 'held', -1)"),
         ("_flow.lua", "local stream = prefix .. ':' .. PRIORITY_NAMES[p + 1]"),
         ("_flow.lua", "local rec = prefix .. ':job:' .. job"),

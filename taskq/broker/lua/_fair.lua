@@ -5,9 +5,12 @@
 -- in a last field 'fk') and the key to the end of the turns. Readers admit, just before
 -- their read and in the same write, the jobs that read will take (fair_admit.lua), so the
 -- stream holds no backlog of admitted jobs and every batch takes the keys in turn.
--- <queue>:fair:waiting counts each key's staged jobs (every priority) and
--- <queue>:fair:<priority>:staged each priority's. Every key is named from the stream's own
--- name, so a script touches keys of that queue only (one hash tag).
+-- <queue>:fair:waiting holds each key with staged jobs (any priority), scored by at least
+-- its staged jobs: staging adds one, admitting takes none off (its lists' lengths are the
+-- exact count, which readers sum), a key leaves when its last staged job does, and
+-- fair_recount.lua sets the top keys' scores exact. <queue>:fair:<priority>:staged counts
+-- each priority's staged jobs. Every key is named from the stream's own name, so a script
+-- touches keys of that queue only (one hash tag).
 
 local FAIR_GROUP = 'taskq'  -- (keys.py GROUP: the consumer group of every stream)
 
@@ -29,6 +32,8 @@ local function fair_names(stream)
   names = {turns = head .. priority .. ':turns', staged = head .. priority .. ':k:',
     staged_count = head .. priority .. ':staged', last = head .. priority .. ':last',
     mode = head .. 'mode', waiting = head .. 'waiting', weights = queue .. ':fairweights'}
+  names.lists = {}  -- (the key's staged lists of every priority: head .. key)
+  for i, p in ipairs(PRIORITY_NAMES) do names.lists[i] = head .. p .. ':k:' end
   names.weighted = redis.call('EXISTS', names.weights) == 1
   fair_known[stream] = names
   return names
@@ -47,37 +52,15 @@ local function fair_weight(names, key)
   return fair_weight_of(redis.call('HGET', names.weights, key))
 end
 
--- `n` staged jobs of the key fewer (in `unwaited`, a table: key -> count, written once per
--- call by fair_unwait_all; without it at once).
-local function fair_unwait(waiting, key, n, unwaited)
-  if unwaited then
-    unwaited[key] = (unwaited[key] or 0) + n
-    return
+-- How many staged jobs `key` has, every priority (a list of the wrong type counts as none):
+-- its exact waiting count, which the waiting keys' score only bounds.
+local function fair_staged_jobs(names, key)
+  local staged = 0
+  for _, head in ipairs(names.lists) do
+    local n = redis.pcall('LLEN', head .. key)
+    if type(n) == 'number' then staged = staged + n end
   end
-  local left = tonumber(redis.call('ZINCRBY', waiting, -n, key))
-  if left <= 0 then redis.call('ZREM', waiting, key) end
-end
-
--- The staged jobs collected by fair_unwait, off the waiting keys of `stream`'s queue: one
--- ZMSCORE, one ZADD and one ZREM for them all (a key whose count reaches 0 leaves).
-local function fair_unwait_all(stream, unwaited)
-  local keys = {}
-  for key in pairs(unwaited) do keys[#keys + 1] = key end
-  if #keys == 0 then return end
-  local waiting = fair_names(stream).waiting
-  local scores = redis.pcall('ZMSCORE', waiting, unpack(keys))
-  if scores.err then return end  -- (not a sorted set: the counts are lost, not the jobs)
-  local scored, emptied = {}, {}
-  for i, key in ipairs(keys) do
-    local left = (tonumber(scores[i]) or 0) - unwaited[key]
-    if left > 0 then
-      scored[#scored + 1], scored[#scored + 2] = left, key
-    else
-      emptied[#emptied + 1] = key
-    end
-  end
-  if #scored > 0 then redis.call('ZADD', waiting, unpack(scored)) end
-  if #emptied > 0 then redis.call('ZREM', waiting, unpack(emptied)) end
+  return staged
 end
 
 -- A staged element: the msgpack array of an entry's fields (task, body[, job, id]);
@@ -108,15 +91,19 @@ end
 -- One turn: the key at the head of `stream`'s turns moves up to its weight of its staged
 -- jobs into the stream, and goes to the end of the turns while it has more. An element that
 -- is not an entry's fields is dropped (and counted off); a turns member that is not a key,
--- or whose staged jobs are not a list, is dropped. Returns how many jobs went in, how many elements left the key's list and the
--- last entry id, or nil when no key has staged jobs.
-local function fair_turn(stream, names, unwaited)
+-- or whose staged jobs are not a list, is dropped. A key that leaves the turns with no staged
+-- job in any priority goes into `drained` (a list). Returns how many jobs went in, how many
+-- elements left the key's list and the last entry id, or nil when no key has staged jobs.
+local function fair_turn(stream, names, drained)
   local key = redis.pcall('LMOVE', names.turns, names.turns, 'LEFT', 'RIGHT')
   if type(key) ~= 'string' then return nil end  -- (none, or the turns are not a list)
   local list, w = names.staged .. key, fair_weight(names, key)
   local raws = fair_key_ok(key) and redis.pcall('LPOP', list, w)
   if type(raws) ~= 'table' or raws.err then  -- (not a key, or its staged jobs not a list)
     redis.call('RPOP', names.turns)
+    if not fair_key_ok(key) or fair_staged_jobs(names, key) == 0 then
+      drained[#drained + 1] = key
+    end
     return 0, 0
   end
   local admitted, id = 0, nil
@@ -127,25 +114,29 @@ local function fair_turn(stream, names, unwaited)
       admitted = admitted + 1
     end
   end
-  if #raws > 0 then fair_unwait(names.waiting, key, #raws, unwaited) end
-  if #raws < w or redis.call('LLEN', list) == 0 then redis.call('RPOP', names.turns) end
+  if #raws < w or redis.call('LLEN', list) == 0 then
+    redis.call('RPOP', names.turns)
+    if fair_staged_jobs(names, key) == 0 then drained[#drained + 1] = key end
+  end
   return admitted, #raws, id
 end
 
 -- Turns of `stream`'s keys until `n` jobs went in (a turn is never cut short: a key of
 -- weight 3 may take the last place and two more) or no key has staged jobs; the last
--- admitted entry's id is kept (fair_idle). Returns how many went in.
+-- admitted entry's id is kept (fair_idle), and the keys left with no staged job leave the
+-- waiting keys (one ZREM; the others' scores stay: admitting costs no update per key).
+-- Returns how many went in.
 local function fair_admit(stream, n)
-  local names, unwaited = fair_names(stream), {}
+  local names, drained = fair_names(stream), {}
   local admitted, popped, last = 0, 0, nil
   while admitted < n do
-    local a, p, id = fair_turn(stream, names, unwaited)
+    local a, p, id = fair_turn(stream, names, drained)
     if not a then break end
     admitted, popped, last = admitted + a, popped + p, id or last
   end
   if last then redis.call('SET', names.last, last) end
   if popped > 0 then redis.call('INCRBY', names.staged_count, -popped) end
-  fair_unwait_all(stream, unwaited)
+  if #drained > 0 then redis.pcall('ZREM', names.waiting, unpack(drained)) end
   return admitted
 end
 
@@ -182,9 +173,10 @@ local function fair_on(stream)
 end
 
 -- A job enters `stream` of a fair queue (the caller checked `key` and the mark): staged at
--- the end of its key's list (a key that had none joins the end of the turns) and counted in
--- the queue's waiting keys; then, if every job admitted so far was delivered (fair_idle),
--- one turn goes in at once. `record` (a function, optional) writes the job's record with
+-- the end of its key's list (a key that had none joins the end of the turns) and its score
+-- in the queue's waiting keys goes up by one (waiting keys of the wrong type lose the
+-- ranking, not the job); then, if every job admitted so far was delivered (fair_idle), one
+-- turn goes in at once. `record` (a function, optional) writes the job's record with
 -- entry '' first, so that an admission writes its entry there. Every way a producer's job
 -- enters a fair queue (an enqueue, a delayed job when due, a unique or periodic job) goes
 -- through here. Returns whether a turn went in.
@@ -194,7 +186,7 @@ local function fair_stage(stream, fields, key, record)
     redis.call('RPUSH', names.turns, key)
   end
   redis.call('INCRBY', names.staged_count, 1)
-  redis.call('ZINCRBY', names.waiting, 1, key)
+  redis.pcall('ZINCRBY', names.waiting, 1, key)
   if record then record('') end
   return fair_idle(stream) and fair_admit(stream, 1) > 0
 end
@@ -215,7 +207,11 @@ local function fair_unstage(stream, key, job)
         redis.call('LREM', list, 1, raw)
         if n == 1 then redis.call('LREM', names.turns, 0, key) end
         redis.call('INCRBY', names.staged_count, -1)
-        fair_unwait(names.waiting, key, 1)
+        if fair_staged_jobs(names, key) == 0 then
+          redis.pcall('ZREM', names.waiting, key)
+        else
+          redis.pcall('ZINCRBY', names.waiting, -1, key)
+        end
         return true
       end
     end

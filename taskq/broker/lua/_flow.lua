@@ -17,7 +17,6 @@ local run_ops
 -- count them out of the queue's held jobs. `taken` slots are about to be used by the caller.
 -- A moved job's record notes the slot kept free for it ('slot_for': "<n>|<held key>"), so
 -- that a cancel before it takes the slot passes the slot on (cancel.lua).
-local PRIORITY_NAMES = {'high', 'normal', 'low'}
 local function refill(running, held, n, prefix, taken, now)
   local free = n - redis.call('ZCARD', running) - taken
   while free > 0 do

@@ -1,4 +1,8 @@
 -- Shared prologue: stream ids, and deleting finished jobs by trimming.
+
+-- A queue's priorities, as its streams are named ("<queue>:<priority>"; keys.py PRIORITIES).
+local PRIORITY_NAMES = {'high', 'normal', 'low'}
+
 local function id_parts(id)
   local ms, seq = string.match(id, '^(%d+)-(%d+)$')
   return ms, seq

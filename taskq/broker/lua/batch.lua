@@ -45,7 +45,7 @@ else
 end
 if n >= size then
   redis.call('ZREM', KEYS[2], marker)
-  flush_batch(KEYS[1], queue .. ':' .. ({'high', 'normal', 'low'})[p + 1], ARGV[6])
+  flush_batch(KEYS[1], queue .. ':' .. PRIORITY_NAMES[p + 1], ARGV[6])
   return {first, n, now, 1}
 end
 return {first, n, due, 0}
