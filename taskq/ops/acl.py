@@ -49,8 +49,8 @@ PRODUCER_COMMANDS = (
     "wait",  # durable_enqueue: a replica has the job
     "zincrby",  # a fair queue: its key's waiting jobs (staging uses rpush, llen, lpop too)
     "incrby",  # ... and its staged count
-    "lmove",  # ... a key's turn, when the enqueue finds the stream idle and admits at once
-    "rpop",  # ... a key without staged jobs leaves the turns (zrem: and the waiting keys)
+    # ... a key's turn, when the enqueue finds the stream idle and admits at once (lrange,
+    # lpop, rpush: the turns; zrem: a key left without staged jobs leaves the waiting keys)
     # job.progress(), job.stream(), job.logs(): a job's telemetry keys, read only
     "xread",
     "lrange",
@@ -111,9 +111,8 @@ WORKER_COMMANDS = (
     "lpop",  # ... leaves its list for its stream
     "zincrby",  # a fair queue's staging (a due delayed job, a periodic tick): its key's rank
     "incrby",  # ... and its staged count
-    "lmove",  # ... a key's turn (zrem: a key left without staged jobs; zrange, zadd: the
-    # top keys' ranks made exact, fair_recount.lua)
-    "rpop",  # ... a key without staged jobs leaves the turns
+    "lrange",  # ... a round of turns (lpop, rpush: the keys turned; zrem: a key left without
+    # staged jobs; zrange, zadd: the top keys' ranks made exact, fair_recount.lua)
     "lrem",  # ... a cancelled staged job (and its key's turn, if it was the last)
 )
 

@@ -91,6 +91,7 @@ def test_a_high_job_of_another_tenant_starts_before_every_waiting_normal_job(
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)  # (the drain's own wait is up to 240 s on a loaded machine)
 def test_a_hundred_thousand_tenants_with_one_job_each_drain(
     fair_app: App, start_worker: StartWorker, r: redis.Redis
 ) -> None:

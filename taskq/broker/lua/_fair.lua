@@ -53,11 +53,12 @@ local function fair_weight(names, key)
 end
 
 -- How many staged jobs `key` has, every priority (a list of the wrong type counts as none):
--- its exact waiting count, which the waiting keys' score only bounds.
-local function fair_staged_jobs(names, key)
+-- its exact waiting count, which the waiting keys' score only bounds. The list of the
+-- priority whose lists' head is `known_empty` (optional) is not read.
+local function fair_staged_jobs(names, key, known_empty)
   local staged = 0
   for _, head in ipairs(names.lists) do
-    local n = redis.pcall('LLEN', head .. key)
+    local n = head ~= known_empty and redis.pcall('LLEN', head .. key)
     if type(n) == 'number' then staged = staged + n end
   end
   return staged
@@ -88,24 +89,15 @@ local function fair_enter(stream, fields, key)
   return id
 end
 
--- One turn: the key at the head of `stream`'s turns moves up to its weight of its staged
--- jobs into the stream, and goes to the end of the turns while it has more. An element that
--- is not an entry's fields is dropped (and counted off); a turns member that is not a key,
--- or whose staged jobs are not a list, is dropped. A key that leaves the turns with no staged
--- job in any priority goes into `drained` (a list). Returns how many jobs went in, how many
--- elements left the key's list and the last entry id, or nil when no key has staged jobs.
-local function fair_turn(stream, names, drained)
-  local key = redis.pcall('LMOVE', names.turns, names.turns, 'LEFT', 'RIGHT')
-  if type(key) ~= 'string' then return nil end  -- (none, or the turns are not a list)
+-- One turn of `key` (the caller takes it off the head of `stream`'s turns): up to its
+-- weight of its staged jobs go into the stream. An element that is not an entry's fields is
+-- dropped (and counted off); a key that is not one, or whose staged jobs are not a list, has
+-- none. Returns how many jobs went in, how many elements left the key's list, the last entry
+-- id, and whether the key keeps its place in the turns (it has more staged jobs).
+local function fair_turn(stream, names, key)
   local list, w = names.staged .. key, fair_weight(names, key)
   local raws = fair_key_ok(key) and redis.pcall('LPOP', list, w)
-  if type(raws) ~= 'table' or raws.err then  -- (not a key, or its staged jobs not a list)
-    redis.call('RPOP', names.turns)
-    if not fair_key_ok(key) or fair_staged_jobs(names, key) == 0 then
-      drained[#drained + 1] = key
-    end
-    return 0, 0
-  end
+  if type(raws) ~= 'table' or raws.err then return 0, 0, nil, false end
   local admitted, id = 0, nil
   for _, raw in ipairs(raws) do
     local f = fair_fields(raw)
@@ -114,25 +106,43 @@ local function fair_turn(stream, names, drained)
       admitted = admitted + 1
     end
   end
-  if #raws < w or redis.call('LLEN', list) == 0 then
-    redis.call('RPOP', names.turns)
-    if fair_staged_jobs(names, key) == 0 then drained[#drained + 1] = key end
-  end
-  return admitted, #raws, id
+  return admitted, #raws, id, #raws == w and redis.call('LLEN', list) > 0
 end
 
--- Turns of `stream`'s keys until `n` jobs went in (a turn is never cut short: a key of
--- weight 3 may take the last place and two more) or no key has staged jobs; the last
--- admitted entry's id is kept (fair_idle), and the keys left with no staged job leave the
--- waiting keys (one ZREM; the others' scores stay: admitting costs no update per key).
--- Returns how many went in.
+-- Turns of `stream`'s keys, from the head of its turns, until `n` jobs went in (a turn is
+-- never cut short: a key of weight 3 may take the last place and two more) or no key has
+-- staged jobs. The keys are read a round at a time (one LRANGE) and turned in memory: a
+-- round's keys leave the head at once (one LPOP) and those with more staged jobs go to the
+-- end, in order (one RPUSH); when the round read the whole turns, a key with more comes
+-- round again within it, and the turns are rewritten once (LPOP of them all, RPUSH). A list
+-- rotation per key, in three commands per round. The last admitted entry's id is kept (fair_idle), and
+-- the keys left with no staged job in any priority leave the waiting keys (one ZREM; the
+-- others' scores stay: admitting costs no update per key). Returns how many went in.
 local function fair_admit(stream, n)
   local names, drained = fair_names(stream), {}
   local admitted, popped, last = 0, 0, nil
   while admitted < n do
-    local a, p, id = fair_turn(stream, names, drained)
-    if not a then break end
-    admitted, popped, last = admitted + a, popped + p, id or last
+    local want = n - admitted
+    local keys = redis.pcall('LRANGE', names.turns, 0, want - 1)
+    if type(keys) ~= 'table' or keys.err or #keys == 0 then break end  -- (none, or not a list)
+    local read, i, kept = #keys, 1, {}
+    local whole = read < want
+    while admitted < n and i <= #keys do
+      local key = keys[i]
+      i = i + 1
+      local a, p, id, more = fair_turn(stream, names, key)
+      admitted, popped, last = admitted + a, popped + p, id or last
+      if more then
+        if whole then keys[#keys + 1] = key else kept[#kept + 1] = key end
+      elseif not fair_key_ok(key) or fair_staged_jobs(names, key, names.staged) == 0 then
+        drained[#drained + 1] = key
+      end
+    end
+    if whole then  -- (the turns become the round's keys not turned yet, in order)
+      for j = i, #keys do kept[#kept + 1] = keys[j] end
+    end
+    redis.call('LPOP', names.turns, whole and read or i - 1)
+    if #kept > 0 then redis.call('RPUSH', names.turns, unpack(kept)) end
   end
   if last then redis.call('SET', names.last, last) end
   if popped > 0 then redis.call('INCRBY', names.staged_count, -popped) end
