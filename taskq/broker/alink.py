@@ -18,12 +18,11 @@ import redis.asyncio.sentinel
 
 from taskq.broker.link import (
     CLIENT_OPTIONS,
-    client_from_url,
     map_errors,
     missing_scripts,
     raise_as_broker_error,
 )
-from taskq.broker.links import MASTER_CHECK_S, WatchClock, connect
+from taskq.broker.links import MASTER_CHECK_S, WatchClock, client_from_url, connect
 from taskq.broker.resp import Command, pack
 from taskq.broker.topology import kind_of, parse_seeds
 from taskq.config import redact

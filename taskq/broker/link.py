@@ -17,7 +17,7 @@ import os
 import ssl
 from collections.abc import Callable, Sequence
 from importlib import resources
-from typing import Any, NoReturn, TypeVar, cast
+from typing import Any, NoReturn, cast
 
 import redis
 import redis.sentinel
@@ -25,9 +25,7 @@ from redis.exceptions import NoScriptError
 
 from taskq.broker.resp import Command, Connection, pack, read_replies
 from taskq.config import redact
-from taskq.errors import BrokerError, BrokerRefused, BrokerUnavailable, ConfigError
-
-_C = TypeVar("_C", redis.Redis, "redis.asyncio.Redis")
+from taskq.errors import BrokerError, BrokerRefused, BrokerUnavailable
 
 Fence = Callable[[Connection], bool]
 """Checks that a connection still reaches the server it must (the master the sentinels name
@@ -67,21 +65,6 @@ CLIENT_OPTIONS: dict[str, Any] = {
     "max_connections": 10_000,
 }
 """redis-py client options of every link, blocking or asyncio."""
-
-
-def client_from_url(factory: Callable[..., _C], url: str) -> _C:
-    """``factory(url, **CLIENT_OPTIONS)`` (a redis-py ``from_url``), with the URL checked.
-
-    Raises:
-        ConfigError: the URL is not a Redis URL, or asks for RESP3 (taskq speaks RESP2).
-    """
-    try:
-        client = factory(url, **CLIENT_OPTIONS)
-    except ValueError as exc:
-        raise ConfigError(f"invalid Redis URL {redact(url)!r}: {exc}") from None
-    if str(client.connection_pool.connection_kwargs.get("protocol")) != "2":
-        raise ConfigError(f"{redact(url)}: taskq speaks RESP2; remove protocol=3 from the URL")
-    return client
 
 
 class Link:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import redis
 import redis.backoff
@@ -15,11 +15,41 @@ import redis.retry
 import redis.sentinel
 
 from taskq.broker.cluster import ClusterLink
-from taskq.broker.link import CLIENT_OPTIONS, Link, client_from_url
+from taskq.broker.link import CLIENT_OPTIONS, Link
 from taskq.broker.resp import Connection
 from taskq.broker.topology import kind_of, parse_seeds
 from taskq.config import redact
 from taskq.errors import ConfigError
+
+_C = TypeVar("_C", redis.Redis, "redis.asyncio.Redis")
+
+
+def driver_options() -> dict[str, Any]:
+    """The library version a client sends in ``CLIENT SETINFO``, given as redis-py's own
+    ``redis.__version__``. Left out, redis-py reads it from its package metadata, the first
+    time in a process about 7M instructions, paid by a worker's master before its first
+    heartbeat."""
+    try:
+        from redis.driver_info import DriverInfo
+    except ImportError:  # an older redis-py, without driver_info: lib_version is the option
+        return {"lib_version": redis.__version__}
+    return {"driver_info": DriverInfo(lib_version=redis.__version__)}
+
+
+def client_from_url(factory: Callable[..., _C], url: str) -> _C:
+    """``factory(url, **CLIENT_OPTIONS)`` (a redis-py ``from_url``), with the URL checked and
+    the library version of :func:`driver_options`.
+
+    Raises:
+        ConfigError: the URL is not a Redis URL, or asks for RESP3 (taskq speaks RESP2).
+    """
+    try:
+        client = factory(url, **CLIENT_OPTIONS, **driver_options())
+    except ValueError as exc:
+        raise ConfigError(f"invalid Redis URL {redact(url)!r}: {exc}") from None
+    if str(client.connection_pool.connection_kwargs.get("protocol")) != "2":
+        raise ConfigError(f"{redact(url)}: taskq speaks RESP2; remove protocol=3 from the URL")
+    return client
 
 
 def connect(url: str) -> Link:

@@ -6,10 +6,12 @@ import re
 from importlib import resources
 
 import pytest
+import redis
+import redis.utils
 
 from taskq.broker.cluster import ClusterLink
 from taskq.broker.link import Link, script_command
-from taskq.broker.links import connect
+from taskq.broker.links import client_from_url, connect
 from taskq.broker.routing import command_keys, hash_tag
 from taskq.broker.slots import slot_runs
 from taskq.broker.topology import kind_of, parse_seeds
@@ -46,6 +48,22 @@ def test_connect_picks_the_link_and_sends_nothing() -> None:
     assert isinstance(connect("redis+cluster://127.0.0.1:1"), ClusterLink)
     link = connect("redis+sentinel://127.0.0.1:1/m")
     assert type(link) is Link and not link.cluster
+
+
+def test_a_client_names_its_library_version_without_reading_package_metadata(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """redis-py's own version is given (CLIENT SETINFO LIB-VER), so that making the first
+    client of a process does not read the package metadata (a worker's start)."""
+
+    def metadata_read() -> str:
+        raise AssertionError("the package metadata was read")
+
+    monkeypatch.setattr(redis.utils, "get_lib_version", metadata_read)
+    for url in ("redis://127.0.0.1:1/0", "unix:///nonexistent.sock"):
+        kwargs = client_from_url(redis.Redis.from_url, url).connection_pool.connection_kwargs
+        assert kwargs["driver_info"].lib_version == redis.__version__
+        assert kwargs["driver_info"].formatted_name == "redis-py"
 
 
 def test_hash_tags_and_keys_of_commands() -> None:
