@@ -19,7 +19,6 @@ import sys
 import threading
 import uuid
 from collections.abc import Callable, Iterator
-from decimal import Decimal
 from typing import Any
 
 import msgpack
@@ -175,7 +174,6 @@ _ENCODERS: dict[type, Callable[[_Extended, Any], tuple[int, bytes]]] = {
     dt.date: lambda _, v: (DATE, v.isoformat().encode()),
     dt.time: lambda _, v: (TIME, v.isoformat().encode()),
     dt.timedelta: lambda p, v: (TIMEDELTA, p.pack([v.days, v.seconds, v.microseconds])),
-    Decimal: lambda _, v: (DECIMAL, str(v).encode()),
     uuid.UUID: lambda _, v: (UUID, v.bytes),
     tuple: lambda p, v: (TUPLE, _items(p, v)),
     set: lambda p, v: (SET, _sorted_items(p, v)),
@@ -189,10 +187,19 @@ def _encoder_of(obj: Any) -> Callable[[_Extended, Any], tuple[int, bytes]] | Non
     StrEnum are ints and strs too; a named tuple is a tuple), if any."""
     if isinstance(obj, enum.Enum):
         return _enum
+    if _is_decimal(obj):
+        return lambda _, v: (DECIMAL, str(v).encode())
     for base, encode in _ENCODERS.items():
         if isinstance(obj, base) and (base is not int or _is_big(obj)):
             return encode
     return None
+
+
+def _is_decimal(obj: object) -> bool:
+    """A Decimal, without importing :mod:`decimal` (about 5M instructions, most of a
+    worker's start does not need it): a Decimal exists only once that module is loaded."""
+    decimal = sys.modules.get("decimal")
+    return decimal is not None and isinstance(obj, decimal.Decimal)
 
 
 def _is_big(n: Any) -> bool:
@@ -321,7 +328,7 @@ _DECODERS: dict[int, Callable[[bytes], Any]] = {
     DATE: lambda d: dt.date.fromisoformat(d.decode()),
     TIME: lambda d: dt.time.fromisoformat(d.decode()),
     TIMEDELTA: _decode_timedelta,
-    DECIMAL: lambda d: Decimal(d.decode()),
+    DECIMAL: lambda d: __import__("decimal").Decimal(d.decode()),  # (see _is_decimal)
     UUID: _decode_uuid,
     TUPLE: lambda d: tuple(_decode_list(d)),
     SET: lambda d: set(_decode_list(d)),
@@ -379,7 +386,7 @@ def readable(value: Any) -> str:
         return f"<msgpack extension type {value.code}: {len(value.data)} bytes>"
     if isinstance(value, dt.datetime | dt.date | dt.time):
         return _iso(value)
-    if isinstance(value, Decimal | uuid.UUID | dt.timedelta):
+    if isinstance(value, uuid.UUID | dt.timedelta) or _is_decimal(value):
         return str(value)
     if isinstance(value, enum.Enum):
         return f"{type(value).__name__}.{value.name}"
