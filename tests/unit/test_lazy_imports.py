@@ -78,3 +78,23 @@ def test_every_subcommand_loads_and_is_listed() -> None:
     for name in COMMANDS:
         assert main.get_command(ctx, name) is not None, name
         assert f"  {name} " in result.output, name
+
+
+def test_a_worker_loads_no_module_it_needs_only_later() -> None:
+    """What ``taskq worker`` imports before its first job leaves out what it may never use:
+    ``decimal`` (the first Decimal argument loads it), the periodic schedules with ``cron``
+    (``app.periodic``) and the autoscaler (``--autoscale``)."""
+    loaded = _loaded_after("import taskq.cli.worker\nfrom taskq import App\nApp()")
+    later = ("decimal", "taskq.periodic", "taskq.cron", "taskq.worker.autoscale")
+    assert [m for m in later if m in loaded] == []
+
+
+def test_a_decimal_is_carried_when_decimal_loads_after_the_codec() -> None:
+    code = (
+        "from taskq import codec\nimport decimal\n"
+        "print(codec.unpackb(codec.packb((decimal.Decimal('1.5'),))))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+    assert out.strip() == "(Decimal('1.5'),)"
