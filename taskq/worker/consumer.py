@@ -296,11 +296,10 @@ class Consumer:
     ) -> bool:
         """Run and record one delivery (``rest``: the batch after it; ``prepared``: it decoded
         already); False if the rest of the batch was revoked."""
-        where = (d.stream, d.entry_id)
-        if where in self._settled:  # deferred ahead of its turn, with a job before it
-            return self.slot is None or self.slot.claim_next()
+        if self._settled and (d.stream, d.entry_id) in self._settled:
+            return self.slot is None or self.slot.claim_next()  # deferred ahead of its turn
         if prepared is None:
-            prepared = self._ahead.pop(where, None) or self.executor.prepare(d)
+            prepared = self._ahead.pop((d.stream, d.entry_id), None) or self.executor.prepare(d)
         if not isinstance(prepared, Outcome):  # it may have expired, been cancelled or paused
             prepared = self.starts.check(self.executor.still_current(prepared), rest)
         if isinstance(prepared, Outcome):

@@ -58,6 +58,16 @@ class Prepared(NamedTuple):
     hard_limit_s: float | None
 
 
+class _Plan(NamedTuple):
+    """What the jobs of one task run under: looked up once per task name, not per job."""
+
+    task: Task[..., Any]
+    policy: RetryPolicy
+    max_attempts: int
+    soft_limit_s: float | None
+    hard_limit_s: float | None
+
+
 class Executor:
     """Turns deliveries into outcomes for one app.
 
@@ -71,7 +81,7 @@ class Executor:
         self.app = app
         self.time_limit_s = time_limit_s
         self.soft_time_limit_s = soft_time_limit_s
-        self._policies: dict[str, RetryPolicy] = {}
+        self._plans: dict[str, _Plan] = {}
         self._around = Hooks(app.middleware, "around_job")
         self._around_async = Hooks(app.middleware, "around_async_job")
         self.telemetry = Telemetry(lambda: app.link, app.settings)
@@ -89,25 +99,26 @@ class Executor:
             return msg
         if msg.expires_ms is not None and now_ms() >= msg.expires_ms:
             return _expired(d, msg)
-        try:
-            task = self.app.get_task(msg.task)
-        except TaskNotFound as exc:
-            return rejected(d, str(exc), msg)
-        policy = self._policies.get(task.name)
-        if policy is None:
-            policy = self._policies[task.name] = policy_for(task.options, self.app.settings)
+        plan = self._plans.get(msg.task)
+        if plan is None:
+            try:
+                plan = self._plans[msg.task] = self._plan(msg.task)
+            except TaskNotFound as exc:
+                return rejected(d, str(exc), msg)
+        task, policy, max_attempts, soft, hard = plan
         attempt = msg.retries + d.deliveries
-        if attempt > policy.max_attempts and d.deliveries == 1:
-            # Never delivered before: its body alone claims the attempts (a foreign producer,
-            # or max_retries lowered since it was handed back).
-            reason = f"the body's retries ({msg.retries}) use up max_retries ({policy.max_retries})"
-            return rejected(d, reason, msg, msg.retries)
-        if attempt > policy.max_attempts:
-            reason = f"worker lost: the job's runs ended without a result {attempt - 1} times"
-            return Outcome(DEAD, d, msg, attempt - 1, error_type="WorkerLost", error=reason)
+        if attempt > max_attempts:
+            return _attempts_used_up(d, msg, policy, attempt)
+        return Prepared(d, msg, task, policy, attempt, soft, hard)
+
+    def _plan(self, name: str) -> _Plan:
+        """The task registered as ``name``, its retry policy and its time limits (its own,
+        else the worker's). Raises TaskNotFound."""
+        task = self.app.get_task(name)
+        policy = policy_for(task.options, self.app.settings)
         hard = task.options.time_limit_s or self.time_limit_s
         soft = task.options.soft_time_limit_s or self.soft_time_limit_s
-        return Prepared(d, msg, task, policy, attempt, soft, hard)
+        return _Plan(task, policy, policy.max_attempts, soft, hard)
 
     def _decode(self, d: Delivery) -> Message | Outcome:
         """The delivery's job, or its rejection: a bad entry or body is the job's failure,
@@ -277,6 +288,17 @@ class Executor:
         if isinstance(exc, Retry) and exc.countdown is not None:
             return RETRY, int(exc.countdown * 1000)
         return RETRY, p.policy.delay_ms(p.attempt)
+
+
+def _attempts_used_up(d: Delivery, msg: Message, policy: RetryPolicy, attempt: int) -> Outcome:
+    """The DEAD outcome of a delivery past its task's attempts, with the reason."""
+    if d.deliveries == 1:
+        # Never delivered before: its body alone claims the attempts (a foreign producer, or
+        # max_retries lowered since it was handed back).
+        reason = f"the body's retries ({msg.retries}) use up max_retries ({policy.max_retries})"
+        return rejected(d, reason, msg, msg.retries)
+    reason = f"worker lost: the job's runs ended without a result {attempt - 1} times"
+    return Outcome(DEAD, d, msg, attempt - 1, error_type="WorkerLost", error=reason)
 
 
 def _yielded(p: Prepared, back: HandBack, duration_s: float) -> Outcome:

@@ -53,20 +53,19 @@ class RunTable:
         self._at: dict[tuple[int, bytes], int] = {}
         self._owner: dict[int, tuple[int, bytes]] = {}
 
-    def count(
-        self, stream_index: int, task: bytes, ms: float, *, failed: bool, retried: bool
-    ) -> None:
-        """Count one run that ended: O(1), two updates in place."""
-        at = self._at.get((stream_index, task))
+    def count(self, ran: tuple[int, bytes], ms: float, marks: tuple[bool, bool]) -> None:
+        """Count one run that ended: O(1), two updates in place. ``ran``: its (stream index,
+        task field); ``marks``: whether it failed, and whether it is retried."""
+        at = self._at.get(ran)
         if at is None:
-            at = self._claim(stream_index, task)
+            at = self._claim(*ran)
             if at is None:
                 return
-        mem = self._mem
-        runs, failures, retries, longest = _SUMS.unpack_from(mem, at + _SUMS_AT)
-        _SUMS.pack_into(
-            mem, at + _SUMS_AT, runs + 1, failures + failed, retries + retried, max(longest, ms)
-        )
+        mem, sums_at = self._mem, at + _SUMS_AT
+        runs, failures, retries, longest = _SUMS.unpack_from(mem, sums_at)
+        failed, retried = marks
+        longest = ms if ms > longest else longest
+        _SUMS.pack_into(mem, sums_at, runs + 1, failures + failed, retries + retried, longest)
         where = at + _HIST_AT + _COUNT.size * min(bucket_of(ms), BUCKETS - 1)
         _COUNT.pack_into(mem, where, _COUNT.unpack_from(mem, where)[0] + 1)
 

@@ -62,6 +62,12 @@ LOCK_TIMEOUT_S = 0.5
 """How long the master waits for a slot's lock; a child holds it for microseconds."""
 _SEQ = struct.Struct("<q")
 _STARTED = struct.Struct("<d")
+_BATCH_FIELD = struct.Struct("<q")
+_NEXT_AT = _BATCH_AT + 2 * _BATCH_FIELD.size
+_REVOKED_AT = _BATCH_AT + 3 * _BATCH_FIELD.size
+_IDLE_FIELDS = struct.pack("<ddqdq", 0.0, 0.0, -1, 0.0, 0)
+"""A job entry's fields after its seq once its job ended (started 0: idle). Its text fields
+keep the last job's: no reader looks past ``started`` of an idle entry."""
 
 
 _SEMAPHORE = 1  # multiprocessing.synchronize.SEMAPHORE: a lock any process may release
@@ -229,8 +235,12 @@ class Slot:
         # child takes the lock twice per job.
         self._acquire, self._release = lock.acquire, lock.release
         self.jobs = jobs
+        self._jobs_at = base + _JOBS_AT
         self._seq = 0
         self._batch_no = 0
+        self._batch_len = self._batch_next = 0
+        """The listed batch's length and the place of its next job: the child alone writes
+        them (the master only sets the revoked flag), so a start reads nothing else."""
         self._in_use = 0
         self.counts = [0, 0, 0, 0]
         self.runs = RunTable(mem, base + _runs_at(jobs))
@@ -242,18 +252,14 @@ class Slot:
     def list_batch(self, entries: Sequence[tuple[int, str]]) -> None:
         """List the batch the child now holds (stream index, entry id), at most MAX_BATCH."""
         self._batch_no += 1
+        self._batch_len, self._batch_next = min(len(entries), MAX_BATCH), 0
         with self._lock:
             for i, (stream, entry_id) in enumerate(entries[:MAX_BATCH]):
                 _ENTRY.pack_into(
                     self._mem, self._base + _ENTRIES_AT + i * _ENTRY.size, stream, entry_id.encode()
                 )
             _BATCH.pack_into(
-                self._mem,
-                self._base + _BATCH_AT,
-                self._batch_no,
-                min(len(entries), MAX_BATCH),
-                0,
-                0,
+                self._mem, self._base + _BATCH_AT, self._batch_no, self._batch_len, 0, 0
             )
 
     def claim_next(self) -> bool:
@@ -283,7 +289,8 @@ class Slot:
         task_field = self._task_field.get(task)
         if task_field is None:
             task_field = self._task_field[task] = _clip(task, 160)
-        job_field = _clip(job_id, 64)
+        # (the struct cuts an ASCII id to its field's 64 bytes itself)
+        job_field = job_id.encode() if job_id.isascii() else _clip(job_id, 64)
         mono = time.monotonic()
         self._acquire()
         try:
@@ -296,7 +303,7 @@ class Slot:
                 _IN_USE.pack_into(self._mem, self._base + _IN_USE_AT, self._in_use)
             _JOB.pack_into(
                 self._mem,
-                self._base + _JOBS_AT + at * _JOB.size,
+                self._jobs_at + at * _JOB.size,
                 self._seq,
                 time.time(),
                 mono,
@@ -322,11 +329,12 @@ class Slot:
         return bool(_JOB.unpack_from(self._mem, where)[5] & CANCEL)
 
     def _advance(self) -> bool:
-        batch_no, length, nxt, revoked = _BATCH.unpack_from(self._mem, self._base + _BATCH_AT)
-        if revoked:
+        """Take the next job of the listed batch (under the lock): False if it was revoked."""
+        if _BATCH_FIELD.unpack_from(self._mem, self._base + _REVOKED_AT)[0]:
             return False
-        if nxt < length:
-            _BATCH.pack_into(self._mem, self._base + _BATCH_AT, batch_no, length, nxt + 1, 0)
+        if self._batch_next < self._batch_len:
+            self._batch_next += 1
+            _BATCH_FIELD.pack_into(self._mem, self._base + _NEXT_AT, self._batch_next)
         return True
 
     def take_rest(self) -> bool:
@@ -345,15 +353,14 @@ class Slot:
         counts = self.counts
         for i in _COUNTED_AT[kind]:
             counts[i] += 1
-        where = self._base + _JOBS_AT + at * _JOB.size
+        idle_at = self._jobs_at + at * _JOB.size + _SEQ.size
         ran, self._ran[at] = self._ran[at], _IDLE
         marks = _RUN_MARKS.get(kind)
         self._acquire()
         try:
             if marks is not None and ran is not _IDLE:
-                self.runs.count(*ran, ran_ms, failed=marks[0], retried=marks[1])
-            (seq,) = _SEQ.unpack_from(self._mem, where)
-            _JOB.pack_into(self._mem, where, seq, 0.0, 0.0, -1, 0.0, 0, b"", b"", b"")
+                self.runs.count(ran, ran_ms, marks)
+            self._mem[idle_at : idle_at + len(_IDLE_FIELDS)] = _IDLE_FIELDS
             _COUNTS.pack_into(self._mem, self._base + _COUNTS_AT, *counts)
         finally:
             self._release()
