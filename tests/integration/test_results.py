@@ -204,6 +204,49 @@ def test_a_job_that_ran_twice_leaves_one_result(task_app: App) -> None:
         assert c.lrange(f"tasks:done:{job.id}", 0, -1) == [b"succeeded"]
 
 
+def test_fenced_acks_of_two_streams_end_only_the_records_of_the_jobs_still_held(
+    task_app: App,
+) -> None:
+    # given jobs of two streams taken by A, one of each then claimed by B (as the sweep would)
+    high = [tasks.add.apply_async((i, 10), priority="high") for i in range(2)]
+    normal = [tasks.add.delay(i, 20) for i in range(2)]
+    broker = task_app.broker_for(["tasks"])
+    broker.ensure_groups()
+    taken = broker.fetch("A", 4, fence_acks=False).deliveries
+    assert [d.record_id for d in taken] == [j.id for j in high + normal]
+    lost = {taken[0].entry_id, taken[3].entry_id}
+    with redis.Redis.from_url(task_app.settings.redis_url) as c:
+        for d in (taken[0], taken[3]):
+            c.xclaim(d.stream, GROUP, "B", 0, [d.entry_id])
+        # when A sends every ack, fenced, each with its result (acks of the two streams
+        # interleaved, so that an ack's place differs from its place in its stream's XACK)
+        acks = [taken[2], taken[0], taken[3], taken[1]]
+        ends = {
+            d: Completion(d.record_id or "", True, 60_000, msgpack.packb(i), 1, 1.0, 0.0)
+            for i, d in enumerate(acks)
+        }
+        broker.fetch("A", 0, acks, completions=ends, fence_acks=True)
+        # then the jobs A still held ended with their results and left A's pending list;
+        # the two B holds kept their records open and stayed pending under B
+        expected = {taken[2].record_id: 0, taken[1].record_id: 3}
+        for d in taken:
+            state = c.hget(f"tasks:job:{d.record_id}", "state")
+            if d.entry_id in lost:
+                assert state != b"succeeded"
+            else:
+                assert state == b"succeeded"
+                assert (
+                    msgpack.unpackb(c.hget(f"tasks:job:{d.record_id}", "result"))
+                    == (expected[d.record_id])
+                )
+        pending = [
+            (row["message_id"].decode(), row["consumer"].decode())
+            for s in ("tasks:high", "tasks:normal")
+            for row in c.xpending_range(s, GROUP, "-", "+", 10)
+        ]
+        assert sorted(pending) == sorted((e, "B") for e in lost)
+
+
 def test_a_batch_fetch_after_recorded_jobs_ends_them_then_reads_in_priority_order(
     task_app: App,
 ) -> None:

@@ -4,14 +4,25 @@
 -- (always the third field: task, body, job), so a script that reads an entry finds the
 -- record without decoding the body; the record key it derives shares the stream's hash tag.
 
--- The record key of a job whose entry is (or was) in `stream` ("<queue>:<priority>").
+-- The queue of a stream ("<queue>:<priority>").
+local function queue_of(stream)
+  return string.match(stream, '^(.*):[^:]*$')
+end
+
+-- The record and done list of job `job_id` of `queue`.
+local function job_keys(queue, job_id)
+  return queue .. ':job:' .. job_id, queue .. ':done:' .. job_id
+end
+
+-- The record key of a job whose entry is (or was) in `stream`.
 local function record_key(stream, job_id)
-  return string.match(stream, '^(.*):[^:]*$') .. ':job:' .. job_id
+  return (job_keys(queue_of(stream), job_id))
 end
 
 -- Its done list.
 local function done_key(stream, job_id)
-  return string.match(stream, '^(.*):[^:]*$') .. ':done:' .. job_id
+  local _, done = job_keys(queue_of(stream), job_id)
+  return done
 end
 
 -- A delayed job's body in the schedule follows its fairness key when it has one (a fair

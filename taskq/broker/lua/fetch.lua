@@ -46,42 +46,45 @@ end
 -- caller skips the fence for jobs it fetched less than half a visibility timeout ago: the
 -- sweep only takes entries idle for a whole one. One XACK per stream for the whole batch.
 local acked, order = {}, {}
-local a = first_ack
-for _ = 1, nacks do
-  local k = tonumber(ARGV[a])
+for j = 1, nacks do
+  local k = tonumber(ARGV[first_ack + 2 * j - 2])
   if not acked[k] then
     acked[k] = {}
     order[#order + 1] = k
   end
-  acked[k][#acked[k] + 1] = ARGV[a + 1]
-  a = a + 2
+  acked[k][#acked[k] + 1] = j
 end
-local done = {}
+local done = {}  -- the acks that happened, by their index (1-based)
 for _, k in ipairs(order) do
   local mine = fence and pending_here(KEYS[k]) or {}
   if mine then
     local ids = {'XACK', KEYS[k], group}
-    for _, id in ipairs(acked[k]) do
+    for _, j in ipairs(acked[k]) do
+      local id = ARGV[first_ack + 2 * j - 1]
       if mine[id] or not fence then
         ids[#ids + 1] = id
-        done[k .. ' ' .. id] = true
+        done[j] = true
       end
     end
     if #ids > 3 then redis.call(unpack(ids)) end
   end
 end
+local a = first_ack + 2 * nacks
 
 local now
 if ncompletions > 0 then
   now = now_ms()
+  local queues = {}  -- by stream key index: its queue, which names the records
   for _, c in ipairs(cmsgpack.unpack(ARGV[a])) do
-    local i = first_ack + 2 * (c[1] - 1)
-    if done[ARGV[i] .. ' ' .. ARGV[i + 1]] then
+    if done[c[1]] then
       local first, ended = 1, now - c[2]
       if c[3] then
-        local stream = KEYS[tonumber(ARGV[i])]
-        first = finish_record(record_key(stream, c[3]), done_key(stream, c[3]), 'succeeded',
-          c[4], ended, 'result', c[5], 'attempts', c[6], 'started_ms', ended - c[7])
+        local k = tonumber(ARGV[first_ack + 2 * c[1] - 2])
+        local queue = queues[k] or queue_of(KEYS[k])
+        queues[k] = queue
+        local rec, done_list = job_keys(queue, c[3])
+        first = finish_record(rec, done_list, 'succeeded', c[4], ended, 'result', c[5],
+          'attempts', c[6], 'started_ms', ended - c[7])
       end
       if first == 1 and c[8] then run_ops(c[8], now) end
     end
