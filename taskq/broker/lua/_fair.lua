@@ -91,12 +91,12 @@ end
 
 -- One turn of `key` (the caller takes it off the head of `stream`'s turns): up to its
 -- weight of its staged jobs go into the stream. An element that is not an entry's fields is
--- dropped (and counted off); a key that is not one, or whose staged jobs are not a list, has
--- none. Returns how many jobs went in, how many elements left the key's list, the last entry
+-- dropped (and counted off); a key whose staged jobs are not a list has none (the caller
+-- checked that `key` is one: fair_key_ok). Returns how many jobs went in, how many elements left the key's list, the last entry
 -- id, and whether the key keeps its place in the turns (it has more staged jobs).
 local function fair_turn(stream, names, key)
   local list, w = names.staged .. key, fair_weight(names, key)
-  local raws = fair_key_ok(key) and redis.pcall('LPOP', list, w)
+  local raws = redis.pcall('LPOP', list, w)
   if type(raws) ~= 'table' or raws.err then return 0, 0, nil, false end
   local admitted, id = 0, nil
   for _, raw in ipairs(raws) do
@@ -130,11 +130,12 @@ local function fair_admit(stream, n)
     while admitted < n and i <= #keys do
       local key = keys[i]
       i = i + 1
-      local a, p, id, more = fair_turn(stream, names, key)
+      local ok, a, p, id, more = fair_key_ok(key), 0, 0, nil, false
+      if ok then a, p, id, more = fair_turn(stream, names, key) end
       admitted, popped, last = admitted + a, popped + p, id or last
       if more then
         if whole then keys[#keys + 1] = key else kept[#kept + 1] = key end
-      elseif not fair_key_ok(key) or fair_staged_jobs(names, key, names.staged) == 0 then
+      elseif not ok or fair_staged_jobs(names, key, names.staged) == 0 then
         drained[#drained + 1] = key
       end
     end
