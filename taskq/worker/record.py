@@ -10,23 +10,34 @@ every time on the Redis clock.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, fields
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from taskq.broker.replies import as_int
 from taskq.worker.durations import CARRIED_TASKS, TaskTime
-from taskq.worker.outcome import JobCounts
+from taskq.worker.outcome import COUNTERS, JobCounts
 
 if TYPE_CHECKING:
     from taskq.worker.slotview import Running
 
 
-@dataclass(frozen=True)
+NO_TASKS: Mapping[str, TaskTime] = MappingProxyType({})
+"""A record's ``recent_tasks`` when it has none (shared, so read-only)."""
+
+
+CHILD_FIELDS = (
+    "index", "pid", "consumer", "task", "job_id", "stream", "entry_id", "running_ms", "jobs"
+)  # fmt: skip
+"""A child's fields, in their order in the record's JSON."""
+
+
 class ChildRecord:
     """One prefork child and the job it runs (``task`` and the rest are None when idle):
     the running job as the heartbeat record carries it, built by :meth:`of` from the slot's
-    :class:`~taskq.worker.scoreboard.Running` and read back by :meth:`from_json`.
+    :class:`~taskq.worker.scoreboard.Running` and read back by :meth:`from_json`. A plain
+    class, never changed once made (a frozen dataclass costs a worker's start about 4M
+    instructions to define).
 
     Attributes:
         index: from 1.
@@ -35,15 +46,27 @@ class ChildRecord:
             the other fields describe).
     """
 
-    index: int
-    pid: int
-    consumer: str
-    task: str | None = None
-    job_id: str | None = None
-    stream: str | None = None
-    entry_id: str | None = None
-    running_ms: int | None = None
-    jobs: int = 0
+    __slots__ = CHILD_FIELDS
+
+    def __init__(
+        self,
+        index: int,
+        pid: int,
+        consumer: str,
+        task: str | None = None,
+        job_id: str | None = None,
+        stream: str | None = None,
+        entry_id: str | None = None,
+        running_ms: int | None = None,
+        jobs: int = 0,
+    ):
+        self.index, self.pid, self.consumer, self.task = index, pid, consumer, task
+        self.job_id, self.stream, self.entry_id = job_id, stream, entry_id
+        self.running_ms, self.jobs = running_ms, jobs
+
+    def to_json(self) -> dict[str, Any]:
+        """Its fields as the record's JSON carries them."""
+        return {name: getattr(self, name) for name in CHILD_FIELDS}
 
     @classmethod
     def of(
@@ -89,9 +112,10 @@ class ChildRecord:
         )
 
 
-@dataclass(frozen=True)
-class WorkerRecord:
-    """A worker's registry record. Counters are since the worker started.
+class WorkerRecord(NamedTuple):
+    """A worker's registry record. Counters are since the worker started. The two records
+    are named tuples, not frozen dataclasses: a worker defines them before its first job,
+    and a frozen dataclass costs about 4M instructions to define, a named tuple under 1M.
 
     Attributes:
         id: ``<host>:<master pid>:<random>``.
@@ -122,7 +146,7 @@ class WorkerRecord:
     heartbeat_ms: int = 0
     recent_jobs: int = 0
     recent_busy_ms: int = 0
-    recent_tasks: dict[str, TaskTime] = field(default_factory=dict)
+    recent_tasks: Mapping[str, TaskTime] = NO_TASKS
 
     def to_fields(self) -> dict[str, str | int | float]:
         """The hash fields (``heartbeat_ms`` is left to the script, which has the clock)."""
@@ -138,20 +162,20 @@ class WorkerRecord:
             "queues": ",".join(self.queues),
             "tasks": json.dumps(list(self.tasks)),
             "rate_per_s": self.rate_per_s,
-            "children": json.dumps([asdict(c) for c in self.children]),
+            "children": json.dumps([c.to_json() for c in self.children]),
             "recent_jobs": self.recent_jobs,
             "recent_busy_ms": self.recent_busy_ms,
             "recent_tasks": json.dumps(
                 {t: list(v) for t, v in self.recent_tasks.items()}, separators=(",", ":")
             ),
         }
-        out.update(asdict(self.counts))
+        out.update(zip(COUNTERS, self.counts.as_tuple(), strict=True))
         return out
 
     @classmethod
     def from_fields(cls, f: dict[str, str]) -> WorkerRecord:
         """Parse a record; a missing or mangled field reads as empty or 0."""
-        counts = JobCounts(**{c.name: as_int(f.get(c.name)) for c in fields(JobCounts)})
+        counts = JobCounts(*(as_int(f.get(c)) for c in COUNTERS))
         return cls(
             id=f.get("id", ""),
             host=f.get("host", ""),
