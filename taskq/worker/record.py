@@ -10,9 +10,8 @@ every time on the Redis clock.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, NamedTuple
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from taskq.broker.replies import as_int
 from taskq.worker.durations import CARRIED_TASKS, TaskTime
@@ -20,10 +19,6 @@ from taskq.worker.outcome import COUNTERS, JobCounts
 
 if TYPE_CHECKING:
     from taskq.worker.slotview import Running
-
-
-NO_TASKS: Mapping[str, TaskTime] = MappingProxyType({})
-"""A record's ``recent_tasks`` when it has none (shared, so read-only)."""
 
 
 CHILD_FIELDS = (
@@ -112,10 +107,11 @@ class ChildRecord:
         )
 
 
-class WorkerRecord(NamedTuple):
-    """A worker's registry record. Counters are since the worker started. The two records
-    are named tuples, not frozen dataclasses: a worker defines them before its first job,
-    and a frozen dataclass costs about 4M instructions to define, a named tuple under 1M.
+class WorkerRecord:
+    """A worker's registry record. Counters are since the worker started. Like
+    :class:`ChildRecord`, a plain class never changed once made: a worker defines both
+    before its first job, where a frozen dataclass costs about 4M instructions to define and
+    a named tuple of these 17 fields about 3M.
 
     Attributes:
         id: ``<host>:<master pid>:<random>``.
@@ -130,23 +126,42 @@ class WorkerRecord(NamedTuple):
             waiting jobs of each task with. Stored as ``{"task": [jobs, busy_ms], ...}``.
     """
 
-    id: str
-    host: str
-    pid: int
-    version: str
-    app: str
-    uptime_ms: int
-    visibility_timeout_ms: int
-    concurrency: int
-    queues: tuple[str, ...]
-    tasks: tuple[str, ...]
-    counts: JobCounts
-    rate_per_s: float
-    children: tuple[ChildRecord, ...]
-    heartbeat_ms: int = 0
-    recent_jobs: int = 0
-    recent_busy_ms: int = 0
-    recent_tasks: Mapping[str, TaskTime] = NO_TASKS
+    __slots__ = (
+        "app", "children", "concurrency", "counts", "heartbeat_ms", "host", "id", "pid",
+        "queues", "rate_per_s", "recent_busy_ms", "recent_jobs", "recent_tasks", "tasks",
+        "uptime_ms", "version", "visibility_timeout_ms",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        id: str,
+        host: str,
+        pid: int,
+        version: str,
+        app: str,
+        uptime_ms: int,
+        visibility_timeout_ms: int,
+        concurrency: int,
+        queues: tuple[str, ...],
+        tasks: tuple[str, ...],
+        counts: JobCounts,
+        rate_per_s: float,
+        children: tuple[ChildRecord, ...],
+        heartbeat_ms: int = 0,
+        recent_jobs: int = 0,
+        recent_busy_ms: int = 0,
+        recent_tasks: dict[str, TaskTime] | None = None,
+    ):
+        self.id, self.host, self.pid, self.version, self.app = id, host, pid, version, app
+        self.uptime_ms, self.visibility_timeout_ms = uptime_ms, visibility_timeout_ms
+        self.concurrency, self.queues, self.tasks = concurrency, queues, tasks
+        self.counts, self.rate_per_s, self.children = counts, rate_per_s, children
+        self.heartbeat_ms, self.recent_jobs, self.recent_busy_ms = (
+            heartbeat_ms,
+            recent_jobs,
+            recent_busy_ms,
+        )
+        self.recent_tasks: dict[str, TaskTime] = {} if recent_tasks is None else recent_tasks
 
     def to_fields(self) -> dict[str, str | int | float]:
         """The hash fields (``heartbeat_ms`` is left to the script, which has the clock)."""

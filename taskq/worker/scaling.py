@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -204,7 +204,7 @@ def merged(counts: Iterable[dict[str, float]]) -> dict[str, float]:
     return out
 
 
-def task_durations(records: Iterable[Mapping[str, TaskTime]]) -> dict[str, float]:
+def task_durations(records: Iterable[dict[str, TaskTime]]) -> dict[str, float]:
     """Each task's mean duration (s) over the workers' windows (``OTHER`` left out: it is
     no one task)."""
     jobs: Counter[str] = Counter()
