@@ -29,7 +29,7 @@ from taskq.keys import check_job_id
 from taskq.loaded_late import flow_handle, launch_steps, run_job, run_workflow
 from taskq.message import Message
 from taskq.middleware import Hooks, Middleware, enqueue_through
-from taskq.options import TaskOptionArgs, build_options, renamed_options
+from taskq.options import build_options, renamed_options
 from taskq.partitions import expand
 from taskq.registry import SHARED, Registry
 from taskq.sending import send_many_steps, send_steps
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from taskq.broker.reads import Reader
     from taskq.canvas import Workflow
     from taskq.config import SettingsArgs
+    from taskq.options import TaskOptionArgs
     from taskq.periodic import Periodic, PeriodicArgs
 
 P = ParamSpec("P")

@@ -10,7 +10,7 @@ import functools
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any
 
 from taskq.errors import ConfigError
 from taskq.signing import Signer, signer_for
@@ -33,41 +33,18 @@ def redis_url_from_env(env: Mapping[str, str] | None = None) -> str:
     return env.get("TASKQ_REDIS_URL") or env.get("REDIS_URL") or DEFAULT_REDIS_URL
 
 
-class SettingsArgs(TypedDict, total=False):
-    """Settings as keyword arguments of :class:`~taskq.App` (each as typed as its field;
-    ``redis_url`` and ``queue`` are the App's first two arguments)."""
+if TYPE_CHECKING:
+    from taskq.kwargs import SettingsArgs as SettingsArgs
+else:
 
-    max_payload_bytes: int
-    max_retries: int
-    retry_backoff_ms: int
-    retry_backoff_factor: float
-    retry_backoff_max_ms: int
-    retry_jitter: bool
-    visibility_timeout_ms: int
-    sweep_interval_ms: int
-    heartbeat_interval_ms: int
-    worker_ttl_ms: int
-    block_ms: int
-    eager: bool
-    store_results: bool
-    result_ttl_s: int
-    max_result_bytes: int
-    signing_keys: Sequence[str]
-    durable_enqueue: bool
-    durable_enqueue_timeout_ms: int
-    partitions: Mapping[str, int]
-    fair_queues: Sequence[str]
-    target_time_to_start_s: float
-    scale_horizon_s: float
-    autoscale_idle_s: float
-    validate: bool
-    checkpoint_every_items: int
-    checkpoint_every_ms: int
-    output_max_chunks: int
-    output_max_chunk_bytes: int
-    log_max_bytes: int
-    telemetry_ttl_s: int
-    audit_max_entries: int
+    def __getattr__(name: str) -> Any:
+        """``SettingsArgs`` (the App's keyword arguments) is defined in :mod:`taskq.kwargs` and
+        loaded on first use: nothing reads it at run time."""
+        if name == "SettingsArgs":
+            from taskq.kwargs import SettingsArgs
+
+            return SettingsArgs
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)

@@ -7,55 +7,27 @@ options (the retry policy, uniqueness, the limits, the worker) can sit below the
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any
 
 from taskq.config import MAX_RESULT_TTL_S, check_queue_name
 from taskq.errors import ConfigError
 from taskq.keys import check_priority
 from taskq.limits import Rate
 
+if TYPE_CHECKING:
+    from taskq.kwargs import TaskOptionArgs as TaskOptionArgs
+else:
 
-class TaskOptionArgs(TypedDict, total=False):
-    """The keyword options of ``@app.task(...)`` (all optional; units in the names).
+    def __getattr__(name: str) -> Any:
+        """``TaskOptionArgs`` (the options of ``@app.task``) is defined in
+        :mod:`taskq.kwargs` and loaded on first use: nothing reads it at run time."""
+        if name == "TaskOptionArgs":
+            from taskq.kwargs import TaskOptionArgs
 
-    ``time_limit``, ``soft_time_limit`` (s), ``retry_backoff`` and ``retry_backoff_max`` (ms)
-    are the old spellings, still accepted with a DeprecationWarning.
-    """
-
-    name: str
-    queue: str
-    priority: str
-    max_retries: int
-    max_snoozes: int
-    time_limit_s: float
-    soft_time_limit_s: float
-    retry_backoff_ms: int
-    retry_backoff_max_ms: int
-    retry_jitter: bool
-    dont_autoretry_for: Iterable[type[BaseException]]
-    store_result: bool
-    result_ttl_s: int
-    unique: bool
-    unique_for_s: float
-    unique_mode: str
-    rate_limit: str
-    concurrency_limit: int
-    limit_key: Callable[..., Any]
-    fair_key: Callable[..., str]
-    validate: bool
-    max_run_s: float
-    debounce_key: Callable[..., str]
-    debounce_s: float
-    debounce_max_wait_s: float
-    batch_size: int
-    batch_wait_s: float
-    batch_key: Callable[..., str]
-    time_limit: float
-    soft_time_limit: float
-    retry_backoff: int
-    retry_backoff_max: int
+            return TaskOptionArgs
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 DEPRECATED_OPTIONS = {

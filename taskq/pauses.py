@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from taskq.errors import ConfigError
 from taskq.limits import Rate
@@ -19,19 +19,26 @@ MAX_NAME_CHARS = 1_000
 """Longest task name or key a pause names."""
 
 
-@dataclass(frozen=True)
-class Pause:
-    """One pause: ``task`` None covers every task, ``key`` None every limit key."""
+class _PauseFields(NamedTuple):
+    task: str | None
+    key: str | None
 
-    task: str | None = None
-    key: str | None = None
 
-    def __post_init__(self) -> None:
-        for name, value in (("task", self.task), ("key", self.key)):
+class Pause(_PauseFields):
+    """One pause: ``task`` None covers every task, ``key`` None every limit key. Pauses and
+    limits are named tuples checked in ``__new__``, not frozen dataclasses: a worker defines
+    them before its first job, and a frozen dataclass costs about 4M instructions to define,
+    a named tuple under 1M."""
+
+    __slots__ = ()
+
+    def __new__(cls, task: str | None = None, key: str | None = None) -> Pause:
+        for name, value in (("task", task), ("key", key)):
             if value is not None and (
                 not isinstance(value, str) or not value or len(value) > MAX_NAME_CHARS
             ):
                 raise ConfigError(f"pause: {name} must be a non-empty string, not {value!r}")
+        return super().__new__(cls, task, key)
 
     @property
     def field(self) -> str:
@@ -66,21 +73,25 @@ class Pause:
         return ", ".join(parts) or "the queue"
 
 
-@dataclass(frozen=True)
-class LimitOverride:
+class _LimitFields(NamedTuple):
+    rate: str | None
+    concurrency: int | None
+
+
+class LimitOverride(_LimitFields):
     """A limit set at run time (``taskq limit set``) for ``task`` (all its jobs, or those of
     limit key ``key``): a rate (``"5/s"``) and/or a concurrency, each None to keep the
     decorator's."""
 
-    rate: str | None = None
-    concurrency: int | None = None
+    __slots__ = ()
 
-    def __post_init__(self) -> None:
-        if self.rate is not None:
-            Rate.parse(self.rate)  # a clear error for a bad rate
-        c = self.concurrency
+    def __new__(cls, rate: str | None = None, concurrency: int | None = None) -> LimitOverride:
+        if rate is not None:
+            Rate.parse(rate)  # a clear error for a bad rate
+        c = concurrency
         if c is not None and (isinstance(c, bool) or not isinstance(c, int) or c < 1):
             raise ConfigError(f"concurrency must be a whole number >= 1, not {c!r}")
+        return super().__new__(cls, rate, concurrency)
 
     def to_json(self) -> str:
         return json.dumps({"rate": self.rate, "concurrency": self.concurrency})

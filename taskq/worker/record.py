@@ -11,22 +11,28 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from taskq.broker.replies import as_int
 from taskq.worker.durations import CARRIED_TASKS, TaskTime
-from taskq.worker.outcome import JobCounts
+from taskq.worker.outcome import COUNTERS, JobCounts
 
 if TYPE_CHECKING:
     from taskq.worker.slotview import Running
 
 
-@dataclass(frozen=True)
+CHILD_FIELDS = (
+    "index", "pid", "consumer", "task", "job_id", "stream", "entry_id", "running_ms", "jobs"
+)  # fmt: skip
+"""A child's fields, in their order in the record's JSON."""
+
+
 class ChildRecord:
     """One prefork child and the job it runs (``task`` and the rest are None when idle):
     the running job as the heartbeat record carries it, built by :meth:`of` from the slot's
-    :class:`~taskq.worker.scoreboard.Running` and read back by :meth:`from_json`.
+    :class:`~taskq.worker.scoreboard.Running` and read back by :meth:`from_json`. A plain
+    class, never changed once made (a frozen dataclass costs a worker's start about 4M
+    instructions to define).
 
     Attributes:
         index: from 1.
@@ -35,15 +41,27 @@ class ChildRecord:
             the other fields describe).
     """
 
-    index: int
-    pid: int
-    consumer: str
-    task: str | None = None
-    job_id: str | None = None
-    stream: str | None = None
-    entry_id: str | None = None
-    running_ms: int | None = None
-    jobs: int = 0
+    __slots__ = CHILD_FIELDS
+
+    def __init__(
+        self,
+        index: int,
+        pid: int,
+        consumer: str,
+        task: str | None = None,
+        job_id: str | None = None,
+        stream: str | None = None,
+        entry_id: str | None = None,
+        running_ms: int | None = None,
+        jobs: int = 0,
+    ):
+        self.index, self.pid, self.consumer, self.task = index, pid, consumer, task
+        self.job_id, self.stream, self.entry_id = job_id, stream, entry_id
+        self.running_ms, self.jobs = running_ms, jobs
+
+    def to_json(self) -> dict[str, Any]:
+        """Its fields as the record's JSON carries them."""
+        return {name: getattr(self, name) for name in CHILD_FIELDS}
 
     @classmethod
     def of(
@@ -89,9 +107,11 @@ class ChildRecord:
         )
 
 
-@dataclass(frozen=True)
 class WorkerRecord:
-    """A worker's registry record. Counters are since the worker started.
+    """A worker's registry record. Counters are since the worker started. Like
+    :class:`ChildRecord`, a plain class never changed once made: a worker defines both
+    before its first job, where a frozen dataclass costs about 4M instructions to define and
+    a named tuple of these 17 fields about 3M.
 
     Attributes:
         id: ``<host>:<master pid>:<random>``.
@@ -106,23 +126,42 @@ class WorkerRecord:
             waiting jobs of each task with. Stored as ``{"task": [jobs, busy_ms], ...}``.
     """
 
-    id: str
-    host: str
-    pid: int
-    version: str
-    app: str
-    uptime_ms: int
-    visibility_timeout_ms: int
-    concurrency: int
-    queues: tuple[str, ...]
-    tasks: tuple[str, ...]
-    counts: JobCounts
-    rate_per_s: float
-    children: tuple[ChildRecord, ...]
-    heartbeat_ms: int = 0
-    recent_jobs: int = 0
-    recent_busy_ms: int = 0
-    recent_tasks: dict[str, TaskTime] = field(default_factory=dict)
+    __slots__ = (
+        "app", "children", "concurrency", "counts", "heartbeat_ms", "host", "id", "pid",
+        "queues", "rate_per_s", "recent_busy_ms", "recent_jobs", "recent_tasks", "tasks",
+        "uptime_ms", "version", "visibility_timeout_ms",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        id: str,
+        host: str,
+        pid: int,
+        version: str,
+        app: str,
+        uptime_ms: int,
+        visibility_timeout_ms: int,
+        concurrency: int,
+        queues: tuple[str, ...],
+        tasks: tuple[str, ...],
+        counts: JobCounts,
+        rate_per_s: float,
+        children: tuple[ChildRecord, ...],
+        heartbeat_ms: int = 0,
+        recent_jobs: int = 0,
+        recent_busy_ms: int = 0,
+        recent_tasks: dict[str, TaskTime] | None = None,
+    ):
+        self.id, self.host, self.pid, self.version, self.app = id, host, pid, version, app
+        self.uptime_ms, self.visibility_timeout_ms = uptime_ms, visibility_timeout_ms
+        self.concurrency, self.queues, self.tasks = concurrency, queues, tasks
+        self.counts, self.rate_per_s, self.children = counts, rate_per_s, children
+        self.heartbeat_ms, self.recent_jobs, self.recent_busy_ms = (
+            heartbeat_ms,
+            recent_jobs,
+            recent_busy_ms,
+        )
+        self.recent_tasks: dict[str, TaskTime] = {} if recent_tasks is None else recent_tasks
 
     def to_fields(self) -> dict[str, str | int | float]:
         """The hash fields (``heartbeat_ms`` is left to the script, which has the clock)."""
@@ -138,20 +177,20 @@ class WorkerRecord:
             "queues": ",".join(self.queues),
             "tasks": json.dumps(list(self.tasks)),
             "rate_per_s": self.rate_per_s,
-            "children": json.dumps([asdict(c) for c in self.children]),
+            "children": json.dumps([c.to_json() for c in self.children]),
             "recent_jobs": self.recent_jobs,
             "recent_busy_ms": self.recent_busy_ms,
             "recent_tasks": json.dumps(
                 {t: list(v) for t, v in self.recent_tasks.items()}, separators=(",", ":")
             ),
         }
-        out.update(asdict(self.counts))
+        out.update(zip(COUNTERS, self.counts.as_tuple(), strict=True))
         return out
 
     @classmethod
     def from_fields(cls, f: dict[str, str]) -> WorkerRecord:
         """Parse a record; a missing or mangled field reads as empty or 0."""
-        counts = JobCounts(**{c.name: as_int(f.get(c.name)) for c in fields(JobCounts)})
+        counts = JobCounts(*(as_int(f.get(c)) for c in COUNTERS))
         return cls(
             id=f.get("id", ""),
             host=f.get("host", ""),

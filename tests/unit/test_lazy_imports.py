@@ -83,9 +83,10 @@ def test_every_subcommand_loads_and_is_listed() -> None:
 def test_a_worker_loads_no_module_it_needs_only_later() -> None:
     """What ``taskq worker`` imports before its first job leaves out what it may never use:
     ``decimal`` (the first Decimal argument loads it), the periodic schedules with ``cron``
-    (``app.periodic``) and the autoscaler (``--autoscale``)."""
+    (``app.periodic``), the autoscaler (``--autoscale``) and the typed dicts of the keyword
+    arguments (``taskq.kwargs``, for type checkers)."""
     loaded = _loaded_after("import taskq.cli.worker\nfrom taskq import App\nApp()")
-    later = ("decimal", "taskq.periodic", "taskq.cron", "taskq.worker.autoscale")
+    later = ("decimal", "taskq.periodic", "taskq.cron", "taskq.worker.autoscale", "taskq.kwargs")
     assert [m for m in later if m in loaded] == []
 
 
@@ -98,3 +99,28 @@ def test_a_decimal_is_carried_when_decimal_loads_after_the_codec() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     ).stdout
     assert out.strip() == "(Decimal('1.5'),)"
+
+
+def test_the_keyword_typed_dicts_load_on_first_use() -> None:
+    """``SettingsArgs`` and ``TaskOptionArgs`` are still names of ``taskq.config`` and
+    ``taskq.options`` (the typed dicts of :mod:`taskq.kwargs`); other names still fail."""
+    code = (
+        "import sys, taskq.config, taskq.options\n"
+        "print('taskq.kwargs' in sys.modules)\n"
+        "from taskq.config import SettingsArgs\nfrom taskq.options import TaskOptionArgs\n"
+        "import taskq.kwargs as k\n"
+        "print(SettingsArgs is k.SettingsArgs, TaskOptionArgs is k.TaskOptionArgs)\n"
+        "print(not k.SettingsArgs.__required_keys__ and not k.TaskOptionArgs.__required_keys__)\n"
+        "for m in (taskq.config, taskq.options):\n"
+        "    try:\n        m.Nothing\n    except AttributeError as e:\n        print(e)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    ).stdout.splitlines()
+    assert out == [
+        "False",
+        "True True",
+        "True",
+        "module 'taskq.config' has no attribute 'Nothing'",
+        "module 'taskq.options' has no attribute 'Nothing'",
+    ]
