@@ -33,18 +33,25 @@ def redis_url_from_env(env: Mapping[str, str] | None = None) -> str:
     return env.get("TASKQ_REDIS_URL") or env.get("REDIS_URL") or DEFAULT_REDIS_URL
 
 
+def kwargs_loaded_late(module: str, name: str) -> Callable[[str], Any]:
+    """The ``__getattr__`` of ``module``, which loads its typed dict ``name`` (the App's or a
+    task's keyword arguments) from :mod:`taskq.kwargs` on first use: nothing reads those at
+    run time, and a worker's start need not define them."""
+
+    def __getattr__(attribute: str) -> Any:
+        if attribute == name:
+            from taskq import kwargs
+
+            return getattr(kwargs, name)
+        raise AttributeError(f"module {module!r} has no attribute {attribute!r}")
+
+    return __getattr__
+
+
 if TYPE_CHECKING:
     from taskq.kwargs import SettingsArgs as SettingsArgs
 else:
-
-    def __getattr__(name: str) -> Any:
-        """``SettingsArgs`` (the App's keyword arguments) is defined in :mod:`taskq.kwargs` and
-        loaded on first use: nothing reads it at run time."""
-        if name == "SettingsArgs":
-            from taskq.kwargs import SettingsArgs
-
-            return SettingsArgs
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    __getattr__ = kwargs_loaded_late(__name__, "SettingsArgs")
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from taskq.config import MAX_RESULT_TTL_S, check_queue_name
+from taskq.config import MAX_RESULT_TTL_S, check_queue_name, kwargs_loaded_late
 from taskq.errors import ConfigError
 from taskq.keys import check_priority
 from taskq.limits import Rate
@@ -19,15 +19,7 @@ from taskq.limits import Rate
 if TYPE_CHECKING:
     from taskq.kwargs import TaskOptionArgs as TaskOptionArgs
 else:
-
-    def __getattr__(name: str) -> Any:
-        """``TaskOptionArgs`` (the options of ``@app.task``) is defined in
-        :mod:`taskq.kwargs` and loaded on first use: nothing reads it at run time."""
-        if name == "TaskOptionArgs":
-            from taskq.kwargs import TaskOptionArgs
-
-            return TaskOptionArgs
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    __getattr__ = kwargs_loaded_late(__name__, "TaskOptionArgs")
 
 
 DEPRECATED_OPTIONS = {

@@ -156,11 +156,8 @@ class WorkerRecord:
         self.uptime_ms, self.visibility_timeout_ms = uptime_ms, visibility_timeout_ms
         self.concurrency, self.queues, self.tasks = concurrency, queues, tasks
         self.counts, self.rate_per_s, self.children = counts, rate_per_s, children
-        self.heartbeat_ms, self.recent_jobs, self.recent_busy_ms = (
-            heartbeat_ms,
-            recent_jobs,
-            recent_busy_ms,
-        )
+        self.heartbeat_ms = heartbeat_ms
+        self.recent_jobs, self.recent_busy_ms = recent_jobs, recent_busy_ms
         self.recent_tasks: dict[str, TaskTime] = {} if recent_tasks is None else recent_tasks
 
     def to_fields(self) -> dict[str, str | int | float]:

@@ -92,8 +92,9 @@ end
 -- One turn of `key` (the caller takes it off the head of `stream`'s turns): up to its
 -- weight of its staged jobs go into the stream. An element that is not an entry's fields is
 -- dropped (and counted off); a key whose staged jobs are not a list has none (the caller
--- checked that `key` is one: fair_key_ok). Returns how many jobs went in, how many elements left the key's list, the last entry
--- id, and whether the key keeps its place in the turns (it has more staged jobs).
+-- checked that `key` is one: fair_key_ok). Returns how many jobs went in, how many elements
+-- left the key's list, the last entry id, and whether the key keeps its place in the turns
+-- (it has more staged jobs).
 local function fair_turn(stream, names, key)
   local list, w = names.staged .. key, fair_weight(names, key)
   local raws = redis.pcall('LPOP', list, w)
