@@ -94,7 +94,6 @@ class AsyncRunner:
         self._poll_s = POLL_MIN_S
         self._after_sync = False
         """The last job was sync: fetch one at a time until an async job comes."""
-        self._title = ""
         self._titled_at = 0.0
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -284,10 +283,7 @@ class AsyncRunner:
             return
         self._titled_at = now
         n = len(self.running)
-        title = f"running {n}/{self.concurrency} async jobs" if n else "idle"
-        if title != self._title:
-            self._title = title
-            self.consumer.set_title(title)
+        self.consumer.set_title(f"running {n}/{self.concurrency} async jobs" if n else "idle")
 
 
 def _loop_running() -> bool:

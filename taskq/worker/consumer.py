@@ -178,11 +178,13 @@ class Consumer:
                     break  # the master revoked the rest of the batch and hands it back
             self._ahead.clear()
             self._settled.clear()
-            self.set_title("idle")  # once per batch: the title names the job while it runs
+            self.set_title("idle")  # once per batch: the title names the task while it runs
             self.check_limits()
 
     def leave(self) -> None:
         """Send the last acks and leave the group."""
+        if self.slot is not None:
+            self.slot.count_runs()
         if self.finisher.acks:
             self._outages.call(lambda: self._fetch(0))
         self._outages.call(lambda: self.broker.forget_consumer(self.name))
@@ -207,6 +209,8 @@ class Consumer:
         """Send the queued acks and take up to ``count`` ready jobs (or more: see :meth:`keep`)
         without blocking. After an outage, first hand back what is pending here but not
         ``held`` (the entry ids of the jobs running meanwhile, asked only then)."""
+        if self.slot is not None:
+            self.slot.count_runs()  # the short runs that ended since the last fetch
         if self._outages.happened:
             self._outages.call(lambda: self._reconcile(held()))
             self._outages.happened = False
@@ -225,17 +229,14 @@ class Consumer:
         return max(1, min(MAX_BATCH, int(BATCH_BUDGET_MS / max(self._pace_ms, 0.01))))
 
     def _fetch(self, count: int) -> Fetched:
-        """Send the queued acks and take up to ``count`` jobs.
-
-        The acks are taken from the finisher only once the call succeeded, so a fetch that
-        is retried after an outage sends them again.
-        """
+        """Send the queued acks and take up to ``count`` jobs. The acks are taken from the
+        finisher only once the call succeeded, so a fetch retried after an outage sends them
+        again."""
         # Jobs fetched less than half a visibility timeout ago cannot have been swept, so their
         # acks skip the ownership check (it costs an XPENDING per batch).
         now = time.monotonic()
-        fence = (
-            now - self.fetched_at
-        ) * 1000 > self.executor.app.settings.visibility_timeout_ms / 2
+        half_visibility_s = self.executor.app.settings.visibility_timeout_ms / 2000
+        fence = now - self.fetched_at > half_visibility_s
         acks, completions = self.finisher.acks, self.finisher.completions
         dirty = self._dirty | {d.stream for d in acks}
         self._acks_since_trim += len(acks)
@@ -365,7 +366,7 @@ class Consumer:
         self._pace_ms = ms if ms > pace else pace + PACE_SMOOTHING * (ms - pace)
 
     def _run(self, p: Prepared) -> Outcome:
-        self.set_title(f"running {p.msg.task} {p.delivery.entry_id}")
+        self.set_title(f"running {p.msg.task}")  # (set when it changes: see ChildTitle)
         soft_s = p.soft_limit_s if self.options.soft_time_limits else None
         self._task_code = code_of(p.task)
         if soft_s:

@@ -1,4 +1,4 @@
-"""Child processes: they die with their master, and how a child's end is told.
+"""Child processes: they die with their master, how a child's end is told, and its title.
 
 A child dies with its master: nobody else renews the leases of the jobs it runs.
 
@@ -20,6 +20,8 @@ import signal
 import sys
 import threading
 import time
+
+import setproctitle
 
 PR_SET_PDEATHSIG = 1
 POLL_S = 0.5
@@ -79,3 +81,20 @@ def signal_name(signum: int) -> str:
         return signal.Signals(signum).name
     except ValueError:
         return f"signal {signum}"
+
+
+class ChildTitle:
+    """A child's process title: its ``prefix`` and its state (``idle``, ``running <task>``),
+    set only when the state changes. Setting a title is a system call; a child that ran a
+    batch of no-op jobs, each titled with its own entry id, spent a few per cent of its time
+    on them, where the same task in a row now costs one (bench/README.md, "Cold per-job
+    work")."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.state = ""
+
+    def __call__(self, state: str) -> None:
+        if state != self.state:
+            self.state = state
+            setproctitle.setproctitle(f"{self.prefix} {state}")

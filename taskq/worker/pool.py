@@ -31,7 +31,7 @@ from taskq.worker.consumer import DEFAULT_ASYNC_CONCURRENCY, Consumer, ConsumerO
 from taskq.worker.durations import DurationMeter
 from taskq.worker.executor import Executor
 from taskq.worker.health import HealthServer, Probe, pause, readiness
-from taskq.worker.lifeline import describe_exit, die_with_parent, kill, signal_name
+from taskq.worker.lifeline import ChildTitle, describe_exit, die_with_parent, kill, signal_name
 from taskq.worker.maintenance import Maintenance
 from taskq.worker.marks import RunningMarks
 from taskq.worker.outcome import JobCounts
@@ -236,7 +236,7 @@ class Pool:
                     async_concurrency=self.async_concurrency,
                 ),
                 slot=self.scoreboard.slot(index),
-                set_title=lambda state: setproctitle.setproctitle(f"{prefix} {state}"),
+                set_title=ChildTitle(prefix),
             )
             consumer.install_signal_handlers()
             emit(self.app.middleware, "child_start")

@@ -349,21 +349,30 @@ class Slot:
 
     def finish(self, kind: str, *, at: int = 0, ran_ms: float = 0.0) -> None:
         """Mark entry ``at`` idle and count the outcome (``ok``, ``retry`` or ``dead``), and,
-        if the entry ran the job to that end, the run and its duration in the run table."""
+        if the entry ran the job to that end, the run and its duration in the run table (a
+        short run at the next :meth:`count_runs`, see :mod:`taskq.worker.runstats`)."""
         counts = self.counts
         for i in _COUNTED_AT[kind]:
             counts[i] += 1
         idle_at = self._jobs_at + at * _JOB.size + _SEQ.size
         ran, self._ran[at] = self._ran[at], _IDLE
         marks = _RUN_MARKS.get(kind)
+        due = marks is not None and ran is not _IDLE and self.runs.add(ran, ran_ms, marks)
         self._acquire()
         try:
-            if marks is not None and ran is not _IDLE:
-                self.runs.count(ran, ran_ms, marks)
+            if due:
+                self.runs.count_waiting()
             self._mem[idle_at : idle_at + len(_IDLE_FIELDS)] = _IDLE_FIELDS
             _COUNTS.pack_into(self._mem, self._base + _COUNTS_AT, *counts)
         finally:
             self._release()
+
+    def count_runs(self) -> None:
+        """Count the short runs that wait in the child in the run table the master takes
+        (the consumer calls it at each fetch)."""
+        if self.runs.waiting:
+            with self._lock:
+                self.runs.count_waiting()
 
 
 _IDLE = (-1, b"")

@@ -97,3 +97,37 @@ def test_a_full_run_table_reuses_the_entries_the_master_emptied() -> None:
     run("late")
     run("t0")
     assert sorted(r.task for r in board.take_runs(0)) == ["late", "t0"]
+
+
+def test_short_runs_wait_in_the_child_until_its_next_fetch() -> None:
+    """Runs under SHORT_RUN_MS reach the table at ``count_runs`` (the consumer's fetch), a
+    longer run at once with those before it, and never more than MAX_WAITING wait."""
+    from taskq.worker.runstats import MAX_WAITING, SHORT_RUN_MS
+    from taskq.worker.scoreboard import Scoreboard
+
+    board = Scoreboard(1)
+    slot = board.slot(0)
+
+    def run(task: str, ms: float, kind: str = "ok") -> None:
+        slot.start(0, "1-1", task, "j", None)
+        slot.finish(kind, ran_ms=ms)
+
+    short = SHORT_RUN_MS / 10
+    run("app.quick", short)
+    run("app.quick", short, "retry")
+    assert board.take_runs(0) == []  # not counted yet
+    slot.count_runs()
+    [quick] = board.take_runs(0)
+    assert (quick.task, quick.summary.runs, quick.summary.failures) == ("app.quick", 2, 1)
+    slot.count_runs()  # nothing waits: nothing counted twice
+    assert board.take_runs(0) == []
+
+    run("app.quick", short)
+    run("app.slow", SHORT_RUN_MS * 5)  # not short: counted at once, the short one with it
+    taken = {r.task: r.summary.runs for r in board.take_runs(0)}
+    assert taken == {"app.quick": 1, "app.slow": 1}
+
+    for _ in range(MAX_WAITING):
+        run("app.quick", short)
+    [bounded] = board.take_runs(0)  # the last of them filled the list: counted
+    assert bounded.summary.runs == MAX_WAITING
