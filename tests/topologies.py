@@ -770,7 +770,7 @@ class Sentinels(_Topology):
         base_dir: Path | None = None,
         *,
         master_name: str = "taskq",
-        down_after_ms: int = 1000,
+        down_after_ms: int = 2500,
         failover_timeout_ms: int = 4000,
         min_replicas_to_write: int = 0,
         binaries: RedisBinaries | None = None,
@@ -781,6 +781,10 @@ class Sentinels(_Topology):
         """The servers' ``min-replicas-to-write``: 1 makes a master refuse writes as soon as
         its replica leaves it (as a promoted one does)."""
         self.down_after_ms = down_after_ms
+        """Sentinel's ``down-after-milliseconds``. At 1,000 a loaded 2-core machine once
+        delayed a sentinel's first PING reply from a just-promoted master past it, and the
+        sentinels failed over a second time, back to the old master, as it rejoined (which
+        fails restart_old_master's wait for good); 2,500 costs each failover 1.5 s."""
         self.failover_timeout_ms = failover_timeout_ms
         self.master: ServerNode | None = None
         """The node the sentinels last agreed is the master."""
