@@ -94,9 +94,20 @@ def taskq_present() -> bool:
     return (REPO / "taskq" / "__init__.py").exists()
 
 
+def peers_redis_version() -> str | None:
+    """The redis-py version ``requirements-peers.txt`` pins, which the ``taskq`` row's venv
+    installs too: a start-up or a drain compared with a peer's then loads and runs the same
+    client library (8.2.0's ``import redis`` alone is 31M instructions over 8.1.0's)."""
+    for line in PEER_REQUIREMENTS.read_text().splitlines():
+        name, _, version = line.partition("==")
+        if name.strip() == "redis" and version.strip():
+            return version.strip()
+    return None
+
+
 def ensure_taskq() -> None:
-    """Install taskq (editable) with hiredis in the project venv, and without it in the
-    no-hiredis venv."""
+    """Install taskq (editable) with hiredis in the project venv, and without it, on the
+    peers' redis-py, in the no-hiredis venv."""
     pyproject = REPO / "pyproject.toml"
     if not taskq_present():
         return
@@ -107,7 +118,7 @@ def ensure_taskq() -> None:
         # pyproject.toml), whatever else a developer installed in this venv.
         print(f"installing taskq[hiredis] (editable) into {PROJECT_VENV} ...", flush=True)
         _sh(python_of(PROJECT_VENV), "-m", "pip", "install", "-q", "-e", f"{REPO}[hiredis]")
-    redis_version = pip_version(PROJECT_VENV, "redis") or ""
+    redis_version = peers_redis_version() or pip_version(PROJECT_VENV, "redis") or ""
     digest = _digest(pyproject.read_text() if pyproject.exists() else "", redis_version)
     if _fresh(NOHIREDIS_VENV, digest):
         return
