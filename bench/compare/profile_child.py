@@ -32,8 +32,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import setproctitle
-
 # cost → the functions ("file suffix:function") whose cumulative time it is, each call made
 # once per job or per batch; the costs do not nest (what nests is subtracted in ``split``)
 ENTRIES: dict[str, tuple[str, ...]] = {
@@ -83,13 +81,30 @@ def split(stats: pstats.Stats, jobs: int) -> dict[str, float]:
     return us
 
 
+def child_consumer(app: Any, prefetch: int) -> Any:
+    """An in-process consumer as a worker's child runs it: a scoreboard slot of its own and a
+    process title set when it changes (``prefetch`` 0: adaptive)."""
+    from taskq.worker.consumer import Consumer, ConsumerOptions
+    from taskq.worker.executor import Executor
+    from taskq.worker.lifeline import ChildTitle
+    from taskq.worker.scoreboard import Scoreboard
+
+    board = Scoreboard(1)
+    board.prepare(0)
+    return Consumer(
+        app.broker_for(["tasks"]),
+        Executor(app),
+        name="profile-0",
+        options=ConsumerOptions(prefetch=prefetch or None, burst=True),
+        slot=board.slot(0),
+        set_title=ChildTitle("taskq: child 1/1"),
+    )
+
+
 def profile(jobs: int, prefetch: int, results: bool, repeat: int) -> list[pstats.Stats]:
     """Drain ``jobs`` with one consumer under cProfile, ``repeat`` times (the same consumer,
     after its first jobs unprofiled)."""
     from bench.common.redis_server import PrivateRedis
-    from taskq.worker.consumer import Consumer, ConsumerOptions
-    from taskq.worker.executor import Executor
-    from taskq.worker.scoreboard import Scoreboard
 
     work = Path(tempfile.mkdtemp(prefix="taskq-profile-"))
     found = []
@@ -100,16 +115,7 @@ def profile(jobs: int, prefetch: int, results: bool, repeat: int) -> list[pstats
             "bench.peers." + ("taskq_results_app" if results else "taskq_app")
         )
         app, noop = module.app, module.noop
-        board = Scoreboard(1)
-        board.prepare(0)
-        consumer = Consumer(
-            app.broker_for(["tasks"]),
-            Executor(app),
-            name="profile-0",
-            options=ConsumerOptions(prefetch=prefetch or None, burst=True),
-            slot=board.slot(0),
-            set_title=lambda state: setproctitle.setproctitle(f"taskq: child 1/1 {state}"),
-        )
+        consumer = child_consumer(app, prefetch)
         noop.starmap([(i, 0) for i in range(200)])
         consumer.run_sync()  # the first jobs, unprofiled
         for _ in range(repeat):

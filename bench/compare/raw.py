@@ -124,22 +124,31 @@ def _consumer(
     done = 0
     stop = time.monotonic() + deadline_s
     while time.monotonic() < stop:
-        resp = r.xreadgroup(GROUP, name, {STREAM: ">"}, count=count)
-        if not resp:
+        took = consume_once(r, name, count, work)
+        if not took:
             break
-        ids = [msg_id for msg_id, _ in resp[0][1]]
-        if work == INCR:
-            for _ in ids:
-                r.execute_command("INCR", COUNTER)  # the benchmark task's one Redis call
-        elif work == JOB:
-            for _, fields in resp[0][1]:
-                job(msgpack.unpackb(fields[b"job"])["args"][0])
-        pipe = r.pipeline(transaction=False)
-        pipe.xack(STREAM, GROUP, *ids)
-        pipe.xdel(STREAM, *ids)
-        pipe.execute()
-        done += len(ids)
+        done += took
     out.put((done, time.time_ns()))
+
+
+def consume_once(r: Redis, name: str, count: int, work: str) -> int:
+    """One turn of a consume ceiling's loop: read up to ``count`` messages, do ``work`` for
+    each, ack and delete them; returns how many it took (0: the stream had nothing new)."""
+    resp = r.xreadgroup(GROUP, name, {STREAM: ">"}, count=count)
+    if not resp:
+        return 0
+    ids = [msg_id for msg_id, _ in resp[0][1]]
+    if work == INCR:
+        for _ in ids:
+            r.execute_command("INCR", COUNTER)  # the benchmark task's one Redis call
+    elif work == JOB:
+        for _, fields in resp[0][1]:
+            job(msgpack.unpackb(fields[b"job"])["args"][0])
+    pipe = r.pipeline(transaction=False)
+    pipe.xack(STREAM, GROUP, *ids)
+    pipe.xdel(STREAM, *ids)
+    pipe.execute()
+    return len(ids)
 
 
 def consume(

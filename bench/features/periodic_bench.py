@@ -69,7 +69,7 @@ COUNTED = ("evalsha", "eval", "hgetall")  # the commandstats rows reported
 
 def script_names() -> dict[str, str]:
     """SHA1 of each taskq script (as it is sent to Redis) -> its name."""
-    from taskq.broker.link import script_sha  # here: the agent runs in taskq's venv
+    from taskq.broker.scripts import script_sha  # here: the agent runs in taskq's venv
 
     folder = resources.files("taskq.broker").joinpath("lua")
     names = [p.name[:-4] for p in folder.iterdir() if p.name.endswith(".lua")]

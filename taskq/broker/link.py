@@ -11,12 +11,9 @@ broker's parsers see exactly what the server sent. redis-py's errors become task
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import os
 import ssl
 from collections.abc import Callable, Sequence
-from importlib import resources
 from typing import Any, NoReturn, cast
 
 import redis
@@ -24,32 +21,13 @@ import redis.sentinel
 from redis.exceptions import NoScriptError
 
 from taskq.broker.resp import Command, Connection, pack, read_replies
+from taskq.broker.scripts import script_sha, script_text
 from taskq.config import redact
 from taskq.errors import BrokerError, BrokerRefused, BrokerUnavailable
 
 Fence = Callable[[Connection], bool]
 """Checks that a connection still reaches the server it must (the master the sentinels name
 now); closes it and returns True if not, so that it is opened again before its next use."""
-
-
-PROLOGUES = ("_fence", "_now", "_stream", "_record", "_fair", "_flow")
-"""Helper functions every script starts with: the ownership fence, the Redis clock, stream
-ids and the trim of finished jobs, the job status records, fair queues' slots and staging,
-and workflows (whose enqueues stage a unique or periodic job of a fair queue)."""
-
-
-@functools.cache
-def script_text(name: str) -> str:
-    """A script of ``lua/`` with its prologues, as Redis runs it."""
-    folder = resources.files("taskq.broker").joinpath("lua")
-    prologue = "".join(folder.joinpath(f"{p}.lua").read_text() for p in PROLOGUES)
-    return prologue + folder.joinpath(f"{name}.lua").read_text()
-
-
-@functools.cache
-def script_sha(name: str) -> str:
-    """The SHA1 Redis knows a script by (computed here: no round trip)."""
-    return hashlib.sha1(script_text(name).encode()).hexdigest()
 
 
 CLIENT_OPTIONS: dict[str, Any] = {

@@ -10,7 +10,7 @@ import redis
 
 import taskq
 from taskq import App, BrokerRefused
-from taskq.broker.link import script_sha
+from taskq.broker.scripts import script_sha
 from taskq.keys import GROUP
 from taskq.message import Message
 from taskq.registry import SHARED

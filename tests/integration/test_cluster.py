@@ -22,7 +22,7 @@ from taskq import App, chain, chord, current_job, group
 from taskq.broker import connect
 from taskq.broker import link as link_module
 from taskq.broker.fairness import claim_fairness, fair_off
-from taskq.broker.link import script_sha
+from taskq.broker.scripts import script_sha
 from taskq.broker.slots import slot_runs
 from taskq.errors import BrokerUnavailable, ConfigError
 from taskq.partitions import partition_of
