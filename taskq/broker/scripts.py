@@ -18,6 +18,8 @@ script starts with those it calls, directly or through another, in this order
 every helper would pay for all of them (about 5 µs of Redis time per call)."""
 
 _DEFINED = re.compile(r"^local (?:function )?([A-Za-z_]\w*)", re.MULTILINE)
+_NAME = re.compile(r"(?<![\w.])[A-Za-z_]\w*")
+"""A name as a script's text uses it: a whole word, and not a table's field."""
 _COMMENT = re.compile(r"--[^\n]*")
 
 
@@ -28,24 +30,29 @@ def _lua(name: str) -> str:
 
 
 @functools.cache
-def _defines(prologue: str) -> re.Pattern[str]:
-    """What a script's text says when it uses something ``prologue`` defines: one of the
-    names it declares at its top level, as a whole word and not as a table's field."""
-    names = "|".join(_DEFINED.findall(_lua(prologue)))
-    return re.compile(rf"(?<![\w.])(?:{names})(?!\w)")
+def _names(name: str) -> frozenset[str]:
+    """The names ``lua/<name>.lua`` uses, comments left out."""
+    return frozenset(_NAME.findall(_COMMENT.sub("", _lua(name))))
+
+
+@functools.cache
+def _defines(prologue: str) -> frozenset[str]:
+    """The names a prologue declares at its top level."""
+    return frozenset(_DEFINED.findall(_lua(prologue)))
 
 
 @functools.cache
 def script_text(name: str) -> str:
     """A script of ``lua/``, as Redis runs it: the prologues it uses (however deep), then its
-    own text."""
-    body, used = _COMMENT.sub("", _lua(name)), set[str]()
-    while True:
-        found = {p for p in PROLOGUES if p not in used and _defines(p).search(body)}
-        if not found:
-            return "".join(_lua(p) for p in PROLOGUES if p in used) + _lua(name)
+    own text. Found with sets of names, not a pattern per prologue: the first script a
+    process sends (a worker's first heartbeat) should not wait for regular expressions to
+    compile."""
+    names, used = set(_names(name)), set[str]()
+    while found := {p for p in PROLOGUES if p not in used and not _defines(p).isdisjoint(names)}:
         used |= found
-        body += "".join(_COMMENT.sub("", _lua(p)) for p in found)
+        for prologue in found:
+            names |= _names(prologue)
+    return "".join(_lua(p) for p in PROLOGUES if p in used) + _lua(name)
 
 
 @functools.cache
