@@ -7,7 +7,6 @@ A job is one stream entry with two fields: ``task`` (the task name, plain text s
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import time
 from typing import Any, NamedTuple
@@ -15,13 +14,22 @@ from typing import Any, NamedTuple
 import msgpack
 
 from taskq import codec
-from taskq.config import MAX_RESULT_TTL_S as MAX_TTL_S
-from taskq.config import MAX_RETRIES, MAX_TIME_MS
-from taskq.errors import ConfigError, DecodeError, EnqueueError, PayloadTooLarge
-from taskq.keys import PRIORITIES, check_job_id, is_plain_job_id
+from taskq.bodycheck import (
+    KNOWN_KEYS,
+    NO_OPTIONAL,
+    OPTIONAL,
+    PLAIN_KEYS,
+    PLAIN_TYPES,
+    SCHEMA,
+    check_maps,
+    check_numbers,
+    check_values,
+    tell_unknown,
+    typed_field,
+)
+from taskq.config import MAX_TIME_MS
+from taskq.errors import DecodeError, EnqueueError, PayloadTooLarge
 from taskq.signing import Signer
-
-logger = logging.getLogger(__name__)
 
 PROTOCOL_VERSION = 2
 """The highest major version this code reads; a body with a higher ``v`` is dead-lettered,
@@ -140,7 +148,7 @@ class Message(_MessageFields):
             "created_ms": self.created_ms,
             "retries": self.retries,
         }
-        for key in _OPTIONAL:
+        for key in OPTIONAL:
             value = getattr(self, key)
             if value is not None:
                 body_map[key] = value
@@ -173,15 +181,15 @@ class Message(_MessageFields):
         data, trailer = _unpack(body, signer)
         if signer is not None:
             signer.verify(body, trailer)
-        if not isinstance(data, dict):
-            raise DecodeError(f"body is a msgpack {type(data).__name__}, not a map", body)
-        version = data.get("v")
-        if not isinstance(version, int) or isinstance(version, bool):
-            raise DecodeError("body has no integer protocol version 'v'", body)
-        if version > PROTOCOL_VERSION:
-            raise DecodeError(
-                f"protocol version {version} is newer than this worker's {PROTOCOL_VERSION}", body
-            )
+        _check_version(body, data)
+        if tuple(data) == PLAIN_KEYS and tuple(map(type, data.values())) == PLAIN_TYPES:
+            return cls._plain(body, data)
+        return cls._checked(body, data, signer)
+
+    @classmethod
+    def _checked(cls, body: bytes, data: dict[str, Any], signer: Signer | None) -> Message:
+        """Any other body (optional fields set, or keys another producer wrote): every field
+        checked."""
         get = data.get
         task: Any = get("task")
         msg_id, args, kwargs = get("id"), get("args", ()), get("kwargs", {})
@@ -190,7 +198,7 @@ class Message(_MessageFields):
         result_ttl_s, wf = get("result_ttl_s"), get("wf")
         tick_ms, expires_ms, unique = get("tick_ms"), get("expires_ms"), get("unique")
         headers = get("headers")
-        # Fast path for what producers write; anything else is checked field by field below,
+        # The types producers write are checked at once; anything else field by field below,
         # which also names the field that is wrong.
         well_formed = (
             type(task) is str
@@ -209,21 +217,46 @@ class Message(_MessageFields):
             and (unique is None or type(unique) is str)
             and (headers is None or type(headers) is dict)
         )
-        if len(data) > len(_KNOWN_KEYS) or not _KNOWN_KEYS.issuperset(data):
-            _tell_unknown(data)
+        if len(data) > len(KNOWN_KEYS) or not KNOWN_KEYS.issuperset(data):
+            tell_unknown(data)
         if not well_formed:
-            values = [_field(data, key, kind, default, body) for key, kind, default in _SCHEMA]
+            values = [typed_field(data, key, kind, default, body) for key, kind, default in SCHEMA]
             task, msg_id, args, kwargs, queue, priority, created_ms, retries, eta_ms = values[:9]
             result_ttl_s, wf, tick_ms, expires_ms, unique, headers = values[9:]
-        _check_values(body, str(task), str(msg_id), kwargs, priority, retries, result_ttl_s)
+        check_values(body, str(task), str(msg_id), kwargs, priority, retries, result_ttl_s)
         if not 0 <= created_ms <= MAX_TIME_MS or not (eta_ms is tick_ms is expires_ms is None):
-            _check_numbers(body, created_ms, eta_ms, tick_ms, expires_ms)
+            check_numbers(body, created_ms, eta_ms, tick_ms, expires_ms)
         if headers or wf is not None or unique is not None:
-            _check_maps(body, headers, wf, unique, queue, digests=signer is not None)
+            check_maps(body, headers, wf, unique, queue, digests=signer is not None)
         # Every field is set, so the tuple is built directly, without __new__'s defaults.
         fields = (task, tuple(args), kwargs, msg_id, queue, priority, created_ms, retries)
         optional = (eta_ms, result_ttl_s, wf, tick_ms, expires_ms, unique, headers, None)
         return tuple.__new__(cls, fields + optional)
+
+    @classmethod
+    def _plain(cls, body: bytes, data: dict[str, Any]) -> Message:
+        """A body of the keys and types :meth:`encode` writes for a job with no optional
+        field (most jobs), in that order: its values are taken in one step, and only what
+        their types leave open is checked."""
+        _, msg_id, task, args, kwargs, queue, priority, created_ms, retries = data.values()
+        check_values(body, task, msg_id, kwargs, priority, retries, None)
+        if not 0 <= created_ms <= MAX_TIME_MS:
+            check_numbers(body, created_ms, None, None, None)
+        fields = (task, tuple(args), kwargs, msg_id, queue, priority, created_ms, retries)
+        return tuple.__new__(cls, fields + NO_OPTIONAL)
+
+
+def _check_version(body: bytes, data: Any) -> None:
+    """Raise DecodeError unless ``data`` is a map of a protocol version this code reads."""
+    if not isinstance(data, dict):
+        raise DecodeError(f"body is a msgpack {type(data).__name__}, not a map", body)
+    version = data.get("v")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise DecodeError("body has no integer protocol version 'v'", body)
+    if version > PROTOCOL_VERSION:
+        raise DecodeError(
+            f"protocol version {version} is newer than this worker's {PROTOCOL_VERSION}", body
+        )
 
 
 _PLAIN_V = b"\xa1v" + bytes([PLAIN_VERSION])
@@ -236,115 +269,6 @@ def as_extended(body: bytes) -> bytes:
     (1 byte, or 3 for a map of 16 keys)."""
     at = body.find(_PLAIN_V, 0, 6)
     return body if at < 0 else body[:at] + _EXTENDED_V + body[at + len(_PLAIN_V) :]
-
-
-_REQUIRED = object()
-_SCHEMA: tuple[tuple[str, type, Any], ...] = (
-    ("task", str, _REQUIRED),
-    ("id", str, _REQUIRED),
-    ("args", list, ()),
-    ("kwargs", dict, {}),
-    ("queue", str, "tasks"),
-    ("priority", str, "normal"),
-    ("created_ms", int, 0),
-    ("retries", int, 0),
-    ("eta_ms", int, None),
-    ("result_ttl_s", int, None),
-    ("wf", dict, None),
-    ("tick_ms", int, None),
-    ("expires_ms", int, None),
-    ("unique", str, None),
-    ("headers", dict, None),
-)
-"""Body fields in Message order: name, type, default (absent optional fields take it)."""
-
-
-_OPTIONAL = ("eta_ms", "result_ttl_s", "wf", "tick_ms", "expires_ms", "unique", "headers")
-"""Body fields written only when set."""
-_KNOWN_KEYS = frozenset({"v", "snoozes", *(key for key, _, _ in _SCHEMA)})
-"""``snoozes`` (how often the job snoozed) is read only when it snoozes again:
-:func:`snoozes_of`."""
-_told: set[str] = set()
-
-
-def _tell_unknown(data: dict[Any, Any]) -> None:
-    """Log, once per key and process, body keys this version does not know: a newer producer
-    asked for something (a workflow step, say) that this worker will not do."""
-    new = {str(k) for k in data if k not in _KNOWN_KEYS} - _told
-    if new:
-        _told.update(new)
-        logger.warning(
-            "job %s has body key(s) %s that this worker does not know: it runs without them "
-            "(upgrade the worker)",
-            data.get("id"),
-            ", ".join(sorted(new)),
-        )
-
-
-def _check_values(
-    body: bytes,
-    task: str,
-    msg_id: str,
-    kwargs: dict[Any, Any],
-    priority: str,
-    retries: int,
-    result_ttl_s: int | None,
-) -> None:
-    """The checks on well-typed fields' values: every number in range (a negative
-    ``retries`` would buy runs past max_retries; a TTL past Lua's exact integers breaks the
-    scripts that store the result), the id one that names keys safely."""
-    if priority not in PRIORITIES:
-        raise DecodeError(f"unknown priority {priority!r}", body)
-    if not 0 <= retries <= MAX_RETRIES:
-        raise DecodeError(f"body field 'retries' must be in [0, {MAX_RETRIES}]", body)
-    if not task:
-        raise DecodeError("body field 'task' is empty", body)
-    if not is_plain_job_id(msg_id):
-        try:
-            check_job_id(msg_id)
-        except ConfigError as exc:
-            raise DecodeError(f"body field 'id': {exc}", body) from None
-    if any(type(k) is not str for k in kwargs):
-        raise DecodeError("body field 'kwargs' must have string keys", body)
-    if result_ttl_s is not None and not 0 < result_ttl_s <= MAX_TTL_S:
-        raise DecodeError(f"body field 'result_ttl_s' must be in [1, {MAX_TTL_S}]", body)
-
-
-def _check_maps(
-    body: bytes,
-    headers: dict[Any, Any] | None,
-    wf: dict[Any, Any] | None,
-    unique: str | None,
-    queue: str,
-    *,
-    digests: bool,
-) -> None:
-    """The checks on the fields that carry maps or name keys (see :mod:`taskq.flowcheck`)."""
-    if headers and not all(type(k) is str and type(v) is str for k, v in headers.items()):
-        raise DecodeError("body field 'headers' must map strings to strings", body)
-    from taskq.flowcheck import check_unique, check_wf  # (only bodies that name keys need it)
-
-    if wf is not None:
-        check_wf(wf, body, digests=digests)
-    if unique is not None:
-        check_unique(unique, queue, body)
-
-
-def _check_numbers(body: bytes, *times_ms: int | None) -> None:
-    """Times a body carries are ms since the epoch, within what Lua holds exactly."""
-    names = ("created_ms", "eta_ms", "tick_ms", "expires_ms")
-    for name, value in zip(names, times_ms, strict=True):
-        if value is not None and not 0 <= value <= MAX_TIME_MS:
-            raise DecodeError(f"body field {name!r} must be in [0, {MAX_TIME_MS}]", body)
-
-
-def _field(data: dict[Any, Any], key: str, kind: type, default: Any, body: bytes) -> Any:
-    value = data.get(key, default)
-    if type(value) is kind or (value is default and default is not _REQUIRED):
-        return value
-    if value is _REQUIRED:
-        raise DecodeError(f"body has no {key!r}", body)
-    raise DecodeError(f"body field {key!r} must be {kind.__name__}", body)
 
 
 def lua_pack(value: Any) -> bytes:

@@ -30,7 +30,7 @@ def flat_pairs(value: Any) -> dict[bytes, Any]:
         return value
     if not isinstance(value, list):
         return {}
-    return {value[i]: value[i + 1] for i in range(0, len(value) - 1, 2)}
+    return dict(zip(value[::2], value[1::2], strict=False))  # (an odd last one is dropped)
 
 
 def info_records(value: Any) -> list[dict[str, Any]]:

@@ -229,7 +229,7 @@ def test_a_worker_names_body_keys_it_does_not_know(
 ) -> None:
     body = msgpack.packb({"v": 1, "id": "j1", "task": "tests.tasks.echo", "args": [1], "zz": 1})
     r.xadd("tasks:normal", {"task": "tests.tasks.echo", "body": body})
-    with caplog.at_level("WARNING", logger="taskq.message"):
+    with caplog.at_level("WARNING", logger="taskq.bodycheck"):
         assert drain(task_app).ok == 1
     assert "zz" in caplog.text and "does not know" in caplog.text
 

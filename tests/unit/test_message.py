@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import msgpack
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from taskq import bodycheck
+from taskq.config import MAX_TIME_MS
 from taskq.errors import DecodeError, EnqueueError, PayloadTooLarge
 from taskq.message import PLAIN_VERSION, PROTOCOL_VERSION, Message
 
@@ -193,3 +197,47 @@ def test_a_chain_nested_past_the_limit_is_refused_not_a_recursion_error() -> Non
     body = msgpack.packb({"v": 1, "id": "a", "task": "t", "wf": wf})
     with pytest.raises(DecodeError, match="nested deeper"):
         Message.decode(body)
+
+
+def test_what_encode_writes_without_optional_fields_is_a_plain_body() -> None:
+    """The bodies most jobs have are read in one step (``Message._plain``): that needs the keys
+    and types encode writes to be the ones the decoder looks for."""
+    body = Message("t", (1,), {"k": 2}, retries=3).encode()
+    data = msgpack.unpackb(body, raw=False)
+    assert tuple(data) == bodycheck.PLAIN_KEYS
+    assert tuple(map(type, data.values())) == bodycheck.PLAIN_TYPES
+
+
+def _outcome(decode: Callable[[], Message]) -> object:
+    try:
+        return decode()
+    except DecodeError as exc:
+        return ("DecodeError", str(exc))
+
+
+@settings(max_examples=300)
+@given(
+    task=st.sampled_from(["app.add", "", "x" * 300]),
+    job_id=st.sampled_from(["c81d2b301588e1ee9311a4f89b4110da", "", "a b", "é" * 3, "x" * 200]),
+    kwargs=st.sampled_from([{}, {"k": 1}, {1: 2}, {"": 0}]),
+    queue=st.sampled_from(["tasks", "", "q:1"]),
+    priority=st.sampled_from(["high", "normal", "low", "urgent", ""]),
+    created_ms=st.sampled_from([0, 1_796_605_750_380, -1, 2**62, MAX_TIME_MS + 1]),
+    retries=st.sampled_from([0, 2, -1, 10**6]),
+    version=st.sampled_from([1, 2]),
+)
+def test_a_plain_body_decodes_as_the_field_by_field_checks_say(
+    task: str,
+    job_id: str,
+    kwargs: dict[object, object],
+    queue: str,
+    priority: str,
+    created_ms: int,
+    retries: int,
+    version: int,
+) -> None:
+    values = (version, job_id, task, [1], kwargs, queue, priority, created_ms, retries)
+    data = dict(zip(bodycheck.PLAIN_KEYS, values, strict=True))
+    body = msgpack.packb(data)
+    got = _outcome(lambda: Message.decode(body))
+    assert got == _outcome(lambda: Message._checked(body, data, None))
