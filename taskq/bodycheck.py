@@ -43,8 +43,9 @@ PLAIN_KEYS = ("v", "id", "task", "args", "kwargs", "queue", "priority", "created
 (most jobs: ``Message.decode`` reads such a body in one step)."""
 PLAIN_TYPES = (int, str, str, list, dict, str, str, int, int)
 """Their values' types (``bool`` is not ``int`` here, as the field checks have it)."""
-NO_OPTIONAL = (None,) * (len(OPTIONAL) + 1)
-"""The optional fields of a plain body's message, and its fairness key (not in a body)."""
+PLAIN_SHAPES = {PLAIN_KEYS: PLAIN_TYPES, (*PLAIN_KEYS, "result_ttl_s"): (*PLAIN_TYPES, int)}
+"""Plain bodies, by their keys: those of a job with no optional field, and of one whose only
+optional field is its result's TTL (a job that stores its result); their values' types."""
 KNOWN_KEYS = frozenset({"v", "snoozes", *(key for key, _, _ in SCHEMA)})
 """``snoozes`` (how often the job snoozed) is read only when it snoozes again:
 :func:`taskq.message.snoozes_of`."""

@@ -16,10 +16,8 @@ import msgpack
 from taskq import codec
 from taskq.bodycheck import (
     KNOWN_KEYS,
-    NO_OPTIONAL,
     OPTIONAL,
-    PLAIN_KEYS,
-    PLAIN_TYPES,
+    PLAIN_SHAPES,
     SCHEMA,
     check_maps,
     check_numbers,
@@ -182,7 +180,8 @@ class Message(_MessageFields):
         if signer is not None:
             signer.verify(body, trailer)
         _check_version(body, data)
-        if tuple(data) == PLAIN_KEYS and tuple(map(type, data.values())) == PLAIN_TYPES:
+        types = PLAIN_SHAPES.get(tuple(data))
+        if types is not None and tuple(map(type, data.values())) == types:
             return cls._plain(body, data)
         return cls._checked(body, data, signer)
 
@@ -236,14 +235,17 @@ class Message(_MessageFields):
     @classmethod
     def _plain(cls, body: bytes, data: dict[str, Any]) -> Message:
         """A body of the keys and types :meth:`encode` writes for a job with no optional
-        field (most jobs), in that order: its values are taken in one step, and only what
-        their types leave open is checked."""
-        _, msg_id, task, args, kwargs, queue, priority, created_ms, retries = data.values()
-        check_values(body, task, msg_id, kwargs, priority, retries, None)
+        field but, maybe, its result's TTL (most jobs; ``PLAIN_SHAPES``), in that order: its
+        values are taken in one step, and only what their types leave open is checked."""
+        values = tuple(data.values())
+        _, msg_id, task, args, kwargs, queue, priority, created_ms, retries = values[:9]
+        result_ttl_s = values[9] if len(values) > 9 else None
+        check_values(body, task, msg_id, kwargs, priority, retries, result_ttl_s)
         if not 0 <= created_ms <= MAX_TIME_MS:
             check_numbers(body, created_ms, None, None, None)
         fields = (task, tuple(args), kwargs, msg_id, queue, priority, created_ms, retries)
-        return tuple.__new__(cls, fields + NO_OPTIONAL)
+        # eta_ms, result_ttl_s, wf, tick_ms, expires_ms, unique, headers, fair_key
+        return tuple.__new__(cls, (*fields, None, result_ttl_s, None, None, None, None, None, None))
 
 
 def _check_version(body: bytes, data: Any) -> None:

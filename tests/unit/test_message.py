@@ -202,10 +202,11 @@ def test_a_chain_nested_past_the_limit_is_refused_not_a_recursion_error() -> Non
 def test_what_encode_writes_without_optional_fields_is_a_plain_body() -> None:
     """The bodies most jobs have are read in one step (``Message._plain``): that needs the keys
     and types encode writes to be the ones the decoder looks for."""
-    body = Message("t", (1,), {"k": 2}, retries=3).encode()
-    data = msgpack.unpackb(body, raw=False)
-    assert tuple(data) == bodycheck.PLAIN_KEYS
-    assert tuple(map(type, data.values())) == bodycheck.PLAIN_TYPES
+    for ttl in (None, 60):
+        body = Message("t", (1,), {"k": 2}, retries=3, result_ttl_s=ttl).encode()
+        data = msgpack.unpackb(body, raw=False)
+        assert bodycheck.PLAIN_SHAPES[tuple(data)] == tuple(map(type, data.values()))
+        assert Message.decode(body).result_ttl_s == ttl
 
 
 def _outcome(decode: Callable[[], Message]) -> object:
@@ -215,7 +216,7 @@ def _outcome(decode: Callable[[], Message]) -> object:
         return ("DecodeError", str(exc))
 
 
-@settings(max_examples=300)
+@settings(max_examples=400)
 @given(
     task=st.sampled_from(["app.add", "", "x" * 300]),
     job_id=st.sampled_from(["c81d2b301588e1ee9311a4f89b4110da", "", "a b", "é" * 3, "x" * 200]),
@@ -225,6 +226,7 @@ def _outcome(decode: Callable[[], Message]) -> object:
     created_ms=st.sampled_from([0, 1_796_605_750_380, -1, 2**62, MAX_TIME_MS + 1]),
     retries=st.sampled_from([0, 2, -1, 10**6]),
     version=st.sampled_from([1, 2]),
+    ttl=st.sampled_from([None, 1, 86_400, 0, -5, 10**12]),
 )
 def test_a_plain_body_decodes_as_the_field_by_field_checks_say(
     task: str,
@@ -235,9 +237,12 @@ def test_a_plain_body_decodes_as_the_field_by_field_checks_say(
     created_ms: int,
     retries: int,
     version: int,
+    ttl: int | None,
 ) -> None:
     values = (version, job_id, task, [1], kwargs, queue, priority, created_ms, retries)
     data = dict(zip(bodycheck.PLAIN_KEYS, values, strict=True))
+    if ttl is not None:
+        data["result_ttl_s"] = ttl
     body = msgpack.packb(data)
     got = _outcome(lambda: Message.decode(body))
     assert got == _outcome(lambda: Message._checked(body, data, None))
