@@ -14,6 +14,7 @@ from redis.exceptions import NoScriptError
 
 from taskq.broker.link import CLIENT_OPTIONS
 from taskq.broker.resp import Command, _Replies, pack, read_replies
+from tests.resp_support import Chunks
 
 NESTED = """return {1, 'a', {}, {'b', {2, {}}, 'c'}, redis.error_reply('ERR inner'),
   redis.status_reply('FINE'), -3}"""
@@ -97,19 +98,6 @@ def test_many_replies_of_one_write(conns: tuple[Connection, Connection]) -> None
     assert all(_same(g, e) for g, e in zip(got, expected, strict=True))
 
 
-class _Chunks:
-    """A byte source for the reader: the bytes Redis sent, handed out ``size`` at a time, so
-    that every reply is cut at every kind of place (inside a length, a CRLF, a body)."""
-
-    def __init__(self, data: bytes, size: int) -> None:
-        self.data, self.size, self.at = data, size, 0
-
-    def recv(self, limit: int) -> bytes:
-        piece = self.data[self.at : self.at + min(self.size, limit)]
-        self.at += len(piece)
-        return piece
-
-
 @pytest.fixture
 def raw_replies(redis_url: str, conns: tuple[Connection, Connection]) -> tuple[bytes, list[Any]]:
     """The bytes Redis wrote for COMMANDS (but the 3 MB value, left to the tests above), and
@@ -123,7 +111,7 @@ def raw_replies(redis_url: str, conns: tuple[Connection, Connection]) -> tuple[b
         while True:
             data += sock.recv(1 << 20)
             try:  # all of it yet? (a source that ends mid-reply is an error)
-                _Replies(_Chunks(data, len(data)), len(commands)).read()  # type: ignore[arg-type]
+                _Replies(Chunks(data, len(data)), len(commands)).read()  # type: ignore[arg-type]
                 return data, expected
             except redis.ConnectionError:
                 continue
@@ -132,7 +120,7 @@ def raw_replies(redis_url: str, conns: tuple[Connection, Connection]) -> tuple[b
 @pytest.mark.parametrize("size", [1, 2, 3, 7, 64, 100_000])
 def test_a_reply_cut_anywhere(raw_replies: tuple[bytes, list[Any]], size: int) -> None:
     data, expected = raw_replies
-    got = _Replies(_Chunks(data, size), len(expected)).read()  # type: ignore[arg-type]
+    got = _Replies(Chunks(data, size), len(expected)).read()  # type: ignore[arg-type]
     assert len(got) == len(expected)
     assert all(_same(g, e) for g, e in zip(got, expected, strict=True))
 
@@ -140,20 +128,20 @@ def test_a_reply_cut_anywhere(raw_replies: tuple[bytes, list[Any]], size: int) -
 def test_a_long_value_in_many_pieces() -> None:
     value = bytes(range(256)) * 1_000
     data = b"*2\r\n$%d\r\n%s\r\n:-7\r\n" % (len(value), value)
-    assert _Replies(_Chunks(data, 7), 1).read() == [[value, -7]]  # type: ignore[arg-type]
+    assert _Replies(Chunks(data, 7), 1).read() == [[value, -7]]  # type: ignore[arg-type]
 
 
 def test_a_server_that_closes_mid_reply_is_an_error() -> None:
-    cut = _Chunks(b"*2\r\n$3\r\nabc\r\n$10\r\nabc", 5)
+    cut = Chunks(b"*2\r\n$3\r\nabc\r\n$10\r\nabc", 5)
     with pytest.raises(redis.ConnectionError, match="closed"):
         _Replies(cut, 1).read()  # type: ignore[arg-type]
 
 
 def test_bytes_that_are_not_resp_are_an_error() -> None:
     with pytest.raises(redis.InvalidResponse):
-        _Replies(_Chunks(b"?what\r\n", 100), 1).read()  # type: ignore[arg-type]
+        _Replies(Chunks(b"?what\r\n", 100), 1).read()  # type: ignore[arg-type]
     with pytest.raises(redis.InvalidResponse, match="after the last reply"):
-        _Replies(_Chunks(b"+OK\r\n+OK\r\n", 100), 1).read()  # type: ignore[arg-type]
+        _Replies(Chunks(b"+OK\r\n+OK\r\n", 100), 1).read()  # type: ignore[arg-type]
 
 
 def test_bytes_in_redis_pys_buffer_are_read_by_redis_py(

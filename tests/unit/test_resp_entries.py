@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from taskq.broker import resp
 from taskq.broker.resp import _entries, _Replies
+from tests.resp_support import Chunks
 
 Entry = tuple[bytes, list[bytes]]
 
@@ -39,21 +40,9 @@ def xreadgroup(stream: bytes, rows: list[Entry]) -> list[Any]:
     return [[stream, [[entry_id, fields] for entry_id, fields in rows]]]
 
 
-class _Chunks:
-    """The reply's bytes handed out ``size`` at a time."""
-
-    def __init__(self, data: bytes, size: int) -> None:
-        self.data, self.size, self.at = data, size, 0
-
-    def recv(self, limit: int) -> bytes:
-        piece = self.data[self.at : self.at + min(self.size, limit)]
-        self.at += len(piece)
-        return piece
-
-
 def parse(replies: list[Any], size: int) -> list[Any]:
     data = b"".join(encode(r) for r in replies)
-    return _Replies(_Chunks(data, size), len(replies)).read()  # type: ignore[arg-type]
+    return _Replies(Chunks(data, size), len(replies)).read()  # type: ignore[arg-type]
 
 
 @st.composite
