@@ -240,8 +240,9 @@ def _entries(buf: bytes, pos: int, n: int) -> tuple[list[Any], int] | None:
         return None
     if pieces[3:stop:stride].count(pieces[3]) != n:
         return None
-    values = [pieces[at:stop:stride] for at in (2, *range(5, stride, 2))]
-    heads = chain.from_iterable(pieces[at - 1 : stop : stride] for at in (2, *range(5, stride, 2)))
+    value_at = (2, *range(5, stride, 2))  # the id, then each field's name and value
+    values = [pieces[at:stop:stride] for at in value_at]
+    heads = chain.from_iterable(pieces[at - 1 : stop : stride] for at in value_at)
     if list(heads) != list(map(_BULK_HEAD, map(len, chain.from_iterable(values)))):
         return None
     rows = zip(values[0], map(list, zip(*values[1:], strict=True)), strict=True)
