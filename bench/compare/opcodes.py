@@ -71,7 +71,7 @@ def counted(run: Callable[[], object]) -> collections.Counter[str]:
     return found
 
 
-def taskq_drain(url: str, jobs: int, prefetch: int, results: bool) -> collections.Counter[str]:
+def taskq_drain(jobs: int, prefetch: int, results: bool) -> collections.Counter[str]:
     """A child's bytecodes over ``jobs`` jobs, after 100 unseen."""
     from bench.compare.profile_child import child_consumer
 
@@ -140,9 +140,7 @@ def main(argv: list[str] | None = None) -> None:
         os.environ["BENCH_REDIS_URL"] = server.url
         os.environ["BENCH_RECORD_DIR"] = str(work)
         out = {
-            "taskq": per_job(
-                taskq_drain(server.url, args.jobs, args.prefetch, args.results), args.jobs
-            ),
+            "taskq": per_job(taskq_drain(args.jobs, args.prefetch, args.results), args.jobs),
             "queue floor": per_job(floor_drain(server.url, args.jobs), args.jobs),
         }
     for side, rows in out.items():
