@@ -141,7 +141,7 @@ class Pool:
         self.maintenance.step(lambda b: b.ensure_groups())
         queues = ",".join(self.options.queues)
         logger.info("worker %s: %d children on %s", self.worker_id, self.size, queues)
-        while not self.stopping or self.children or self.reclaimer.busy:
+        while not self.stopping or self.children or self.reclaimer.holds_shutdown(self.cold):
             self._tick()
             pause(self.options.health, TICK_S, self._probe)
         self.maintenance.unregister(self._record())

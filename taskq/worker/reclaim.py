@@ -9,6 +9,7 @@ exited child at a time with a backoff of its own, and never holds up the others.
 from __future__ import annotations
 
 import functools
+import logging
 import time
 
 from taskq.broker import Broker
@@ -19,6 +20,8 @@ from taskq.worker.maintenance import Maintenance
 from taskq.worker.outcome import JobCounts
 from taskq.worker.pausing import run_time_limits
 from taskq.worker.slotview import SlotView
+
+logger = logging.getLogger(__name__)
 
 
 class Backoff:
@@ -53,10 +56,18 @@ class Reclaimer:
         self._exited: list[_Exited] = []
         self._revoked: list[tuple[str, list[tuple[int, str]]]] = []
 
-    @property
-    def busy(self) -> bool:
-        """Work is left (a shutdown waits for it)."""
-        return bool(self._exited or self._revoked)
+    def holds_shutdown(self, cold: bool) -> bool:
+        """Work is left that a shutdown waits for: all of it until the shutdown goes cold
+        (its grace period ran out, or a second signal came), then only while Redis answers.
+        Settling needs Redis, and a worker must stop without it: what is left stays pending
+        under the exited children, and any worker's sweep recovers it after the visibility
+        timeout."""
+        if not (self._exited or self._revoked):
+            return False
+        if cold and not self.maintenance.redis_reachable():
+            logger.warning("Redis unreachable: the exited children's jobs are left to the sweep")
+            return False
+        return True
 
     def child_exited(
         self, consumer: str, view: SlotView, cause: str, culprits: frozenset[str] = frozenset()

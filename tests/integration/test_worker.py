@@ -24,6 +24,7 @@ from taskq import App, keys
 from taskq.keys import GROUP, PRIORITIES
 from tests import tasks
 from tests.conftest import WorkerProcess, runs, wait_until
+from tests.redis_server import RedisServer
 
 pytestmark = pytest.mark.integration
 
@@ -577,3 +578,25 @@ def test_idle_worker_wakes_on_a_new_job_without_respawning(
     # Then: the same child ran them all, and nothing crashed.
     assert {x["pid"] for x in runs(r)} == {first[0]}
     assert "died" not in w.output() and "Traceback" not in w.output()
+
+
+@pytest.mark.parametrize("cold_by", ["grace", "second signal"])
+def test_a_worker_whose_redis_died_still_stops(
+    start_worker: StartWorker, tmp_path: Path, cold_by: str
+) -> None:
+    # A shutdown settles its exited children's jobs through Redis; with Redis gone it waits
+    # until it turns cold (grace over, or a second signal), then leaves them to the sweep.
+    server = RedisServer(tmp_path / "redis")
+    server.start()
+    try:
+        grace = "1" if cold_by == "grace" else "600"
+        w = start_worker("-A", "tests.tasks", "-c", "2", "--grace", grace, url=server.url)
+        wait_until(lambda: server.client().zcard("tasks:workers"), 20, message="a heartbeat")
+    finally:
+        server.kill()
+    w.signal(signal.SIGTERM)
+    if cold_by == "second signal":
+        wait_until(lambda: "warm shutdown" in w.output(), message="the warm shutdown")
+        w.signal(signal.SIGTERM)
+    assert w.wait(20) == 0
+    assert "left to the sweep" in w.output()
