@@ -7,6 +7,8 @@ import math
 import random
 
 import msgpack
+from hypothesis import given
+from hypothesis import strategies as st
 
 from taskq.broker.taskstats import Summary, bucket_ms, bucket_of
 
@@ -131,3 +133,42 @@ def test_short_runs_wait_in_the_child_until_its_next_fetch() -> None:
         run("app.quick", short)
     [bounded] = board.take_runs(0)  # the last of them filled the list: counted
     assert bounded.summary.runs == MAX_WAITING
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["app.a", "app.b"]),
+            st.sampled_from(["ok", "retry", "dead"]),
+            st.floats(min_value=0.0, max_value=0.999),
+        ),
+        max_size=60,
+    )
+)
+def test_a_batch_of_short_runs_counts_as_its_runs_one_by_one(
+    runs: list[tuple[str, str, float]],
+) -> None:
+    """Short runs wait and count together at the fetch (grouped by kind); the table then
+    holds what a summary that added each run in turn holds."""
+    from taskq.worker.scoreboard import Scoreboard
+
+    board = Scoreboard(1)
+    slot = board.slot(0)
+    expected: dict[str, Summary] = {}
+    for i, (task, kind, ms) in enumerate(runs):
+        slot.start(0, f"1-{i}", task, f"j{i}", None)
+        slot.finish(kind, ran_ms=ms)
+        failed, retried = kind != "ok", kind == "retry"
+        expected.setdefault(task, Summary()).add(ms, failed=failed, retried=retried)
+    slot.count_runs()
+    got = {r.task: r.summary for r in board.take_runs(0)}
+    assert got.keys() == expected.keys()
+    for task, want in expected.items():
+        s = got[task]
+        assert (s.runs, s.failures, s.retries, s.buckets) == (
+            want.runs,
+            want.failures,
+            want.retries,
+            want.buckets,
+        )
+        assert s.max_ms == want.max_ms
