@@ -17,6 +17,12 @@ jobs left out. The consumer takes ``--prefetch`` jobs a fetch (64: what adaptive
 takes of these no-op jobs in a drain; adaptive prefetch itself sizes batches by time, which
 valgrind stretches about fiftyfold). ``--checkout`` measures taskq from another checkout (a
 git worktree: its directory first on the path). The last stdout line is JSON.
+
+What the code decides by the clock it decides as at a fiftieth of the speed: every run is
+long enough to count at its end rather than at the next fetch (:mod:`taskq.worker.runstats`),
+and with ``--results`` a batch outlasts the start check's 50 ms, which then reads the
+tombstones of the jobs left in it (:class:`taskq.worker.cancels.StartCheck`). Those paths
+cost more here than in a drain at full speed.
 """
 
 from __future__ import annotations
@@ -91,6 +97,7 @@ def per_job(program: str, argv: list[str], small: int, large: int) -> float:
         work = Path(tempfile.mkdtemp(prefix="taskq-instructions-"))
         with PrivateRedis(work) as server:
             env = dict(os.environ, BENCH_REDIS_URL=server.url, BENCH_RECORD_DIR=str(work))
+            env["PYTHONHASHSEED"] = "0"  # the same dict and set layouts: ±0.1 % (else ±2 %)
             totals.append(collected(program, [*argv[:1], str(n), *argv[1:]], env))
     return (totals[1] - totals[0]) / (large - small)
 
