@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import time
@@ -39,6 +40,12 @@ def record(**fields: object) -> None:
 @app.task
 def echo(value: object) -> None:
     record(value=value)
+
+
+@app.task
+def count_frozen() -> None:
+    """Records how many objects the collector leaves alone (frozen before the fork)."""
+    record(frozen=gc.get_freeze_count())
 
 
 @app.task(priority="high")

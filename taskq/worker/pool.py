@@ -10,6 +10,7 @@ cold shutdowns. Between ticks it answers health probes (``--health-port``); with
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
@@ -136,6 +137,9 @@ class Pool:
         self.app.link.disconnect()  # no open connection crosses the fork
         emit(self.app.middleware, "worker_start", self.options.queues)
         self._title()
+        # The loaded objects out of a child's full collections, which copy every page they
+        # touch (12 MB a child for a small app); once: later, garbage would be kept for good.
+        gc.freeze()
         for i in range(self.size):
             self._spawn(i)
         self.maintenance.step(lambda b: b.ensure_groups())

@@ -600,3 +600,14 @@ def test_a_worker_whose_redis_died_still_stops(
         w.signal(signal.SIGTERM)
     assert w.wait(20) == 0
     assert "left to the sweep" in w.output()
+
+
+def test_children_leave_the_masters_objects_out_of_their_collections(
+    start_worker: StartWorker, r: redis.Redis, task_app: App
+) -> None:
+    # Frozen before the fork, the app's and taskq's objects are not written by a child's
+    # full collection, so their pages stay shared with the master.
+    start_worker("-A", "tests.tasks", "-c", "1")
+    tasks.count_frozen.delay()
+    wait_until(lambda: runs(r), message="the job")
+    assert runs(r)[0]["frozen"] > 10_000
