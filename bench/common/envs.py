@@ -1,7 +1,9 @@
 """Virtualenvs the bench uses, created/updated on demand.
 
-* project venv (``.venv``): taskq with hiredis (it is installed there).
+* project venv (``.venv``): taskq with hiredis (it is installed there), for the feature
+  benches' taskq-only rows.
 * ``bench/.venv-taskq-nohiredis``: taskq with redis-py's pure-Python parser.
+* ``bench/.venv-taskq-hiredis``: taskq with hiredis, and the hiredis floor.
 * ``bench/.venv-peers``: the peer queues from ``requirements-peers.txt``.
 * ``bench/.venv-arq``: arq from ``requirements-arq.txt`` (arq needs redis-py < 6, the other
   peers are pinned to a newer one, so it cannot share ``.venv-peers``).
@@ -19,6 +21,7 @@ REPO = BENCH.parent
 PROJECT_VENV = REPO / ".venv"
 PEERS_VENV = BENCH / ".venv-peers"
 NOHIREDIS_VENV = BENCH / ".venv-taskq-nohiredis"
+HIREDIS_VENV = BENCH / ".venv-taskq-hiredis"
 PEER_REQUIREMENTS = BENCH / "requirements-peers.txt"
 ARQ_VENV = BENCH / ".venv-arq"
 ARQ_REQUIREMENTS = BENCH / "requirements-arq.txt"
@@ -106,42 +109,37 @@ def peers_redis_version() -> str | None:
 
 
 def ensure_taskq() -> None:
-    """Install taskq (editable) with hiredis in the project venv, and without it, on the
-    peers' redis-py, in the no-hiredis venv."""
-    pyproject = REPO / "pyproject.toml"
+    """Install taskq (editable) on the peers' redis-py in two venvs of its own, one without
+    hiredis and one with it (the rows ``taskq`` and ``taskq + hiredis``, and the hiredis
+    floor), and with hiredis in the project venv when it lacks them (the feature benches'
+    taskq-only rows run there)."""
     if not taskq_present():
         return
-    if pyproject.exists() and not (
-        pip_version(PROJECT_VENV, "taskq") and pip_version(PROJECT_VENV, "hiredis")
-    ):
-        # The "taskq + hiredis" row runs here: taskq with its hiredis extra (as pinned in
-        # pyproject.toml), whatever else a developer installed in this venv.
+    if not (pip_version(PROJECT_VENV, "taskq") and pip_version(PROJECT_VENV, "hiredis")):
         print(f"installing taskq[hiredis] (editable) into {PROJECT_VENV} ...", flush=True)
         _sh(python_of(PROJECT_VENV), "-m", "pip", "install", "-q", "-e", f"{REPO}[hiredis]")
     redis_version = peers_redis_version() or pip_version(PROJECT_VENV, "redis") or ""
-    digest = _digest(pyproject.read_text() if pyproject.exists() else "", redis_version)
-    if _fresh(NOHIREDIS_VENV, digest):
+    _ensure_taskq_venv(NOHIREDIS_VENV, redis_version, hiredis=False)
+    _ensure_taskq_venv(HIREDIS_VENV, redis_version, hiredis=True)
+
+
+def _ensure_taskq_venv(venv: Path, redis_version: str, *, hiredis: bool) -> None:
+    """Create/update ``venv``: taskq (editable) and its dependencies only, redis-py at
+    ``redis_version``, hiredis as asked. Nothing else: the project venv has what a developer
+    installed too, such as the ``test`` extra's ``opentelemetry-sdk``, which redis-py 8.2
+    loads at ``import redis`` (about 1.5x its time), and which a start-up compared with
+    Huey's would count as taskq's."""
+    extra = "[hiredis]" if hiredis else ""
+    digest = _digest((REPO / "pyproject.toml").read_text(), redis_version, extra)
+    if _fresh(venv, digest):
         return
-    print(f"setting up {NOHIREDIS_VENV} ...", flush=True)
-    _create(NOHIREDIS_VENV)
+    print(f"setting up {venv} ...", flush=True)
+    _create(venv)
     pin = f"redis=={redis_version}" if redis_version else "redis"
-    if pyproject.exists():
-        _sh(python_of(NOHIREDIS_VENV), "-m", "pip", "install", "-q", "-e", REPO, pin)
-    else:  # no packaging metadata yet: the worker runs as ``python -m taskq``
-        _sh(
-            python_of(NOHIREDIS_VENV),
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            pin,
-            "msgpack",
-            "click",
-            "setproctitle",
-        )
-    if pip_version(NOHIREDIS_VENV, "hiredis"):
-        _sh(python_of(NOHIREDIS_VENV), "-m", "pip", "uninstall", "-q", "-y", "hiredis")
-    (NOHIREDIS_VENV / STAMP).write_text(digest)
+    _sh(python_of(venv), "-m", "pip", "install", "-q", "-e", f"{REPO}{extra}", pin)
+    if not hiredis and pip_version(venv, "hiredis"):
+        _sh(python_of(venv), "-m", "pip", "uninstall", "-q", "-y", "hiredis")
+    (venv / STAMP).write_text(digest)
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ class Entry:
     is_taskq: bool = False
 
 
-RAWS = {"raw": envs.PEERS_VENV, "raw-hiredis": envs.PROJECT_VENV}
+RAWS = {"raw": envs.PEERS_VENV, "raw-hiredis": envs.HIREDIS_VENV}
 HIREDIS_SUFFIX = "-hiredis"
 """A row whose name ends so is measured only where redis-py uses hiredis."""
 

@@ -57,7 +57,7 @@ REPO = envs.REPO
 
 SYSTEMS = [
     Entry("taskq", "taskq_app", envs.NOHIREDIS_VENV, "taskq", is_taskq=True),
-    Entry("taskq-hiredis", "taskq_app", envs.PROJECT_VENV, "taskq + hiredis", is_taskq=True),
+    Entry("taskq-hiredis", "taskq_app", envs.HIREDIS_VENV, "taskq + hiredis", is_taskq=True),
     Entry("celery", "celery_app", envs.PEERS_VENV, "Celery"),
     Entry("dramatiq", "dramatiq_app", envs.PEERS_VENV, "Dramatiq"),
     Entry("huey", "huey_app", envs.PEERS_VENV, "Huey"),

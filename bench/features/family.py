@@ -15,7 +15,7 @@ describes itself as a :class:`Family`. The same module runs three ways:
   round, inside that system's venv (:mod:`bench.features.agentside`); prints one JSON object
   on its last line.
 * ``python -m bench.features.<family>_bench raw ...``: the family's raw redis-py floor, in
-  ``.venv-peers`` (pure-Python parser) or the project venv (hiredis).
+  ``.venv-peers`` (pure-Python parser) or ``.venv-taskq-hiredis`` (hiredis).
 
 A taskq module (``bench/peers/taskq_*_app.py``) that needs a feature taskq does not
 have yet says so through its ``problem()`` function; the orchestrator then reports
