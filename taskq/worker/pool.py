@@ -137,8 +137,8 @@ class Pool:
         self.app.link.disconnect()  # no open connection crosses the fork
         emit(self.app.middleware, "worker_start", self.options.queues)
         self._title()
-        # The loaded objects out of a child's full collections, which copy every page they
-        # touch (12 MB a child for a small app); once: later, garbage would be kept for good.
+        # Frozen, the loaded objects escape a child's full collections, which write to every
+        # object they scan (12 MB of copied pages a child); once: later it would keep garbage.
         gc.freeze()
         for i in range(self.size):
             self._spawn(i)
