@@ -124,6 +124,8 @@ def check_numbers(body: bytes, *times_ms: int | None) -> None:
 
 
 def typed_field(data: dict[Any, Any], key: str, kind: type, default: Any, body: bytes) -> Any:
+    """Field ``key`` of a body, of type ``kind`` or absent (then ``default``); a DecodeError
+    that names the field otherwise, so a bad body's dead letter says what was wrong."""
     value = data.get(key, default)
     if type(value) is kind or (value is default and default is not REQUIRED):
         return value
