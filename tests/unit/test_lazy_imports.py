@@ -124,3 +124,25 @@ def test_the_keyword_typed_dicts_load_on_first_use() -> None:
         "module 'taskq.config' has no attribute 'Nothing'",
         "module 'taskq.options' has no attribute 'Nothing'",
     ]
+
+
+def test_the_loaded_modules_go_to_the_oldest_generation_unwalked() -> None:
+    """Turned back on after ``taskq worker``'s modules load, the collector would first walk
+    every object they made (tens of thousands: a tenth of the worker's start); moved to its
+    oldest generation, none of them is left waiting for a collection, and none stays frozen."""
+    probe = (
+        "import gc, json\n"
+        "from taskq.cli.main import NoCollection\n"
+        "with NoCollection():\n"
+        "    import taskq.cli.worker\n"
+        "counts = [gc.isenabled(), gc.get_count()[0], gc.get_freeze_count()]\n"
+        "print(json.dumps([*counts, len(gc.get_objects(2))]))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+    enabled, waiting, frozen, oldest = json.loads(out.splitlines()[-1])
+    assert enabled
+    assert waiting < 1_000, waiting
+    assert frozen == 0
+    assert oldest > 10_000, oldest
