@@ -7,25 +7,29 @@ changes).
 Usage, from the repository root, in a venv with taskq's dependencies and msgpack::
 
     .venv/bin/python -m bench.compare.ab_drain --checkout . --checkout ../wt/change [--rounds 4]
+        [--worker-args "--prefetch 64"]
 
 A private redis-server. Each round measures the queue floor (``raw.consume_queue_floor``,
 two consumers) and then, per checkout, ``--jobs`` jobs of ``bench/peers/taskq_app.py``
-bulk-enqueued with no worker and drained by ``python -m taskq worker -c 2`` run from that
-checkout (its own code and bench app: the checkout is the working directory and the first
-entry of ``PYTHONPATH``). A drain's rate is counted from its first job's start to its last
-one's, from the task's records, as the main bench's "drain after 1st job" is. Prints each
-round and the medians, as rates and as shares of the floor's median.
+bulk-enqueued with no worker and drained by ``python -m taskq worker -c 2`` and the
+``--worker-args`` run from that checkout (its own code and bench app: the checkout is the
+working directory and the first entry of ``PYTHONPATH``). A drain's rate is counted from
+its first job's start to its last one's, from the task's records, as the main bench's "drain
+after 1st job" is. Prints each round and the medians, as rates and as shares of the floor's
+median.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from bench.common import record
@@ -44,7 +48,12 @@ ENQUEUE = (
 
 
 def drain(
-    server: PrivateRedis, checkout: Path, jobs: int, deadline_s: float, records: Path
+    server: PrivateRedis,
+    checkout: Path,
+    jobs: int,
+    deadline_s: float,
+    records: Path,
+    worker_args: Sequence[str] = (),
 ) -> float:
     """Jobs per second from the first job's start to the last one's, for one worker of
     ``checkout`` draining ``jobs`` waiting jobs (their records go to ``records``)."""
@@ -54,7 +63,7 @@ def drain(
     code = ENQUEUE.format(jobs=jobs)
     subprocess.run([sys.executable, "-c", code], cwd=checkout, env=env, check=True)
     argv = [sys.executable, "-m", "taskq", "worker", "-A", "bench.peers.taskq_app:app"]
-    argv += ["-c", "2", "--loglevel", "warning"]
+    argv += ["-c", "2", "--loglevel", "warning", *worker_args]
     worker = subprocess.Popen(argv, cwd=checkout, env=env, start_new_session=True)
     try:
         stop = time.monotonic() + deadline_s
@@ -83,7 +92,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--jobs", type=int, default=20_000)
     p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--deadline", type=float, default=120.0, help="bound of each drain, s")
+    p.add_argument("--worker-args", default="", help='more worker options, e.g. "--prefetch 64"')
     args = p.parse_args(argv)
+    worker_args = shlex.split(args.worker_args)
     checkouts = [c.resolve() for c in args.checkout]
     rates: dict[str, list[float]] = {"queue floor": [], **{str(c): [] for c in checkouts}}
     with PrivateRedis(Path(tempfile.mkdtemp(prefix="taskq-ab-"))) as server:
@@ -92,7 +103,8 @@ def main(argv: list[str] | None = None) -> None:
         for n in range(1, args.rounds + 1):
             rates["queue floor"].append(queue_floor(server, args.jobs, args.deadline))
             for c in checkouts:
-                rates[str(c)].append(drain(server, c, args.jobs, args.deadline, records))
+                rate = drain(server, c, args.jobs, args.deadline, records, worker_args)
+                rates[str(c)].append(rate)
             print(f"round {n}: " + ", ".join(f"{k} {v[-1]:,.0f}" for k, v in rates.items()))
     floor = statistics.median(rates["queue floor"])
     for name, values in rates.items():
