@@ -20,13 +20,17 @@ from taskq.cli.main import COMMANDS, main
 HEAVY = ("redis", "msgpack", "asyncio", "taskq.app", "taskq.broker", "taskq.cli.worker")
 
 
+def _printed_by(code: str) -> list[str]:
+    """The lines ``code`` prints in a fresh interpreter."""
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    ).stdout.splitlines()
+
+
 def _loaded_after(code: str) -> list[str]:
     """The modules loaded in a fresh interpreter after running ``code``."""
     probe = f"import sys\n{code}\nprint(__import__('json').dumps(sorted(sys.modules)))"
-    out = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
-    ).stdout
-    return list(json.loads(out.splitlines()[-1]))
+    return list(json.loads(_printed_by(probe)[-1]))
 
 
 def _heavy(modules: list[str]) -> list[str]:
@@ -95,10 +99,7 @@ def test_a_decimal_is_carried_when_decimal_loads_after_the_codec() -> None:
         "from taskq import codec\nimport decimal\n"
         "print(codec.unpackb(codec.packb((decimal.Decimal('1.5'),))))"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
-    ).stdout
-    assert out.strip() == "(Decimal('1.5'),)"
+    assert _printed_by(code) == ["(Decimal('1.5'),)"]
 
 
 def test_the_keyword_typed_dicts_load_on_first_use() -> None:
@@ -114,10 +115,7 @@ def test_the_keyword_typed_dicts_load_on_first_use() -> None:
         "for m in (taskq.config, taskq.options):\n"
         "    try:\n        m.Nothing\n    except AttributeError as e:\n        print(e)"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
-    ).stdout.splitlines()
-    assert out == [
+    assert _printed_by(code) == [
         "False",
         "True True",
         "True",
@@ -138,10 +136,7 @@ def test_the_loaded_modules_go_to_the_oldest_generation_unwalked() -> None:
         "counts = [gc.isenabled(), gc.get_count()[0], gc.get_freeze_count()]\n"
         "print(json.dumps([*counts, len(gc.get_objects(2))]))"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
-    ).stdout
-    enabled, waiting, frozen, oldest = json.loads(out.splitlines()[-1])
+    enabled, waiting, frozen, oldest = json.loads(_printed_by(probe)[-1])
     assert enabled
     assert waiting < 1_000, waiting
     assert frozen == 0
