@@ -17,6 +17,14 @@ passed in the baseline and fails in the latest by more than its spread (relative
 limit) is a **REGRESSION**: one ``!!! REGRESSION`` line each on stderr, exit status 1. A
 failure within the spread is reported as noise (exit status 0); so is a target the baseline
 did not have, or that failed there already.
+
+The targets are ratios, but not ones a machine's speed leaves alone: the same tree has drained
+at 90 % of the queue floor on one machine and 72 % on one three times as fast. So the guard
+first compares the two runs' raw floors (``consume_floor``: Redis and redis-py only, no taskq
+code): when they are farther apart than the latest run's own spread of it, the baseline ran
+on another machine, and a target that would have regressed is reported as **UNJUDGED**
+instead, with the command that measures the baseline's tree against this one on this
+machine; one ``!!! UNJUDGED`` line each on stderr, exit status 2.
 """
 
 from __future__ import annotations
@@ -39,6 +47,14 @@ from bench.features import results_drain
 Key = tuple[str, str]  # (taskq variant, target)
 
 MIN_SPREAD = 0.02  # a target that held in every stored run still gets this much slack
+MIN_MACHINE_SPREAD = 0.10
+"""How far two runs' raw floors may be apart and still count as one machine, at least: a
+quiet machine's floor moves a few per cent from run to run, a shared one's more."""
+AB_COMMAND = (
+    "git worktree add ../wt/baseline {rev} && .venv/bin/python -m bench.compare.ab_drain "
+    "--checkout ../wt/baseline --checkout . [--worker-args ...]"
+)
+"""Measures the drain rows of the baseline's tree and this one, alternating, on one machine."""
 RUN_LISTS = ("raw", "systems", "prefetch", "startup", "clean")  # lists that hold one item a run
 
 
@@ -109,6 +125,30 @@ def features(data: dict[str, Any]) -> tuple[dict[Key, dict[str, Any]], dict[Key,
     return rows, spread
 
 
+def floor_rates(data: dict[str, Any]) -> list[float]:
+    """The raw floor's rate in each run of ``data`` (none if the run did not measure it)."""
+    runs = (data.get("raw") or {}).get("raw") or []
+    return [float(r["consume_floor"]["rate"]) for r in runs if r.get("consume_floor")]
+
+
+def machine_apart(baseline: dict[str, Any], latest: dict[str, Any]) -> str | None:
+    """Why the two runs' machines differ, if their raw floors' medians are farther apart than
+    the latest run's spread of it (at least ``MIN_MACHINE_SPREAD``); None if they do not, or
+    if either run lacks the floor."""
+    before, now = floor_rates(baseline), floor_rates(latest)
+    if not before or not now:
+        return None
+    median_before, median_now = statistics.median(before), statistics.median(now)
+    spread = max(MIN_MACHINE_SPREAD, (max(now) - min(now)) / median_now)
+    ratio = median_now / median_before
+    if abs(ratio - 1) <= spread:
+        return None
+    return (
+        f"the raw floor {median_before:,.0f} -> {median_now:,.0f} messages/s ({ratio:.2f}x, "
+        f"past its spread of {100 * spread:.0f} %)"
+    )
+
+
 def miss(row: dict[str, Any]) -> float:
     """How far a failing value is past its limit, relative to the limit (0 when it passes)."""
     value, limit = float(row["value"]), float(row["limit"])
@@ -120,9 +160,11 @@ def verdicts(
     baseline: dict[Key, dict[str, Any]],
     latest: dict[Key, dict[str, Any]],
     spread: dict[Key, float],
+    other_machine: bool = False,
 ) -> list[tuple[str, Key, str]]:
-    """(verdict, key, text) per target of the latest run; verdict REGRESSION, noise, FAIL
-    (failed before too, or new), PASS or n/a."""
+    """(verdict, key, text) per target of the latest run; verdict REGRESSION (UNJUDGED when
+    the baseline ran on ``other_machine``), noise, FAIL (failed before too, or new), PASS or
+    n/a."""
     out = []
     for key, row in latest.items():
         before = baseline.get(key, {}).get("pass")
@@ -134,7 +176,8 @@ def verdicts(
         if row["pass"]:
             out.append(("PASS", key, shown))
         elif before is True and miss(row) > s:
-            out.append(("REGRESSION", key, f"{shown}: missed by {100 * miss(row):.1f} %"))
+            verdict = "UNJUDGED" if other_machine else "REGRESSION"
+            out.append((verdict, key, f"{shown}: missed by {100 * miss(row):.1f} %"))
         elif before is True:
             out.append(("noise", key, f"{shown}: missed by {100 * miss(row):.1f} %, within"))
         else:
@@ -143,7 +186,8 @@ def verdicts(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Print every target's verdict and spread; exit status 1 if any regressed."""
+    """Print every target's verdict and spread; exit status 1 if any regressed, 2 if any
+    would have but the baseline ran on another machine."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--latest", default=str(envs.RESULTS / "results.json"))
     p.add_argument("--baseline", default="git:HEAD", help="a results.json, or git:REV")
@@ -152,18 +196,28 @@ def main(argv: list[str] | None = None) -> int:
         "--baseline-features", default="git:HEAD", help="a results-features.json, or git:REV"
     )
     args = p.parse_args(argv)
-    latest_data = load(args.latest)
+    latest_data, baseline_data = load(args.latest), load(args.baseline)
     latest, spread = evaluate(latest_data), spreads(latest_data)
-    baseline = evaluate(load(args.baseline))
+    baseline = evaluate(baseline_data)
     f_latest, f_spread = features(load(args.latest_features, "results-features.json"))
     f_baseline, _ = features(load(args.baseline_features, "results-features.json"))
-    found = verdicts(baseline | f_baseline, latest | f_latest, spread | f_spread)
+    apart = machine_apart(baseline_data, latest_data)
+    if apart:
+        print(f"machine    the baseline ran on another machine: {apart}")
+    found = verdicts(baseline | f_baseline, latest | f_latest, spread | f_spread, bool(apart))
     for verdict, (variant, target), text in found:
         print(f"{verdict:<10} {variant:<14} {target}: {text}")
-    regressed = [f for f in found if f[0] == "REGRESSION"]
-    for _, (variant, target), text in regressed:
-        print(f"!!! REGRESSION: {variant}: {target}: {text}", file=sys.stderr)
-    return 1 if regressed else 0
+    for verdict, (variant, target), text in found:
+        if verdict in ("REGRESSION", "UNJUDGED"):
+            print(f"!!! {verdict}: {variant}: {target}: {text}", file=sys.stderr)
+    if any(f[0] == "REGRESSION" for f in found):
+        return 1
+    if any(f[0] == "UNJUDGED" for f in found):
+        rev = args.baseline[4:] if args.baseline.startswith("git:") else "<its commit>"
+        command = AB_COMMAND.format(rev=rev)
+        print(f"!!! to judge them, measure both trees here; the drains: {command}", file=sys.stderr)
+        return 2
+    return 0
 
 
 if __name__ == "__main__":
