@@ -55,17 +55,23 @@ class Reclaimer:
         self.executor = executor
         self._exited: list[_Exited] = []
         self._revoked: list[tuple[str, list[tuple[int, str]]]] = []
+        self._failed_cold = False
+        """A step failed once the shutdown was cold: it is not waited for again."""
 
     def holds_shutdown(self, cold: bool) -> bool:
         """Work is left that a shutdown waits for: all of it until the shutdown goes cold
-        (its grace period ran out, or a second signal came), then only while Redis answers.
-        Settling needs Redis, and a worker must stop without it: what is left stays pending
+        (its grace period ran out, or a second signal came), then only while Redis answers
+        and no step has failed since. Settling needs Redis, and a worker must stop without
+        it, or with a bug in a step that retrying will not fix: what is left stays pending
         under the exited children, and any worker's sweep recovers it after the visibility
         timeout."""
         if not (self._exited or self._revoked):
             return False
         if cold and not self.maintenance.redis_reachable():
             logger.warning("Redis unreachable: the exited children's jobs are left to the sweep")
+            return False
+        if cold and self._failed_cold:
+            logger.warning("settling failed: the exited children's jobs are left to the sweep")
             return False
         return True
 
@@ -98,12 +104,14 @@ class Reclaimer:
             else:
                 exited.backoff.failed()
                 left_exited.append(exited)
+                self._failed_cold |= cold
         self._exited = left_exited
         left_revoked = []
         for consumer, rest in self._revoked:
             step = functools.partial(self._hand_back, consumer=consumer, rest=rest)
             if not self.maintenance.step(step):
                 left_revoked.append((consumer, rest))
+                self._failed_cold |= cold
         self._revoked = left_revoked
         return counts
 

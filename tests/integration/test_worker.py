@@ -602,6 +602,20 @@ def test_a_worker_whose_redis_died_still_stops(
     assert "left to the sweep" in w.output()
 
 
+def test_a_cold_shutdown_stops_when_settling_fails_on_a_bug(
+    start_worker: StartWorker, r: redis.Redis, task_app: App
+) -> None:
+    # Redis answers, but settling the killed child's job fails on a bug: a cold shutdown
+    # leaves the job pending for the sweep rather than waiting for a fix that never comes.
+    w = start_worker("-A", "tests.broken_settle_tasks", "-c", "1", "--grace", "0.5")
+    tasks.sleepy.delay(30, tag="cold")
+    wait_until(lambda: r.llen("started") == 1, message="the job to start")
+    w.signal(signal.SIGTERM)
+    assert w.wait(20) == 0
+    assert "left to the sweep" in w.output()
+    assert r.xinfo_groups("tasks:normal")[0]["pending"] == 1  # nothing lost: the sweep's
+
+
 def test_children_leave_the_masters_objects_out_of_their_collections(
     start_worker: StartWorker, r: redis.Redis, task_app: App
 ) -> None:
