@@ -423,14 +423,23 @@ def _busy(r: redis.Redis) -> bool:
     return bool(info) and info[0]["pending"] > 0
 
 
-def test_cold_shutdown_hands_the_job_back_without_using_an_attempt(
-    start_worker: StartWorker, r: redis.Redis, task_app: App
-) -> None:
-    w = start_worker("-A", "tests.tasks", "-c", "1", "--grace", "0.5")
+def _cold_shutdown_during_a_job(
+    start_worker: StartWorker, r: redis.Redis, app_module: str = "tests.tasks"
+) -> WorkerProcess:
+    """A worker of one child stopped by SIGTERM with ``--grace 0.5`` while a 30 s job runs,
+    once it has exited (within 20 s)."""
+    w = start_worker("-A", app_module, "-c", "1", "--grace", "0.5")
     tasks.sleepy.delay(30, tag="cold")
     wait_until(lambda: r.llen("started") == 1, message="the job to start")
     w.signal(signal.SIGTERM)
-    w.wait(20)
+    assert w.wait(20) == 0
+    return w
+
+
+def test_cold_shutdown_hands_the_job_back_without_using_an_attempt(
+    start_worker: StartWorker, r: redis.Redis, task_app: App
+) -> None:
+    _cold_shutdown_during_a_job(start_worker, r)
     # The job is waiting again at once (not pending), with its attempt not used up.
     entries = r.xrange("tasks:normal")
     assert len(entries) == 1
@@ -607,11 +616,7 @@ def test_a_cold_shutdown_stops_when_settling_fails_on_a_bug(
 ) -> None:
     # Redis answers, but settling the killed child's job fails on a bug: a cold shutdown
     # leaves the job pending for the sweep rather than waiting for a fix that never comes.
-    w = start_worker("-A", "tests.broken_settle_tasks", "-c", "1", "--grace", "0.5")
-    tasks.sleepy.delay(30, tag="cold")
-    wait_until(lambda: r.llen("started") == 1, message="the job to start")
-    w.signal(signal.SIGTERM)
-    assert w.wait(20) == 0
+    w = _cold_shutdown_during_a_job(start_worker, r, "tests.broken_settle_tasks")
     assert "left to the sweep" in w.output()
     assert r.xinfo_groups("tasks:normal")[0]["pending"] == 1  # nothing lost: the sweep's
 
