@@ -40,15 +40,21 @@ COMMANDS: dict[str, str] = {
 
 
 class NoCollection:
-    """The cyclic garbage collector off while a subcommand's modules or the app load, and what
-    they made moved to its oldest generation before it is on again: loading modules makes
-    objects by the thousand and little garbage. Collected as they came, they cost ``taskq
-    worker`` about 2 % of the instructions of its start; left young, the collector, once on,
-    first walked all of them (56,000 for ``taskq worker``: 11 ms, a tenth of its start).
-    ``gc.freeze()`` then ``gc.unfreeze()`` moves them to the oldest generation without a walk;
-    they are not kept frozen, which would hide them from ``gc.get_referrers`` and keep their
-    garbage for good in a process that runs the CLI in-process (a test's ``CliRunner``).
-    A class, not ``contextlib``: ``taskq --version`` does not load that."""
+    """The cyclic garbage collector off while a subcommand's modules or the app load: loading
+    modules makes objects by the thousand and little garbage, and the collections that set off
+    cost ``taskq worker`` about 2 % of the instructions of its start.
+
+    In a process the CLI owns (:func:`run`), what the load made is also moved to the
+    collector's oldest generation before it is on again: left young, the collector, once on,
+    first walked all of it (56,000 objects for ``taskq worker``: 11 ms, a tenth of its
+    start). ``gc.freeze()`` then ``gc.unfreeze()`` moves them without a walk. Not in a
+    process that calls :data:`main` itself (a test's ``CliRunner``): there the move would
+    take that process's young garbage along, which a full collection then finalizes much
+    later (an unclosed socket's warning in another test). A class, not ``contextlib``:
+    ``taskq --version`` does not load that."""
+
+    owns_process = False
+    """Set by :func:`run`: this process runs the ``taskq`` command and nothing else."""
 
     def __enter__(self) -> None:
         self.enabled = gc.isenabled()
@@ -56,8 +62,9 @@ class NoCollection:
 
     def __exit__(self, *_exc: object) -> None:
         if self.enabled:
-            gc.freeze()
-            gc.unfreeze()
+            if NoCollection.owns_process:
+                gc.freeze()
+                gc.unfreeze()
             gc.enable()
 
 
@@ -145,3 +152,9 @@ def queues_of(value: str | None, app: App) -> tuple[str, ...]:
     from taskq.config import parse_queues  # the settings module loads the signer: only when used
 
     return tuple(parse_queues(value)) if value else (app.settings.queue,)
+
+
+def run() -> None:
+    """The ``taskq`` command and ``python -m taskq``: :data:`main` in a process of its own."""
+    NoCollection.owns_process = True
+    main()

@@ -124,20 +124,44 @@ def test_the_keyword_typed_dicts_load_on_first_use() -> None:
     ]
 
 
-def test_the_loaded_modules_go_to_the_oldest_generation_unwalked() -> None:
-    """Turned back on after ``taskq worker``'s modules load, the collector would first walk
-    every object they made (tens of thousands: a tenth of the worker's start); moved to its
-    oldest generation, none of them is left waiting for a collection, and none stays frozen."""
+def _generations_after_loading_the_worker(owns_process: bool) -> list[int]:
+    """[objects waiting for a collection, frozen, in the oldest generation] after
+    ``taskq worker``'s modules load under ``NoCollection``, in a fresh interpreter."""
     probe = (
         "import gc, json\n"
         "from taskq.cli.main import NoCollection\n"
+        f"NoCollection.owns_process = {owns_process}\n"
         "with NoCollection():\n"
         "    import taskq.cli.worker\n"
-        "counts = [gc.isenabled(), gc.get_count()[0], gc.get_freeze_count()]\n"
-        "print(json.dumps([*counts, len(gc.get_objects(2))]))"
+        "assert gc.isenabled()\n"
+        "print(json.dumps([gc.get_count()[0], gc.get_freeze_count(), len(gc.get_objects(2))]))"
     )
-    enabled, waiting, frozen, oldest = json.loads(_printed_by(probe)[-1])
-    assert enabled
+    return list(json.loads(_printed_by(probe)[-1]))
+
+
+def test_the_commands_modules_go_to_the_oldest_generation_unwalked() -> None:
+    """In a process of its own, what ``taskq worker`` loads is moved out of the collector's
+    way: once on, it would first walk every object (tens of thousands: a tenth of the
+    worker's start). Nothing stays frozen."""
+    waiting, frozen, oldest = _generations_after_loading_the_worker(owns_process=True)
     assert waiting < 1_000, waiting
     assert frozen == 0
     assert oldest > 10_000, oldest
+
+
+def test_the_cli_called_in_process_leaves_the_collectors_generations_alone() -> None:
+    """Called in-process (a test's ``CliRunner``), the CLI does not move the caller's young
+    garbage out of reach of the next collections."""
+    waiting, frozen, _ = _generations_after_loading_the_worker(owns_process=False)
+    assert waiting > 10_000, waiting
+    assert frozen == 0
+
+
+def test_python_m_taskq_runs_as_the_process_owner() -> None:
+    probe = (
+        "import sys\nsys.argv = ['taskq', '--version']\n"
+        "from taskq.cli.main import NoCollection\n"
+        "try:\n    import taskq.__main__\nexcept SystemExit:\n    pass\n"
+        "print(NoCollection.owns_process)"
+    )
+    assert _printed_by(probe)[-1] == "True"
