@@ -39,7 +39,8 @@ MAX_NESTING = 32
 """Extension types inside extension types (a tuple in a tuple ...), at most: each level is a
 nested msgpack call whose C stack is tens of kB, so a hostile body nesting thousands would
 crash the process instead of failing its job."""
-_nesting = threading.local()
+_thread = threading.local()
+"""This thread's codec state: its plain packer, and how deep extension types nest."""
 
 
 class ExtensionError(DecodeError):
@@ -54,6 +55,14 @@ def _plain_only(obj: object) -> Any:
     raise _NotPlain
 
 
+def _new_plain_packer() -> msgpack.Packer:
+    """This thread's plain packer, made once (``msgpack.packb`` makes one a call, which costs
+    more than packing a small value); it empties its buffer after each call, even one that
+    raises."""
+    new = _thread.plain = msgpack.Packer(use_bin_type=True, strict_types=True, default=_plain_only)
+    return new
+
+
 def pack(value: Any) -> tuple[bytes, bool]:
     """``value`` as msgpack, and whether that uses an extension type.
 
@@ -61,14 +70,10 @@ def pack(value: Any) -> tuple[bytes, bool]:
         TypeError, ValueError, OverflowError: as msgpack does, for a value nothing carries.
     """
     try:
-        plain: bytes = msgpack.packb(
-            value, use_bin_type=True, strict_types=True, default=_plain_only
-        )
-        return plain, False
+        return (getattr(_thread, "plain", None) or _new_plain_packer()).pack(value), False
     except _NotPlain:
-        pass
-    packer = _Extended()
-    return packer.pack(value), packer.used
+        packer = _Extended()
+        return packer.pack(value), packer.used
 
 
 def packb(value: Any) -> bytes:
@@ -269,14 +274,14 @@ def _decode_datetime(data: bytes) -> dt.datetime:
 @contextlib.contextmanager
 def _nested(error: type[Exception]) -> Iterator[None]:
     """One more level of extension types in this thread; ``error`` past the limit."""
-    depth = getattr(_nesting, "depth", 0)
+    depth = getattr(_thread, "depth", 0)
     if depth >= MAX_NESTING:
         raise error(f"extension types nested more than {MAX_NESTING} deep")
-    _nesting.depth = depth + 1
+    _thread.depth = depth + 1
     try:
         yield
     finally:
-        _nesting.depth = depth
+        _thread.depth = depth
 
 
 def _inner(data: bytes) -> Any:
@@ -288,10 +293,6 @@ def _inner(data: bytes) -> Any:
 def _decode_timedelta(data: bytes) -> dt.timedelta:
     days, seconds, microseconds = _inner(data)
     return dt.timedelta(days=days, seconds=seconds, microseconds=microseconds)
-
-
-def _decode_uuid(data: bytes) -> uuid.UUID:
-    return uuid.UUID(bytes=data)
 
 
 def _decode_list(data: bytes) -> list[Any]:
@@ -329,7 +330,7 @@ _DECODERS: dict[int, Callable[[bytes], Any]] = {
     TIME: lambda d: dt.time.fromisoformat(d.decode()),
     TIMEDELTA: _decode_timedelta,
     DECIMAL: lambda d: __import__("decimal").Decimal(d.decode()),  # (see _is_decimal)
-    UUID: _decode_uuid,
+    UUID: lambda d: uuid.UUID(bytes=d),
     TUPLE: lambda d: tuple(_decode_list(d)),
     SET: lambda d: set(_decode_list(d)),
     FROZENSET: lambda d: frozenset(_decode_list(d)),

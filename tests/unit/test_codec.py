@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import json
+import threading
 import uuid
 from collections import OrderedDict, namedtuple
 from decimal import Decimal
@@ -265,3 +266,36 @@ def test_a_chain_step_is_version_2_when_its_parents_result_holds_an_extension() 
         assert msgpack.unpackb(body)["v"] == version
         assert Message.decode(body).args == (codec.unpackb(result), {"v": 1})
     assert not codec.uses_extensions(msgpack.packb([b"\xc7\xd4 (ext heads, in a bin)"]))
+
+
+def test_threads_packing_at_once_each_get_their_own_bytes() -> None:
+    """Each thread packs with a packer of its own (a packer writes into its own buffer)."""
+    values = [[i, f"v{i}", {"k": i}, b"x" * (i % 50)] for i in range(300)]
+    expected = [msgpack.packb(v, use_bin_type=True) for v in values]
+    start = threading.Barrier(4)
+    wrong: list[int] = []
+
+    def pack_all() -> None:
+        start.wait()
+        for _ in range(20):
+            wrong.extend(i for i, v in enumerate(values) if codec.pack(v) != (expected[i], False))
+
+    threads = [threading.Thread(target=pack_all) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert wrong == []
+
+
+def test_a_value_after_one_the_plain_packer_refused_packs_alone() -> None:
+    """A value the plain packer hands to the extension hook, or that cannot be packed, leaves
+    nothing behind in the packer the next value uses."""
+    assert codec.pack([1, (2, 3)]) == (
+        msgpack.packb([1, msgpack.ExtType(codec.TUPLE, msgpack.packb([2, 3]))]),
+        True,
+    )
+    assert codec.pack(None) == (b"\xc0", False)
+    with pytest.raises(TypeError):
+        codec.pack({"x": [1, object()]})
+    assert codec.pack({"a": 1}) == (msgpack.packb({"a": 1}), False)
