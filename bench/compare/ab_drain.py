@@ -7,16 +7,16 @@ changes).
 Usage, from the repository root, in a venv with taskq's dependencies and msgpack::
 
     .venv/bin/python -m bench.compare.ab_drain --checkout . --checkout ../wt/change [--rounds 4]
-        [--worker-args "--prefetch 64"]
+        [--worker-args "--prefetch 64"] [--app taskq_results_app]
 
 A private redis-server. Each round measures the queue floor (``raw.consume_queue_floor``,
-two consumers) and then, per checkout, ``--jobs`` jobs of ``bench/peers/taskq_app.py``
-bulk-enqueued with no worker and drained by ``python -m taskq worker -c 2`` and the
-``--worker-args`` run from that checkout (its own code and bench app: the checkout is the
-working directory and the first entry of ``PYTHONPATH``). A drain's rate is counted from
-its first job's start to its last one's, from the task's records, as the main bench's "drain
-after 1st job" is. Prints each round and the medians, as rates and as shares of the floor's
-median.
+two consumers) and then, per checkout, ``--jobs`` jobs of ``bench/peers/taskq_app.py`` (or
+of the ``--app`` module: ``taskq_results_app`` stores every job's result) bulk-enqueued
+with no worker and drained by ``python -m taskq worker -c 2`` and the ``--worker-args`` run
+from that checkout (its own code and bench app: the checkout is the working directory and
+the first entry of ``PYTHONPATH``). A drain's rate is counted from its first job's start to
+its last one's, from the task's records, as the main bench's "drain after 1st job" is.
+Prints each round and the medians, as rates and as shares of the floor's median.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from bench.compare.raw import JOB, consume
 
 POLL_S = 0.02
 ENQUEUE = (
-    "from bench.peers.taskq_app import noop\n"
+    "from bench.peers.{app} import noop\n"
     "for s in range(0, {jobs}, 1000):\n"
     "    noop.starmap([(i, 0) for i in range(s, min({jobs}, s + 1000))])"
 )
@@ -54,15 +54,16 @@ def drain(
     deadline_s: float,
     records: Path,
     worker_args: Sequence[str] = (),
+    app: str = "taskq_app",
 ) -> float:
     """Jobs per second from the first job's start to the last one's, for one worker of
     ``checkout`` draining ``jobs`` waiting jobs (their records go to ``records``)."""
     server.flush()
     record.clear(records)
     env = {**os.environ, "PYTHONPATH": str(checkout), record.ENV_DIR: str(records)}
-    code = ENQUEUE.format(jobs=jobs)
+    code = ENQUEUE.format(jobs=jobs, app=app)
     subprocess.run([sys.executable, "-c", code], cwd=checkout, env=env, check=True)
-    argv = [sys.executable, "-m", "taskq", "worker", "-A", "bench.peers.taskq_app:app"]
+    argv = [sys.executable, "-m", "taskq", "worker", "-A", f"bench.peers.{app}:app"]
     argv += ["-c", "2", "--loglevel", "warning", *worker_args]
     worker = subprocess.Popen(argv, cwd=checkout, env=env, start_new_session=True)
     try:
@@ -92,6 +93,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--jobs", type=int, default=20_000)
     p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--deadline", type=float, default=120.0, help="bound of each drain, s")
+    p.add_argument(
+        "--app", default="taskq_app", help="a module of bench/peers (taskq_results_app: results on)"
+    )
     p.add_argument("--worker-args", default="", help='more worker options, e.g. "--prefetch 64"')
     args = p.parse_args(argv)
     worker_args = shlex.split(args.worker_args)
@@ -103,7 +107,7 @@ def main(argv: list[str] | None = None) -> None:
         for n in range(1, args.rounds + 1):
             rates["queue floor"].append(queue_floor(server, args.jobs, args.deadline))
             for c in checkouts:
-                rate = drain(server, c, args.jobs, args.deadline, records, worker_args)
+                rate = drain(server, c, args.jobs, args.deadline, records, worker_args, args.app)
                 rates[str(c)].append(rate)
             print(f"round {n}: " + ", ".join(f"{k} {v[-1]:,.0f}" for k, v in rates.items()))
     floor = statistics.median(rates["queue floor"])

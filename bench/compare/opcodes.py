@@ -6,6 +6,7 @@ run to run; this does not move at all).
 Usage, from the repository root, in a venv with taskq and msgpack::
 
     .venv/bin/python -m bench.compare.opcodes [--jobs 2000] [--prefetch 0] [--results]
+        [--by-function]
 
 A private redis-server; the main bench's app (``bench/peers/taskq_app.py``, or with
 ``--results`` ``taskq_results_app.py``) and its task (``bench.common.job``: its record, then
@@ -48,13 +49,16 @@ def module_of(filename: str) -> str:
     return filename
 
 
-def counted(run: Callable[[], object]) -> collections.Counter[str]:
-    """The bytecodes ``run`` executes, by module."""
+def counted(run: Callable[[], object], by_function: bool = False) -> collections.Counter[str]:
+    """The bytecodes ``run`` executes, by module (``by_function``: by module and function,
+    ``taskq/worker/finish.py:record``)."""
     found: collections.Counter[str] = collections.Counter()
 
     def trace(frame: FrameType, event: str, arg: object) -> Any:
         frame.f_trace_opcodes = True
         where = module_of(frame.f_code.co_filename)
+        if by_function:
+            where = f"{where}:{frame.f_code.co_name}"
 
         def local(frame: FrameType, event: str, arg: object) -> Any:
             if event == "opcode":
@@ -71,7 +75,9 @@ def counted(run: Callable[[], object]) -> collections.Counter[str]:
     return found
 
 
-def taskq_drain(jobs: int, prefetch: int, results: bool) -> collections.Counter[str]:
+def taskq_drain(
+    jobs: int, prefetch: int, results: bool, by_function: bool = False
+) -> collections.Counter[str]:
     """A child's bytecodes over ``jobs`` jobs, after 100 unseen."""
     from bench.compare.profile_child import child_consumer
 
@@ -83,13 +89,13 @@ def taskq_drain(jobs: int, prefetch: int, results: bool) -> collections.Counter[
     consumer.run_sync()
     for start in range(0, jobs, 1000):
         module.noop.starmap([(i, 0) for i in range(start, min(jobs, start + 1000))])
-    found = counted(consumer.run_sync)
+    found = counted(consumer.run_sync, by_function)
     consumer.leave()
     module.app.close()
     return found
 
 
-def floor_drain(url: str, jobs: int) -> collections.Counter[str]:
+def floor_drain(url: str, jobs: int, by_function: bool = False) -> collections.Counter[str]:
     """The queue floor's bytecodes over ``jobs`` messages, after 100 unseen."""
     from redis import Redis
 
@@ -112,7 +118,7 @@ def floor_drain(url: str, jobs: int) -> collections.Counter[str]:
     drain()
     for start in range(0, jobs, 1000):
         add(min(1000, jobs - start))
-    return counted(drain)
+    return counted(drain, by_function)
 
 
 def per_job(found: collections.Counter[str], jobs: int) -> dict[str, float]:
@@ -132,6 +138,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--prefetch", type=int, default=0, help="0: adaptive (default settings)")
     p.add_argument("--results", action="store_true", help="stored results on")
     p.add_argument("--top", type=int, default=25, help="modules listed per side")
+    p.add_argument("--by-function", action="store_true", help="count by module and function")
     args = p.parse_args(argv)
     from bench.common.redis_server import PrivateRedis
 
@@ -140,8 +147,10 @@ def main(argv: list[str] | None = None) -> None:
         os.environ["BENCH_REDIS_URL"] = server.url
         os.environ["BENCH_RECORD_DIR"] = str(work)
         out = {
-            "taskq": per_job(taskq_drain(args.jobs, args.prefetch, args.results), args.jobs),
-            "queue floor": per_job(floor_drain(server.url, args.jobs), args.jobs),
+            "taskq": per_job(
+                taskq_drain(args.jobs, args.prefetch, args.results, args.by_function), args.jobs
+            ),
+            "queue floor": per_job(floor_drain(server.url, args.jobs, args.by_function), args.jobs),
         }
     for side, rows in out.items():
         print(f"{side}: bytecodes per job", file=sys.stderr)
