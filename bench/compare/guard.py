@@ -19,12 +19,14 @@ failure within the spread is reported as noise (exit status 0); so is a target t
 did not have, or that failed there already.
 
 The targets are ratios, but not ones a machine's speed leaves alone: the same tree has drained
-at 90 % of the queue floor on one machine and 72 % on one three times as fast. So the guard
-first compares the two runs' raw floors (``consume_floor``: Redis and redis-py only, no taskq
-code): when they are farther apart than the latest run's own spread of it, the baseline ran
-on another machine, and a target that would have regressed is reported as **UNJUDGED**
-instead, with the command that measures the baseline's tree against this one on this
-machine; one ``!!! UNJUDGED`` line each on stderr, exit status 2.
+at 90 % of the queue floor on one machine and 72 % on one three times as fast, and enqueued
+at 112 % and 75 % of one raw floor on one machine an hour apart, as ``import redis`` went
+from 110 to 164 ms. So the guard first compares the two runs' raw floors (``consume_floor``:
+Redis and redis-py only, no taskq code) and their ``import redis`` times (the interpreter's
+speed alone): when either is farther apart than the latest run's own spread of it, the
+baseline ran on another machine, and a target that would have regressed is reported as
+**UNJUDGED** instead, with the command that measures the baseline's tree against this one on
+this machine; one ``!!! UNJUDGED`` line each on stderr, exit status 2.
 """
 
 from __future__ import annotations
@@ -131,11 +133,17 @@ def floor_rates(data: dict[str, Any]) -> list[float]:
     return [float(r["consume_floor"]["rate"]) for r in runs if r.get("consume_floor")]
 
 
-def machine_apart(baseline: dict[str, Any], latest: dict[str, Any]) -> str | None:
-    """Why the two runs' machines differ, if their raw floors' medians are farther apart than
-    the latest run's spread of it (at least ``MIN_MACHINE_SPREAD``); None if they do not, or
-    if either run lacks the floor."""
-    before, now = floor_rates(baseline), floor_rates(latest)
+def import_redis_s(data: dict[str, Any]) -> list[float]:
+    """``python -c "import redis"`` in each run of ``data``, seconds (the ``taskq`` row's
+    start-up section; none if the run did not measure it)."""
+    runs = (data.get("startup") or {}).get("taskq") or []
+    return [float(r["median_s"]["import_redis"]) for r in runs if "import_redis" in r["median_s"]]
+
+
+def _apart(what: str, before: list[float], now: list[float], unit: str) -> str | None:
+    """Why ``what`` says the two runs' machines differ: its medians farther apart than the
+    latest run's spread of it (at least ``MIN_MACHINE_SPREAD``); None if they are not, or if
+    either run lacks it."""
     if not before or not now:
         return None
     median_before, median_now = statistics.median(before), statistics.median(now)
@@ -144,9 +152,21 @@ def machine_apart(baseline: dict[str, Any], latest: dict[str, Any]) -> str | Non
     if abs(ratio - 1) <= spread:
         return None
     return (
-        f"the raw floor {median_before:,.0f} -> {median_now:,.0f} messages/s ({ratio:.2f}x, "
-        f"past its spread of {100 * spread:.0f} %)"
+        f"{what} {median_before:,.3g} -> {median_now:,.3g} {unit} ({ratio:.2f}x, past its "
+        f"spread of {100 * spread:.0f} %)"
     )
+
+
+def machine_apart(baseline: dict[str, Any], latest: dict[str, Any]) -> str | None:
+    """Why the two runs' machines differ, if they do: the raw floor (Redis, the socket and
+    redis-py's reads) or the time ``import redis`` takes (the interpreter's own speed, which
+    moves every ratio of taskq's Python work to a floor of round trips) moved past the latest
+    run's spread of it."""
+    found = [
+        _apart("the raw floor", floor_rates(baseline), floor_rates(latest), "messages/s"),
+        _apart("`import redis`", import_redis_s(baseline), import_redis_s(latest), "s"),
+    ]
+    return "; ".join(f for f in found if f) or None
 
 
 def miss(row: dict[str, Any]) -> float:
