@@ -50,8 +50,9 @@ Key = tuple[str, str]  # (taskq variant, target)
 
 MIN_SPREAD = 0.02  # a target that held in every stored run still gets this much slack
 MIN_MACHINE_SPREAD = 0.10
-"""How far two runs' raw floors may be apart and still count as one machine, at least: a
-quiet machine's floor moves a few per cent from run to run, a shared one's more."""
+"""How far two runs' raw floors, or their ``import redis`` times, may be apart and still count
+as one machine, at least: a quiet machine's move a few per cent from run to run, a shared
+one's more."""
 AB_COMMAND = (
     "git worktree add ../wt/baseline {rev} && .venv/bin/python -m bench.compare.ab_drain "
     "--checkout ../wt/baseline --checkout . [--worker-args ...]"
